@@ -1,0 +1,1 @@
+"""agentrt runtime server: run state machines, budgets, deadlines, store and event streams."""
