@@ -1,0 +1,175 @@
+"""Runtime configuration: a TOML file, then ``AGENTRT_*`` environment overrides, validated by pydantic.
+
+Env overrides address nested keys with ``__``: ``AGENTRT_DB_URL=...``,
+``AGENTRT_LIMITS__MAX_INPUT_BYTES=1024``. Values that parse as JSON are taken as
+JSON (numbers, booleans, lists), others as strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from runtime_server.core import Budgets
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says where and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """Which model an agent uses."""
+
+    provider: str = "scripted"
+    name: str = ""
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class BudgetsConfig(_Strict):
+    """Budgets of an agent's runs (R6.1)."""
+
+    max_model_steps: int = Field(20, ge=1)
+    max_tool_calls: int = Field(50, ge=0)
+    max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
+    timeout_s: float = Field(300.0, gt=0)
+    max_input_tokens: int = Field(0, ge=0)
+    max_output_tokens: int = Field(0, ge=0)
+    max_cost_usd: float = Field(0.0, ge=0)
+    max_handoffs: int = Field(0, ge=0)
+    max_parallel_tool_calls: int = Field(1, ge=1)
+
+    def to_budgets(self) -> Budgets:
+        return Budgets(**self.model_dump())
+
+
+class AgentConfig(_Strict):
+    """An agent configured on the server."""
+
+    instructions: str = ""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    tools: list[str] = Field(default_factory=list)
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+
+
+class ToolHostConfig(_Strict):
+    """A tool host the runtime reaches: an address, or a local child process it spawns."""
+
+    name: str
+    address: str = ""
+    spawn: bool = False
+    plugins: list[str] = Field(default_factory=list)
+    entrypoints: bool = True
+    data_dir: str = ""
+
+    @model_validator(mode="after")
+    def _address_or_spawn(self) -> ToolHostConfig:
+        if bool(self.address) == self.spawn:
+            raise ValueError("give exactly one of address or spawn = true")
+        if self.address and ":" not in self.address:
+            raise ValueError(f"address {self.address!r} is not HOST:PORT")
+        return self
+
+
+class LimitsConfig(_Strict):
+    """Input limits and the ceilings per-run budget overrides may not pass."""
+
+    max_input_bytes: int = Field(64 * 1024, ge=1)
+    max_metadata_entries: int = Field(32, ge=0)
+    max_model_steps: int = Field(200, ge=1)
+    max_tool_calls: int = Field(1000, ge=0)
+    max_timeout_s: float = Field(86400.0, gt=0)
+
+
+class Settings(_Strict):
+    """Everything the runtime server reads at start."""
+
+    listen: str = "127.0.0.1:50051"
+    db_url: str = "sqlite:///.agentrt/agentrt.sqlite"
+    sqlite_synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL"
+    db_pool_size: int = Field(10, ge=1)
+    worker_id: str = ""
+    default_tenant: str = "default"
+    lease_ttl_s: float = Field(15.0, gt=0)
+    poll_interval_s: float = Field(1.0, gt=0)
+    max_concurrent_runs: int = Field(512, ge=1)
+    tool_timeout_s: float = Field(30.0, gt=0)
+    model_timeout_s: float = Field(120.0, gt=0)
+    call_reserve_s: float = Field(0.2, ge=0)
+    grace_s: float = Field(5.0, ge=0)
+    data_dir: str = ".agentrt"
+    tool_hosts: list[ToolHostConfig] = Field(default_factory=list)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{value!r} is not HOST:PORT")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_hosts(self) -> Settings:
+        names = [h.name for h in self.tool_hosts]
+        if len(names) != len(set(names)):
+            raise ValueError(f"tool host names repeat: {names}")
+        return self
+
+
+def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        node = target.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot override {'.'.join(path)}: {key} is not a table")
+        target = node
+    target[path[-1]] = value
+
+
+def _env_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
+                  base: Mapping[str, Any] | None = None) -> Settings:
+    """Read ``base`` (defaults), then the TOML file, then ``AGENTRT_*`` env overrides.
+
+    Raises:
+        ConfigError: unreadable file, bad TOML, or values that fail validation; the
+            message names each offending key.
+    """
+    data: dict[str, Any] = json.loads(json.dumps(dict(base or {})))
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                data.update(tomllib.load(fh))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    for key, raw in sorted((os.environ if env is None else env).items()):
+        if key.startswith("AGENTRT_") and key not in _CLIENT_ENV:
+            _set_path(data, key.removeprefix("AGENTRT_").lower().split("__"), _env_value(raw))
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+                             for err in exc.errors())
+        raise ConfigError(f"invalid configuration: {problems}") from exc
+
+
+# Variables the client and test tooling read; not server settings.
+_CLIENT_ENV = frozenset({"AGENTRT_TARGET", "AGENTRT_TEST_DB_URL", "AGENTRT_FAULT_POINT"})

@@ -1,0 +1,127 @@
+"""Assembles and runs the runtime server process: store, engine, tool hosts, gRPC, health, reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from agentrt.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from runtime_server._config import ConfigError, Settings
+from runtime_server.api._servicer import RuntimeServicer
+from runtime_server.engine import Engine
+from runtime_server.events import EventBus
+from runtime_server.models import ModelRegistry, get_model_plugin_manager
+from runtime_server.store import Store
+from runtime_server.telemetry import Counters
+from runtime_server.tools import SpawnedToolHost, ToolHostError, ToolRouter
+
+log = logging.getLogger("agentrt.server")
+SERVICE_NAME = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name
+READY_PREFIX = "agentrt-runtime listening on "
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class RuntimeServer:
+    """One runtime process's parts, started and stopped in order."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.counters = Counters()
+        self.bus = EventBus()
+        self.tools = ToolRouter()
+        self.spawned: list[SpawnedToolHost] = []
+        self.store: Store | None = None
+        self.models: ModelRegistry | None = None
+        self.engine: Engine | None = None
+        self.server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.address = ""
+
+    async def start(self) -> str:
+        """Start everything; returns the address the gRPC server listens on.
+
+        Raises:
+            ConfigError: a tool host is unreachable, an agent names a tool no host serves, or the
+                listen address cannot be bound.
+        """
+        settings = self.settings
+        self.store = await Store.open(settings.db_url, sqlite_synchronous=settings.sqlite_synchronous,
+                                      pool_size=settings.db_pool_size)
+        self.models = ModelRegistry(get_model_plugin_manager())
+        try:
+            for host in settings.tool_hosts:
+                address = host.address
+                if host.spawn:
+                    data_dir = host.data_dir or str(Path(settings.data_dir) / f"toolhost-{host.name}")
+                    spawned = await SpawnedToolHost.start(data_dir=data_dir, plugins=host.plugins,
+                                                          entrypoints=host.entrypoints)
+                    self.spawned.append(spawned)
+                    address = spawned.address
+                await self.tools.add_host(host.name, address)
+        except (ToolHostError, RuntimeError) as exc:
+            raise ConfigError(str(exc)) from exc
+        served = set(self.tools.tool_names())
+        for name, agent in settings.agents.items():
+            missing = [t for t in agent.tools if t not in served]
+            if missing:
+                raise ConfigError(f"agent {name!r} names tools no tool host serves: {missing}")
+        self.engine = Engine(store=self.store, bus=self.bus, models=self.models, tools=self.tools,
+                             settings=settings, counters=self.counters)
+        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        runtime_service_pb2_grpc.add_AgentRuntimeServiceServicer_to_server(
+            RuntimeServicer(engine=self.engine, settings=settings), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+                                            self.server)
+        try:
+            port = self.server.add_insecure_port(settings.listen)
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {settings.listen}: {exc}") from exc
+        await self.server.start()
+        await self.engine.start()
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.address = f"{settings.listen.rpartition(':')[0]}:{port}"
+        return self.address
+
+    async def stop(self) -> None:
+        """Graceful: NOT_SERVING, drain RPCs, let runs reach a commit point, then close."""
+        grace = self.settings.grace_s
+        with contextlib.suppress(Exception):
+            await self.health.enter_graceful_shutdown()
+        if self.server is not None:
+            await self.server.stop(grace)
+        if self.engine is not None:
+            await self.engine.stop(grace_s=grace)
+        await self.tools.close()
+        for spawned in self.spawned:
+            await spawned.stop()
+        if self.models is not None:
+            await self.models.aclose()
+        if self.store is not None:
+            await self.store.close()
+        log.info("stopped; counters %s", self.counters.snapshot())
+
+
+async def serve(settings: Settings, *, announce: Callable[[str], None] = print) -> None:
+    """Run until SIGTERM or SIGINT."""
+    server = RuntimeServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        address = await server.start()
+        announce(f"{READY_PREFIX}{address}")
+        await stop.wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,69 @@
+"""Pure core of agentrt: phases, transitions, events, state, budgets, deadlines.
+
+No I/O and no clock reads here (a test enforces the imports): the engine passes
+time in and performs what the decider asks for.
+"""
+
+from __future__ import annotations
+
+from runtime_server.core import _events as events
+from runtime_server.core._budgets import Budgets, Usage, exhausted_before_model_step, exhausted_before_tool_call
+from runtime_server.core._deadline import backoff_delay_s, call_timeout_s, retry_fits
+from runtime_server.core._decide import Append, CallModel, Clock, Decision, Idle, InvokeTool, decide, end_events
+from runtime_server.core._errors import (
+    AgentRtError,
+    FailedPrecondition,
+    IllegalTransition,
+    InvalidRequest,
+    LeaseLost,
+    NotFound,
+    PayloadTooLarge,
+)
+from runtime_server.core._events import Event
+from runtime_server.core._keys import args_hash, canonical_json, idempotency_key
+from runtime_server.core._phases import ACTIVE_PHASES, RULES, TERMINAL_PHASES, Phase, Rule, Trigger, rule_for, transition
+from runtime_server.core._state import CallState, HistoryEntry, RunState, replay
+from runtime_server.core._timefmt import rfc3339
+
+__all__ = [
+    "ACTIVE_PHASES",
+    "RULES",
+    "TERMINAL_PHASES",
+    "AgentRtError",
+    "Append",
+    "Budgets",
+    "CallModel",
+    "CallState",
+    "Clock",
+    "Decision",
+    "Event",
+    "FailedPrecondition",
+    "HistoryEntry",
+    "Idle",
+    "IllegalTransition",
+    "InvalidRequest",
+    "InvokeTool",
+    "LeaseLost",
+    "NotFound",
+    "PayloadTooLarge",
+    "Phase",
+    "Rule",
+    "RunState",
+    "Trigger",
+    "Usage",
+    "args_hash",
+    "backoff_delay_s",
+    "call_timeout_s",
+    "canonical_json",
+    "decide",
+    "end_events",
+    "events",
+    "exhausted_before_model_step",
+    "exhausted_before_tool_call",
+    "idempotency_key",
+    "replay",
+    "retry_fits",
+    "rfc3339",
+    "rule_for",
+    "transition",
+]

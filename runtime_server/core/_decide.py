@@ -1,0 +1,120 @@
+"""The decider: given a run's state and the time, what happens next. Pure.
+
+``decide`` either returns events to append (bookkeeping that needs no I/O:
+starting a step, starting a call, ending the run) or one I/O command for the
+shell (call the model, invoke a tool). The engine appends, folds and asks again,
+committing its buffered events right before each I/O command, which gives the
+commit points of R5.2 with one commit per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime_server.core import _events as ev
+from runtime_server.core._budgets import Budgets, exhausted_before_model_step, exhausted_before_tool_call
+from runtime_server.core._keys import idempotency_key
+from runtime_server.core._phases import Phase
+from runtime_server.core._state import CallState, RunState
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append these events (in order) to the run's log."""
+
+    events: tuple[ev.Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Ask the model for the decision of ``step``."""
+
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeTool:
+    """Send the started call ``call`` to its tool host (its tool.started is persisted first)."""
+
+    call: CallState
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing to do: the run ended or waits for something outside."""
+
+
+Decision = Append | CallModel | InvokeTool | Idle
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Clock:
+    """The moment a decision is made, and the run's deadline, in epoch seconds."""
+
+    now_s: float
+    deadline_s: float
+
+
+def end_events(state: RunState, phase: Phase, reason: str, *, output: str = "", message: str = "",
+               retryable: bool = False) -> tuple[ev.Event, ...]:
+    """The closing events of a run: the phase's own event (if any) then run.ended."""
+    head: list[ev.Event] = []
+    if phase is Phase.COMPLETED:
+        head.append(ev.Event(ev.RUN_COMPLETED, {"output": output}))
+    elif phase is Phase.FAILED:
+        head.append(ev.Event(ev.RUN_FAILED, {"reason": reason, "message": message or reason}))
+    elif phase is Phase.CANCELLED:
+        head.append(ev.Event(ev.RUN_CANCELLED, {"reason": reason}))
+    return (*head, _ended(state, phase, reason, retryable=retryable))
+
+
+def _ended(state: RunState, phase: Phase, reason: str, *, retryable: bool = False) -> ev.Event:
+    partial = state.any_tool_started and phase is not Phase.COMPLETED
+    return ev.Event(ev.RUN_ENDED, {"phase": f"RUN_PHASE_{phase.value}", "reason": reason, "partial": partial,
+                                   "retryable": retryable, "usage": state.usage.to_json()})
+
+
+def decide(state: RunState, budgets: Budgets, clock: Clock) -> Decision:
+    """Next move of a run. Never asks the model whether to go on (R6.1)."""
+    if state.phase.terminal:
+        # The closing pair is committed together, but a log cut between them must still end.
+        return Idle() if state.ended else Append((_ended(state, state.phase, state.reason),))
+    if state.phase in (Phase.WAITING_APPROVAL, Phase.UNKNOWN_OUTCOME):
+        return Idle()
+    if state.phase is Phase.CANCEL_REQUESTED:
+        return Append(end_events(state, Phase.CANCELLED, state.cancel_reason or "cancelled"))
+    if clock.now_s >= clock.deadline_s:
+        return Append(end_events(state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+    if state.phase is Phase.TOOL_STEP:
+        for call in state.calls:
+            if call.finished:
+                continue
+            if call.started:
+                return InvokeTool(call)
+            return _start_call(state, budgets, call)
+        return _start_model_step(state, budgets)
+    if state.answer is not None:
+        return Append(end_events(state, Phase.COMPLETED, "final_answer", output=state.answer))
+    if state.phase is Phase.MODEL_STEP:
+        return CallModel(state.step)
+    return _start_model_step(state, budgets)
+
+
+def _start_model_step(state: RunState, budgets: Budgets) -> Decision:
+    exhausted = exhausted_before_model_step(budgets, state.usage)
+    if exhausted is not None:
+        return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
+    data = {"step": state.step + 1, "kind": "model", "usage": state.usage.to_json()}
+    return Append((ev.Event(ev.STEP_STARTED, data),))
+
+
+def _start_call(state: RunState, budgets: Budgets, call: CallState) -> Decision:
+    exhausted = exhausted_before_tool_call(budgets, state.usage, call.tool)
+    if exhausted is not None:
+        return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
+    before = state.usage.to_json()
+    after = dict(before, tool_calls=state.usage.tool_calls + 1)
+    data = {"step": call.step, "call_id": call.call_id, "tool": call.tool, "arguments_json": call.arguments_json,
+            "idempotency_key": idempotency_key(state.run_id, call.step, call.index), "attempt": 1,
+            "usage_before": before, "usage_after": after}
+    return Append((ev.Event(ev.TOOL_STARTED, data),))

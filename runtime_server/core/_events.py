@@ -1,0 +1,47 @@
+"""Run events as stored in the log (R3.4, R5.1).
+
+An event is a type name plus a payload in the proto3 JSON shape of the matching
+``RunEvent`` oneof message, so the API converts it without a hand-written mapper
+per type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+RUN_STARTED = "run.started"
+STEP_STARTED = "step.started"
+MODEL_TEXT_DELTA = "model.text.delta"
+MODEL_COMPLETED = "model.completed"
+TOOL_STARTED = "tool.started"
+TOOL_COMPLETED = "tool.completed"
+TOOL_FAILED = "tool.failed"
+APPROVAL_REQUESTED = "approval.requested"
+APPROVAL_RESOLVED = "approval.resolved"
+RETRY_SCHEDULED = "retry.scheduled"
+RUN_CHECKPOINTED = "run.checkpointed"
+CANCEL_REQUESTED = "cancel.requested"
+RUN_COMPLETED = "run.completed"
+RUN_FAILED = "run.failed"
+RUN_CANCELLED = "run.cancelled"
+RUN_ENDED = "run.ended"
+
+EVENT_TYPES: tuple[str, ...] = (
+    RUN_STARTED, STEP_STARTED, MODEL_TEXT_DELTA, MODEL_COMPLETED, TOOL_STARTED, TOOL_COMPLETED, TOOL_FAILED,
+    APPROVAL_REQUESTED, APPROVAL_RESOLVED, RETRY_SCHEDULED, RUN_CHECKPOINTED, CANCEL_REQUESTED,
+    RUN_COMPLETED, RUN_FAILED, RUN_CANCELLED, RUN_ENDED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One fact about a run. ``data`` is never mutated after construction."""
+
+    type: str
+    data: dict[str, Any]
+
+
+def oneof_field(event_type: str) -> str:
+    """Name of the ``RunEvent`` oneof field for an event type: "run.started" -> "run_started"."""
+    return event_type.replace(".text.", "_text_").replace(".", "_")

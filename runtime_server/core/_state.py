@@ -1,0 +1,177 @@
+"""A run's state folded from its events (R5.1: the log is the truth).
+
+``RunState.apply`` is the only way state changes; it derives the phase change
+from the event through the transition table, so an event that would make an
+illegal move raises instead of corrupting the state.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime_server.core import _events as ev
+from runtime_server.core._budgets import Usage
+from runtime_server.core._errors import IllegalTransition
+from runtime_server.core._phases import Phase, Trigger, transition
+
+
+@dataclass(slots=True)
+class CallState:
+    """One tool call the model asked for, and how far it got."""
+
+    call_id: str
+    tool: str
+    arguments_json: str
+    index: int
+    step: int
+    idempotency_key: str = ""
+    attempts: int = 0
+    result_json: str | None = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.attempts > 0
+
+    @property
+    def finished(self) -> bool:
+        return self.result_json is not None or self.error is not None
+
+
+@dataclass(slots=True)
+class HistoryEntry:
+    """One message of the conversation the model sees."""
+
+    role: str
+    content: str = ""
+    tool_calls: tuple[tuple[str, str, str], ...] = ()  # (call_id, tool, arguments_json)
+    tool_call_id: str = ""
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything the decider needs, rebuilt from events alone."""
+
+    run_id: str
+    phase: Phase = Phase.QUEUED
+    seq: int = 0
+    step: int = 0
+    input: str = ""
+    usage: Usage = field(default_factory=Usage)
+    history: list[HistoryEntry] = field(default_factory=list)
+    calls: list[CallState] = field(default_factory=list)
+    answer: str | None = None
+    cancel_reason: str | None = None
+    any_tool_started: bool = False
+    output: str = ""
+    reason: str = ""
+    ended: bool = False
+
+    def apply(self, event: ev.Event) -> None:
+        """Fold one event into the state.
+
+        Raises:
+            IllegalTransition: the event implies a phase move the table forbids.
+        """
+        data = event.data
+        match event.type:
+            case ev.RUN_STARTED:
+                self.input = data.get("input", "")
+                self.history.append(HistoryEntry(role="user", content=self.input))
+            case ev.STEP_STARTED:
+                self._move(Trigger.START_MODEL_STEP)
+                self.step = int(data["step"])
+                self.calls = []
+                self.answer = None
+            case ev.MODEL_COMPLETED:
+                self.step = int(data["step"])
+                self._usage_from(data["usage_after"])
+                calls = data.get("tool_calls", [])
+                self.history.append(HistoryEntry(
+                    role="assistant", content=data.get("text", ""),
+                    tool_calls=tuple((c["call_id"], c["tool"], c["arguments_json"]) for c in calls)))
+                if calls:
+                    self._move(Trigger.MODEL_CALLED_TOOLS)
+                    self.calls = [CallState(call_id=c["call_id"], tool=c["tool"],
+                                            arguments_json=c["arguments_json"], index=i, step=self.step + 1)
+                                  for i, c in enumerate(calls)]
+                else:
+                    self._move(Trigger.MODEL_ANSWERED)
+                    self.answer = data.get("text", "")
+            case ev.TOOL_STARTED:
+                self._move(Trigger.TOOL_STARTED)
+                call = self._call(data["call_id"])
+                call.idempotency_key = data["idempotency_key"]
+                call.attempts = int(data.get("attempt", call.attempts + 1))
+                self.step = max(self.step, int(data["step"]))
+                self._usage_from(data["usage_after"])
+                self.usage.calls_per_tool[call.tool] = self.usage.calls_per_tool.get(call.tool, 0) + (
+                    1 if call.attempts == 1 else 0)
+                self.any_tool_started = True
+            case ev.TOOL_COMPLETED:
+                self._move(Trigger.TOOL_FINISHED)
+                call = self._call(data["call_id"])
+                call.result_json = data.get("result_json", "")
+                self.history.append(HistoryEntry(role="tool", content=call.result_json,
+                                                 tool_call_id=call.call_id))
+            case ev.TOOL_FAILED:
+                self._move(Trigger.TOOL_FINISHED)
+                call = self._call(data["call_id"])
+                call.error = dict(data.get("error", {}))
+                self.history.append(HistoryEntry(role="tool", tool_call_id=call.call_id, content=json.dumps(
+                    {"error": call.error.get("code", ""), "message": call.error.get("message", "")})))
+            case ev.CANCEL_REQUESTED:
+                self._move(Trigger.REQUEST_CANCEL)
+                self.cancel_reason = data.get("reason", "")
+            case ev.RUN_COMPLETED:
+                self._move(Trigger.COMPLETE)
+                self.output = data.get("output", "")
+                self.reason = "final_answer"
+            case ev.RUN_FAILED:
+                self._move(Trigger.FAIL)
+                self.reason = data.get("reason", "")
+            case ev.RUN_CANCELLED:
+                self._move(Trigger.CONFIRM_CANCEL)
+                self.reason = data.get("reason", "")
+            case ev.RUN_ENDED:
+                phase = Phase(data["phase"].removeprefix("RUN_PHASE_"))
+                if phase is Phase.EXPIRED and self.phase is not Phase.EXPIRED:
+                    self._move(Trigger.EXPIRE)
+                if self.phase is not phase:
+                    raise IllegalTransition(phase=self.phase.value, trigger=f"end:{phase.value}")
+                self.reason = data.get("reason", self.reason)
+                self.ended = True
+            case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA | ev.RETRY_SCHEDULED:
+                pass
+            case ev.APPROVAL_REQUESTED | ev.APPROVAL_RESOLVED:
+                raise NotImplementedError(f"{event.type} is not supported yet")
+            case _:
+                raise ValueError(f"unknown event type {event.type!r}")
+
+    def _move(self, trigger: Trigger) -> None:
+        self.phase = transition(self.phase, trigger)
+
+    def _call(self, call_id: str) -> CallState:
+        for call in self.calls:
+            if call.call_id == call_id:
+                return call
+        raise ValueError(f"event names unknown call {call_id!r}")
+
+    def _usage_from(self, data: dict[str, Any]) -> None:
+        per_tool = self.usage.calls_per_tool
+        self.usage = Usage(model_steps=int(data.get("model_steps", 0)), tool_calls=int(data.get("tool_calls", 0)),
+                           input_tokens=int(data.get("input_tokens", 0)),
+                           output_tokens=int(data.get("output_tokens", 0)),
+                           cost_usd=float(data.get("cost_usd", 0.0)), handoffs=int(data.get("handoffs", 0)),
+                           calls_per_tool=per_tool)
+
+
+def replay(run_id: str, events: list[ev.Event]) -> RunState:
+    """Rebuild a run's state from its whole log."""
+    state = RunState(run_id=run_id)
+    for event in events:
+        state.apply(event)
+        state.seq += 1
+    return state

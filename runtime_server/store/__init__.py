@@ -1,0 +1,20 @@
+"""The run store (SQLAlchemy 2.0 Core): SQLite by default, PostgreSQL via psycopg 3."""
+
+from __future__ import annotations
+
+from runtime_server.store._db import Database, PostgresDatabase, SqliteDatabase, migrate, normalise_url, open_database
+from runtime_server.store._records import Claim, RunRecord, StoredEvent
+from runtime_server.store._store import Store
+
+__all__ = [
+    "Claim",
+    "Database",
+    "PostgresDatabase",
+    "RunRecord",
+    "SqliteDatabase",
+    "Store",
+    "StoredEvent",
+    "migrate",
+    "normalise_url",
+    "open_database",
+]

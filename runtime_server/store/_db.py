@@ -1,0 +1,113 @@
+"""How the store reaches its database without a thread hop per query.
+
+SQLite has no async driver that avoids threads, and its commits are short, so
+statements run inline on the event loop through a sync engine. PostgreSQL runs
+through psycopg 3's native async driver; SQLAlchemy's ``run_sync`` lets the
+same sync-style statement code drive it via greenlets, still without threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+T = TypeVar("T")
+
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_MIGRATION_LOCK_ID = 0x61676E74  # "agnt": serialises concurrent replicas migrating one PostgreSQL
+
+
+class Database(Protocol):
+    """A place to run one transaction of sync-style statement code."""
+
+    dialect: str
+
+    async def transaction(self, fn: Callable[[Connection], T]) -> T: ...
+
+    async def dispose(self) -> None: ...
+
+
+class SqliteDatabase:
+    """SQLite in WAL mode, statements inline on the loop (commits are sub-millisecond)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, url: str, *, synchronous: str = "FULL"):
+        self.engine: Engine = create_engine(url)
+
+        @event.listens_for(self.engine, "connect")
+        def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.execute("PRAGMA busy_timeout=5000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+    async def transaction(self, fn: Callable[[Connection], T]) -> T:
+        with self.engine.begin() as conn:
+            return fn(conn)
+
+    async def dispose(self) -> None:
+        self.engine.dispose()
+
+
+class PostgresDatabase:
+    """PostgreSQL over psycopg 3 async."""
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str, *, pool_size: int = 10):
+        self.engine: AsyncEngine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+
+    async def transaction(self, fn: Callable[[Connection], T]) -> T:
+        async with self.engine.begin() as conn:
+            return await conn.run_sync(fn)
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def normalise_url(url: str) -> str:
+    """Accept plain ``postgresql://`` URLs and pin the psycopg 3 driver."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif parsed.get_backend_name() == "sqlite":
+        parsed = parsed.set(drivername="sqlite")
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    else:
+        raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}; use sqlite:/// or postgresql://")
+    return parsed.render_as_string(hide_password=False)
+
+
+def migrate(url: str) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent)."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
+            config = Config()
+            config.set_main_option("script_location", str(_MIGRATIONS))
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    finally:
+        engine.dispose()
+
+
+def open_database(url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 10) -> Database:
+    """Migrate, then open the right :class:`Database` for ``url``."""
+    url = normalise_url(url)
+    migrate(url)
+    if url.startswith("sqlite"):
+        return SqliteDatabase(url, synchronous=sqlite_synchronous)
+    return PostgresDatabase(url, pool_size=pool_size)

@@ -1,0 +1,61 @@
+"""Values the store hands across layers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """A ``runs`` row."""
+
+    run_id: str
+    tenant_id: str
+    agent_name: str
+    agent_spec: str
+    input: str
+    output: str
+    reason: str
+    phase: str
+    revision: int
+    last_seq: int
+    budgets: str
+    usage: str
+    request_key: str | None
+    session_id: str | None
+    metadata: str
+    created_ms: int
+    updated_ms: int
+    deadline_ms: int
+    lease_owner: str | None
+    lease_expires_ms: int | None
+    lease_generation: int
+    cancel_requested_ms: int | None
+    cancel_reason: str | None
+    state_version: int
+    runtime_version: str
+    agent_config_hash: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> RunRecord:
+        return cls(**dict(row._mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """A ``run_events`` row; ``payload`` is JSON text."""
+
+    run_id: str
+    seq: int
+    type: str
+    payload: str
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run this worker now owns, with its fencing token."""
+
+    run_id: str
+    generation: int

@@ -1,0 +1,72 @@
+"""Tables of the run store (SQLAlchemy Core; portable types, stable constraint names).
+
+Times are epoch milliseconds in BIGINT columns: exact, portable, cheap to compare.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(40), primary_key=True),
+    Column("tenant_id", String(128), nullable=False),
+    Column("agent_name", String(200), nullable=False),
+    Column("agent_spec", Text, nullable=False),  # JSON snapshot of the resolved agent (no secrets)
+    Column("input", Text, nullable=False),
+    Column("output", Text, nullable=False, default=""),
+    Column("reason", String(400), nullable=False, default=""),
+    Column("phase", String(32), nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("budgets", Text, nullable=False),  # JSON, proto3 JSON shape
+    Column("usage", Text, nullable=False),  # JSON, proto3 JSON shape
+    Column("request_key", String(200), nullable=True),
+    Column("session_id", String(200), nullable=True),
+    Column("metadata", Text, nullable=False),  # JSON object of strings
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Column("deadline_ms", BigInteger, nullable=False),
+    Column("lease_owner", String(200), nullable=True),
+    Column("lease_expires_ms", BigInteger, nullable=True),
+    Column("lease_generation", BigInteger, nullable=False, default=0),  # fencing token sent to tool hosts
+    Column("cancel_requested_ms", BigInteger, nullable=True),  # durable cancel intent, set by any replica
+    Column("cancel_reason", String(400), nullable=True),
+    Column("state_version", Integer, nullable=False),
+    Column("runtime_version", String(40), nullable=False),
+    Column("agent_config_hash", String(64), nullable=False),
+    UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
+    Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
+    Index("ix_runs_claim", "phase", "lease_expires_ms"),
+)
+
+events = Table(
+    "run_events",
+    metadata,
+    Column("run_id", String(40), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("type", String(40), nullable=False),
+    Column("payload", Text, nullable=False),  # JSON, proto3 JSON shape of the RunEvent oneof message
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+checkpoints = Table(
+    "run_checkpoints",
+    metadata,
+    Column("run_id", String(40), primary_key=True),
+    Column("through_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("state_version", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+)

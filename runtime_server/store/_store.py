@@ -1,0 +1,293 @@
+"""The run store: runs, their append-only event logs, checkpoints, leases.
+
+Every state change goes through :meth:`Store.append`, which appends events and
+advances the run row (``revision + 1``) in one transaction fenced by
+``revision`` and ``lease_owner`` (R5.1, R5.5). Appends from concurrent runs are
+group-committed: one transaction carries every append queued while the previous
+one was committing, so at high concurrency the cost per step falls below one
+commit while each caller still waits for its own durable commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from runtime_server.core import TERMINAL_PHASES, LeaseLost, Phase
+from runtime_server.store._db import Database, open_database
+from runtime_server.store._records import Claim, RunRecord, StoredEvent
+from runtime_server.store._schema import events, runs
+
+_TERMINAL = [p.value for p in TERMINAL_PHASES]
+
+
+@dataclass(slots=True)
+class _PendingAppend:
+    run_id: str
+    expected_revision: int
+    owner: str
+    rows: list[dict[str, Any]]
+    values: dict[str, Any]
+    future: asyncio.Future[int]
+
+
+class Store:
+    """Async facade over one database. Create with :meth:`open`."""
+
+    def __init__(self, db: Database):
+        self.db = db
+        self._pending: list[_PendingAppend] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 10) -> Store:
+        """Migrate the schema and connect."""
+        return cls(open_database(url, sqlite_synchronous=sqlite_synchronous, pool_size=pool_size))
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        await self.db.dispose()
+
+    # -- runs ---------------------------------------------------------------------------------------
+
+    async def create_run(self, values: Mapping[str, Any], first_events: Sequence[tuple[str, str]],
+                         now_ms: int) -> tuple[RunRecord, bool]:
+        """Insert a run and its first events; with a repeated request_key return the existing run.
+
+        Returns:
+            The run and whether this call created it.
+        """
+
+        def existing(conn: Connection) -> RunRecord | None:
+            if not values.get("request_key"):
+                return None
+            row = conn.execute(select(runs).where(runs.c.tenant_id == values["tenant_id"],
+                                                  runs.c.request_key == values["request_key"])).first()
+            return RunRecord.from_row(row) if row else None
+
+        def write(conn: Connection) -> tuple[RunRecord, bool]:
+            found = existing(conn)
+            if found is not None:
+                return found, False
+            row = dict(values, revision=1, last_seq=len(first_events), created_ms=now_ms, updated_ms=now_ms)
+            conn.execute(insert(runs).values(**row))
+            conn.execute(insert(events), [
+                {"run_id": row["run_id"], "seq": i, "type": t, "payload": p, "created_ms": now_ms}
+                for i, (t, p) in enumerate(first_events, start=1)])
+            created = conn.execute(select(runs).where(runs.c.run_id == row["run_id"])).one()
+            return RunRecord.from_row(created), True
+
+        try:
+            return await self.db.transaction(write)
+        except IntegrityError:
+            # A concurrent request with the same key won the insert: attach to its run.
+            found = await self.db.transaction(existing)
+            if found is None:
+                raise
+            return found, False
+
+    async def get_run(self, run_id: str, *, tenant_id: str | None = None) -> RunRecord | None:
+        """The run, or None (also when it belongs to another tenant)."""
+
+        def read(conn: Connection) -> RunRecord | None:
+            query = select(runs).where(runs.c.run_id == run_id)
+            if tenant_id is not None:
+                query = query.where(runs.c.tenant_id == tenant_id)
+            row = conn.execute(query).first()
+            return RunRecord.from_row(row) if row else None
+
+        return await self.db.transaction(read)
+
+    async def list_runs(self, *, tenant_id: str, phases: Sequence[str] = (), agent_name: str = "",
+                        session_id: str = "", page_size: int = 50,
+                        page_token: str = "") -> tuple[list[RunRecord], str]:
+        """Runs newest first, keyset-paged. Raises ValueError on a malformed token."""
+        after = _decode_token(page_token) if page_token else None
+
+        def read(conn: Connection) -> list[RunRecord]:
+            query = select(runs).where(runs.c.tenant_id == tenant_id)
+            if phases:
+                query = query.where(runs.c.phase.in_(list(phases)))
+            if agent_name:
+                query = query.where(runs.c.agent_name == agent_name)
+            if session_id:
+                query = query.where(runs.c.session_id == session_id)
+            if after is not None:
+                created, run_id = after
+                query = query.where(or_(runs.c.created_ms < created,
+                                        and_(runs.c.created_ms == created, runs.c.run_id < run_id)))
+            query = query.order_by(runs.c.created_ms.desc(), runs.c.run_id.desc()).limit(page_size + 1)
+            return [RunRecord.from_row(r) for r in conn.execute(query)]
+
+        found = await self.db.transaction(read)
+        if len(found) <= page_size:
+            return found, ""
+        last = found[page_size - 1]
+        return found[:page_size], _encode_token(last.created_ms, last.run_id)
+
+    async def count_runs(self) -> int:
+        return await self.db.transaction(lambda c: int(c.execute(select(func.count()).select_from(runs)).scalar_one()))
+
+    # -- events -------------------------------------------------------------------------------------
+
+    async def read_events(self, run_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """Persisted events with seq > after_seq, in order."""
+
+        def read(conn: Connection) -> list[StoredEvent]:
+            query = (select(events).where(events.c.run_id == run_id, events.c.seq > after_seq)
+                     .order_by(events.c.seq).limit(limit))
+            return [StoredEvent(r.run_id, r.seq, r.type, r.payload, r.created_ms) for r in conn.execute(query)]
+
+        return await self.db.transaction(read)
+
+    async def append(self, run_id: str, *, expected_revision: int, owner: str, first_seq: int,
+                     new_events: Sequence[tuple[str, str]], values: Mapping[str, Any], now_ms: int) -> int:
+        """Append events and advance the run row in one fenced transaction.
+
+        Returns:
+            The new revision.
+
+        Raises:
+            LeaseLost: the run's revision or owner is not what this worker expects.
+        """
+        rows = [{"run_id": run_id, "seq": first_seq + i, "type": t, "payload": p, "created_ms": now_ms}
+                for i, (t, p) in enumerate(new_events)]
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        row_values = dict(values, revision=expected_revision + 1, updated_ms=now_ms)
+        if rows:
+            row_values["last_seq"] = rows[-1]["seq"]
+        self._pending.append(_PendingAppend(run_id, expected_revision, owner, rows, row_values, future))
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    fenced = await self.db.transaction(lambda conn, b=batch: _write_batch(conn, b))  # type: ignore[misc]
+                except BaseException as exc:  # one failed transaction fails every caller in it
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for item, ok in zip(batch, fenced, strict=True):
+                    if item.future.done():
+                        continue
+                    if ok:
+                        item.future.set_result(item.expected_revision + 1)
+                    else:
+                        item.future.set_exception(LeaseLost(f"run {item.run_id} moved past revision "
+                                                            f"{item.expected_revision} or changed owner",
+                                                            metadata={"run_id": item.run_id}))
+        finally:
+            self._flusher = None
+
+    # -- leases -------------------------------------------------------------------------------------
+
+    async def claim(self, *, owner: str, now_ms: int, ttl_ms: int, limit: int,
+                    run_ids: Sequence[str] = ()) -> list[Claim]:
+        """Take up to ``limit`` runs that need a worker: unowned or whose lease expired.
+
+        Paused runs (WAITING_APPROVAL, UNKNOWN_OUTCOME) are only taken when a cancel is pending.
+        On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so replicas never
+        block on each other.
+        """
+        paused = [Phase.WAITING_APPROVAL.value, Phase.UNKNOWN_OUTCOME.value]
+
+        def write(conn: Connection) -> list[Claim]:
+            free = or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms)
+            wanted = and_(runs.c.phase.not_in(_TERMINAL), free,
+                          or_(runs.c.phase.not_in(paused), runs.c.cancel_requested_ms.is_not(None)))
+            query = select(runs.c.run_id).where(wanted)
+            if run_ids:
+                query = query.where(runs.c.run_id.in_(list(run_ids)))
+            query = query.order_by(runs.c.created_ms).limit(limit)
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            candidates = list(conn.execute(query).scalars())
+            claimed: list[Claim] = []
+            for run_id in candidates:
+                row = conn.execute(update(runs).where(runs.c.run_id == run_id, wanted)
+                                   .values(lease_owner=owner, lease_expires_ms=now_ms + ttl_ms,
+                                           lease_generation=runs.c.lease_generation + 1)
+                                   .returning(runs.c.lease_generation)).first()
+                if row is not None:
+                    claimed.append(Claim(run_id, int(row[0])))
+            return claimed
+
+        return await self.db.transaction(write)
+
+    async def renew(self, *, owner: str, run_ids: Sequence[str], now_ms: int, ttl_ms: int) -> set[str]:
+        """Extend this worker's leases; returns the runs it still owns."""
+        if not run_ids:
+            return set()
+
+        def write(conn: Connection) -> set[str]:
+            rows = conn.execute(update(runs).where(runs.c.run_id.in_(list(run_ids)), runs.c.lease_owner == owner)
+                                .values(lease_expires_ms=now_ms + ttl_ms).returning(runs.c.run_id))
+            return {r[0] for r in rows}
+
+        return await self.db.transaction(write)
+
+    async def release(self, run_id: str, *, owner: str) -> None:
+        """Give up the lease (run ended or paused); a no-op when another worker owns it."""
+        await self.db.transaction(lambda conn: conn.execute(
+            update(runs).where(runs.c.run_id == run_id, runs.c.lease_owner == owner)
+            .values(lease_owner=None, lease_expires_ms=None)))
+
+    async def request_cancel(self, run_id: str, *, tenant_id: str, reason: str, now_ms: int) -> RunRecord | None:
+        """Persist the cancel intent (any replica may call this); None when the run is unknown."""
+
+        def write(conn: Connection) -> RunRecord | None:
+            conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id,
+                                            runs.c.phase.not_in(_TERMINAL),
+                                            runs.c.cancel_requested_ms.is_(None))
+                         .values(cancel_requested_ms=now_ms, cancel_reason=reason))
+            row = conn.execute(select(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)).first()
+            return RunRecord.from_row(row) if row else None
+
+        return await self.db.transaction(write)
+
+
+def _write_batch(conn: Connection, batch: list[_PendingAppend]) -> list[bool]:
+    fenced: list[bool] = []
+    rows: list[dict[str, Any]] = []
+    for item in batch:
+        result = conn.execute(update(runs).where(runs.c.run_id == item.run_id,
+                                                 runs.c.revision == item.expected_revision,
+                                                 runs.c.lease_owner == item.owner).values(**item.values))
+        ok = result.rowcount == 1
+        fenced.append(ok)
+        if ok:
+            rows.extend(item.rows)
+    if rows:
+        conn.execute(insert(events), rows)
+    return fenced
+
+
+def _encode_token(created_ms: int, run_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_ms, run_id]).encode()).decode()
+
+
+def _decode_token(token: str) -> tuple[int, str]:
+    try:
+        created, run_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(created), str(run_id)
+    except Exception as exc:
+        raise ValueError("malformed page_token") from exc

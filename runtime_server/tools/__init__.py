@@ -1,0 +1,8 @@
+"""Tool host client: routing, call metadata, typed outcomes, local spawning."""
+
+from __future__ import annotations
+
+from runtime_server.tools._router import CallMetadata, ToolHostError, ToolOutcome, ToolRouter, tool_result_text
+from runtime_server.tools._spawn import SpawnedToolHost
+
+__all__ = ["CallMetadata", "SpawnedToolHost", "ToolHostError", "ToolOutcome", "ToolRouter", "tool_result_text"]

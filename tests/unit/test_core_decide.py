@@ -1,0 +1,143 @@
+"""The decider driven by a simulated model and tools: paths, budgets, deadlines, replay."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime_server.core import (
+    Append,
+    Budgets,
+    CallModel,
+    Clock,
+    Event,
+    Idle,
+    InvokeTool,
+    Phase,
+    RunState,
+    decide,
+    idempotency_key,
+    replay,
+)
+from runtime_server.core import events as ev
+
+
+def simulate(script: list[int], budgets: Budgets, *, now_s: float = 0.0, deadline_s: float = 100.0,
+             cancel_after_events: int | None = None) -> list[Event]:
+    """Run the decider to the end; ``script[i]`` is how many tools model step i+1 calls (then a final answer)."""
+    state = RunState(run_id="run-1")
+    log: list[Event] = []
+
+    def add(event: Event) -> None:
+        state.apply(event)
+        state.seq += 1
+        log.append(event)
+
+    add(Event(ev.RUN_STARTED, {"input": "hi", "agent_name": "a"}))
+    for _ in range(500):
+        if cancel_after_events is not None and len(log) >= cancel_after_events and not state.phase.terminal \
+                and state.phase is not Phase.CANCEL_REQUESTED:
+            add(Event(ev.CANCEL_REQUESTED, {"reason": "user"}))
+        decision = decide(state, budgets, Clock(now_s=now_s, deadline_s=deadline_s))
+        if isinstance(decision, Append):
+            for event in decision.events:
+                add(event)
+        elif isinstance(decision, CallModel):
+            n = script[decision.step // 2] if decision.step // 2 < len(script) else 0
+            before = state.usage.to_json()
+            after = dict(before, model_steps=state.usage.model_steps + 1)
+            calls = [{"call_id": f"c{decision.step}_{i}", "tool": "t", "arguments_json": "{}"} for i in range(n)]
+            add(Event(ev.MODEL_COMPLETED, {"step": decision.step, "text": "answer", "tool_calls": calls,
+                                           "usage_before": before, "usage_after": after}))
+        elif isinstance(decision, InvokeTool):
+            add(Event(ev.TOOL_COMPLETED, {"step": decision.call.step, "call_id": decision.call.call_id,
+                                          "tool": "t", "result_json": json.dumps({"ok": 1})}))
+        else:
+            assert isinstance(decision, Idle)
+            return log
+    raise AssertionError("decider did not finish")
+
+
+def types(log: list[Event]) -> list[str]:
+    return [e.type for e in log]
+
+
+def test_five_tool_calls_take_eleven_steps_and_complete() -> None:
+    log = simulate([1, 1, 1, 1, 1], Budgets())
+    steps = [e for e in log if e.type in (ev.STEP_STARTED, ev.TOOL_STARTED)]
+    assert len(steps) == 11
+    assert types(log)[-2:] == [ev.RUN_COMPLETED, ev.RUN_ENDED]
+    assert log[-1].data["phase"] == "RUN_PHASE_COMPLETED" and log[-1].data["partial"] is False
+    keys = [e.data["idempotency_key"] for e in log if e.type == ev.TOOL_STARTED]
+    assert len(set(keys)) == 5
+    assert keys[0] == idempotency_key("run-1", 2, 0)
+
+
+def test_model_step_budget_ends_the_run_failed_with_reason() -> None:
+    log = simulate([1] * 10, Budgets(max_model_steps=3))
+    assert log[-1].data["reason"] == "budget_exhausted:model_steps"
+    assert log[-1].data["phase"] == "RUN_PHASE_FAILED" and log[-1].data["partial"] is True
+    assert sum(1 for e in log if e.type == ev.MODEL_COMPLETED) == 3
+
+
+def test_tool_call_budget_and_per_tool_budget() -> None:
+    log = simulate([2, 2, 2], Budgets(max_tool_calls=3))
+    assert log[-1].data["reason"] == "budget_exhausted:tool_calls"
+    assert sum(1 for e in log if e.type == ev.TOOL_STARTED) == 3
+    log = simulate([1, 1, 1], Budgets(max_calls_per_tool={"t": 2}))
+    assert log[-1].data["reason"] == "budget_exhausted:calls_per_tool:t"
+
+
+def test_deadline_passed_ends_expired_before_any_model_call() -> None:
+    log = simulate([1], Budgets(), now_s=10.0, deadline_s=5.0)
+    assert types(log) == [ev.RUN_STARTED, ev.RUN_ENDED]
+    assert log[-1].data["phase"] == "RUN_PHASE_EXPIRED" and log[-1].data["reason"] == "deadline_exceeded"
+
+
+def test_cancel_ends_cancelled_and_reports_partial_truthfully() -> None:
+    log = simulate([1, 1, 1], Budgets(), cancel_after_events=6)
+    assert types(log)[-3:] == [ev.CANCEL_REQUESTED, ev.RUN_CANCELLED, ev.RUN_ENDED]
+    assert log[-1].data["phase"] == "RUN_PHASE_CANCELLED"
+    assert log[-1].data["partial"] is True
+    log = simulate([1], Budgets(), cancel_after_events=1)
+    assert log[-1].data["partial"] is False
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=8), st.integers(1, 12), st.integers(0, 15))
+def test_every_run_ends_once_within_budgets_and_replays_to_the_same_state(
+        script: list[int], max_steps: int, max_calls: int) -> None:
+    budgets = Budgets(max_model_steps=max_steps, max_tool_calls=max_calls)
+    log = simulate(script, budgets)
+    assert types(log).count(ev.RUN_ENDED) == 1 and log[-1].type == ev.RUN_ENDED
+    assert sum(1 for e in log if e.type == ev.MODEL_COMPLETED) <= max_steps
+    assert sum(1 for e in log if e.type == ev.TOOL_STARTED) <= max_calls
+    # Every started call has its result before the next model call (R5.2).
+    open_calls: set[str] = set()
+    for event in log:
+        if event.type == ev.TOOL_STARTED:
+            open_calls.add(event.data["call_id"])
+        elif event.type == ev.TOOL_COMPLETED:
+            open_calls.discard(event.data["call_id"])
+        elif event.type == ev.STEP_STARTED:
+            assert not open_calls
+    state = replay("run-1", log)
+    assert state.phase.terminal and state.seq == len(log)
+    assert isinstance(decide(state, budgets, Clock(now_s=0, deadline_s=100)), Idle)
+
+
+def test_a_replayed_partial_log_resumes_with_the_same_next_decision() -> None:
+    full = simulate([1, 1], Budgets())
+    for cut in range(1, len(full)):
+        state = replay("run-1", full[:cut])
+        decision = decide(state, Budgets(), Clock(now_s=0, deadline_s=100))
+        nxt = full[cut]
+        if isinstance(decision, Append):
+            assert decision.events[0] == nxt
+        elif isinstance(decision, CallModel):
+            assert nxt.type == ev.MODEL_COMPLETED and nxt.data["step"] == decision.step
+        else:
+            assert isinstance(decision, InvokeTool)
+            assert nxt.type == ev.TOOL_COMPLETED and nxt.data["call_id"] == decision.call.call_id

@@ -1,0 +1,42 @@
+"""The core stays pure: no I/O libraries, no clock reads (STYLE §2)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import runtime_server.core
+
+FORBIDDEN_IMPORTS = {"asyncio", "grpc", "sqlalchemy", "redis", "psycopg", "httpx", "socket", "time", "random",
+                     "os", "subprocess", "threading"}
+
+
+def test_core_imports_no_io_and_reads_no_clock() -> None:
+    root = Path(runtime_server.core.__file__).parent
+    offenders: list[str] = []
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Attribute) and node.attr in {"now", "utcnow", "today"}:
+                offenders.append(f"{path.name}: reads the clock via .{node.attr}")
+                continue
+            else:
+                continue
+            offenders += [f"{path.name}: imports {n}" for n in names if n.split(".")[0] in FORBIDDEN_IMPORTS]
+    assert offenders == []
+
+
+def test_deadline_math() -> None:
+    from runtime_server.core import backoff_delay_s, call_timeout_s, retry_fits
+
+    assert call_timeout_s(now_s=0, run_deadline_s=10, call_timeout_s=30, reserve_s=1) == 9
+    assert call_timeout_s(now_s=0, run_deadline_s=100, call_timeout_s=30, reserve_s=1) == 30
+    assert call_timeout_s(now_s=20, run_deadline_s=10, call_timeout_s=30, reserve_s=1) == 0
+    assert backoff_delay_s(attempt=1, base_s=0.2, cap_s=5, rand=0.5) == 0.1
+    assert backoff_delay_s(attempt=10, base_s=0.2, cap_s=5, rand=0.999) < 5
+    assert retry_fits(now_s=0, delay_s=1, expected_call_s=1, deadline_s=3)
+    assert not retry_fits(now_s=0, delay_s=1, expected_call_s=2, deadline_s=3)
