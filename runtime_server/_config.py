@@ -143,8 +143,12 @@ def _env_value(raw: str) -> Any:
         return raw
 
 
-def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
-                  base: Mapping[str, Any] | None = None) -> Settings:
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    base: Mapping[str, Any] | None = None,
+) -> Settings:
     """Read ``base`` (defaults), then the TOML file, then ``AGENTRT_*`` env overrides.
 
     Raises:
@@ -166,8 +170,9 @@ def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | No
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
-                             for err in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
+        )
         raise ConfigError(f"invalid configuration: {problems}") from exc
 
 

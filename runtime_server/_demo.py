@@ -17,13 +17,27 @@ DEMO_SETTINGS: dict[str, Any] = {
                 "provider": "scripted",
                 "options": {
                     "steps": [
-                        {"text": "Looking up the order.",
-                         "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]},
-                        {"text": "The order qualifies; issuing the refund.",
-                         "tool_calls": [{"tool": "refund.issue",
-                                         "arguments": {"order_id": "A100", "amount": 49.9,
-                                                       "reason": "arrived broken"}}]},
-                        {"text": "Refunded 49.90 for order A100. The refund is recorded once, whatever happens."},
+                        {
+                            "text": "Looking up the order.",
+                            "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}],
+                        },
+                        {
+                            "text": "The order qualifies; issuing the refund.",
+                            "tool_calls": [
+                                {
+                                    "tool": "refund.issue",
+                                    "arguments": {
+                                        "order_id": "A100",
+                                        "amount": 49.9,
+                                        "reason": "arrived broken",
+                                    },
+                                }
+                            ],
+                        },
+                        {
+                            "text": "Refunded 49.90 for order A100. The refund is recorded once, "
+                            "whatever happens."
+                        },
                     ],
                 },
             },

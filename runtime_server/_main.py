@@ -17,8 +17,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML config file (AGENTRT_* env vars override it)")
     parser.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 picks a free one)")
     parser.add_argument("--db-url", help="sqlite:///PATH or postgresql://USER@HOST/DB")
-    parser.add_argument("--demo", action="store_true",
-                        help="embedded demo defaults: SQLite, a local tool host, the refund-demo agent")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="embedded demo defaults: SQLite, a local tool host, the refund-demo agent",
+    )
     parser.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -46,8 +49,11 @@ def build_settings(args: argparse.Namespace) -> Settings:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 for bad configuration)."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     try:
         settings = build_settings(args)
     except ConfigError as exc:

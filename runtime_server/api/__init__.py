@@ -6,5 +6,13 @@ from runtime_server.api._errors import abort_with, status_code_for, to_status
 from runtime_server.api._server import READY_PREFIX, SERVICE_NAME, RuntimeServer, serve
 from runtime_server.api._servicer import RuntimeServicer
 
-__all__ = ["READY_PREFIX", "SERVICE_NAME", "RuntimeServer", "RuntimeServicer", "abort_with", "serve",
-           "status_code_for", "to_status"]
+__all__ = [
+    "READY_PREFIX",
+    "SERVICE_NAME",
+    "RuntimeServer",
+    "RuntimeServicer",
+    "abort_with",
+    "serve",
+    "status_code_for",
+    "to_status",
+]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import json_format, timestamp_pb2
 
@@ -14,11 +14,11 @@ from runtime_server.core import events as ev
 from runtime_server.store import RunRecord, StoredEvent
 
 
-def phase_to_proto(phase: Phase) -> run_pb2.RunPhase.ValueType:
-    return run_pb2.RunPhase.Value(f"RUN_PHASE_{phase.value}")
+def phase_to_proto(phase: Phase) -> run_pb2.RunPhase:
+    return cast("run_pb2.RunPhase", run_pb2.RunPhase.Value(f"RUN_PHASE_{phase.value}"))
 
 
-def phase_from_proto(value: run_pb2.RunPhase.ValueType) -> Phase:
+def phase_from_proto(value: int) -> Phase:
     """Raises ValueError for RUN_PHASE_UNSPECIFIED or an unknown number."""
     name = run_pb2.RunPhase.Name(value)
     if name == "RUN_PHASE_UNSPECIFIED":
@@ -37,12 +37,23 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
     phase = Phase(record.phase)
     if record.cancel_requested_ms is not None and not phase.terminal and phase is not Phase.UNKNOWN_OUTCOME:
         phase = Phase.CANCEL_REQUESTED
-    run = run_pb2.Run(run_id=record.run_id, tenant_id=record.tenant_id, agent_name=record.agent_name,
-                      phase=phase_to_proto(phase), revision=record.revision, input=record.input,
-                      output=record.output, reason=record.reason, request_key=record.request_key or "",
-                      session_id=record.session_id or "", metadata=json.loads(record.metadata),
-                      last_seq=record.last_seq, create_time=_timestamp(record.created_ms),
-                      update_time=_timestamp(record.updated_ms), deadline=_timestamp(record.deadline_ms))
+    run = run_pb2.Run(
+        run_id=record.run_id,
+        tenant_id=record.tenant_id,
+        agent_name=record.agent_name,
+        phase=phase_to_proto(phase),
+        revision=record.revision,
+        input=record.input,
+        output=record.output,
+        reason=record.reason,
+        request_key=record.request_key or "",
+        session_id=record.session_id or "",
+        metadata=json.loads(record.metadata),
+        last_seq=record.last_seq,
+        create_time=_timestamp(record.created_ms),
+        update_time=_timestamp(record.updated_ms),
+        deadline=_timestamp(record.deadline_ms),
+    )
     json_format.ParseDict(json.loads(record.budgets), run.budgets)
     json_format.ParseDict(json.loads(record.usage), run.usage)
     return run
@@ -60,8 +71,15 @@ def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:
 def budgets_from_proto(budgets: run_pb2.Budgets) -> dict[str, Any]:
     """Non-zero budget fields as overrides keyed like ``core.Budgets``."""
     out: dict[str, Any] = {}
-    for name in ("max_model_steps", "max_tool_calls", "max_input_tokens", "max_output_tokens", "max_cost_usd",
-                 "max_handoffs", "max_parallel_tool_calls"):
+    for name in (
+        "max_model_steps",
+        "max_tool_calls",
+        "max_input_tokens",
+        "max_output_tokens",
+        "max_cost_usd",
+        "max_handoffs",
+        "max_parallel_tool_calls",
+    ):
         if getattr(budgets, name):
             out[name] = getattr(budgets, name)
     if budgets.max_calls_per_tool:

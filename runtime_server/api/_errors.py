@@ -12,7 +12,7 @@ from typing import NoReturn
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 from runtime_server.core import AgentRtError, FailedPrecondition, InvalidRequest, LeaseLost, NotFound
@@ -44,14 +44,25 @@ def to_status(exc: AgentRtError) -> status_pb2.Status:
     details.append(info)
     if isinstance(exc, InvalidRequest):
         bad = any_pb2.Any()
-        bad.Pack(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=exc.field, description=exc.message)]))
+        bad.Pack(
+            error_details_pb2.BadRequest(
+                field_violations=[
+                    error_details_pb2.BadRequest.FieldViolation(field=exc.field, description=exc.message)
+                ]
+            )
+        )
         details.append(bad)
     elif isinstance(exc, FailedPrecondition):
         pre = any_pb2.Any()
-        pre.Pack(error_details_pb2.PreconditionFailure(violations=[
-            error_details_pb2.PreconditionFailure.Violation(type=exc.reason, subject=exc.metadata.get("run_id", ""),
-                                                            description=exc.message)]))
+        pre.Pack(
+            error_details_pb2.PreconditionFailure(
+                violations=[
+                    error_details_pb2.PreconditionFailure.Violation(
+                        type=exc.reason, subject=exc.metadata.get("run_id", ""), description=exc.message
+                    )
+                ]
+            )
+        )
         details.append(pre)
     return status_pb2.Status(code=code.value[0], message=exc.message, details=details)
 
@@ -68,6 +79,8 @@ async def abort_internal(context: grpc.aio.ServicerContext[object, object], exc:
     log.error("unexpected error in handler", exc_info=exc)
     info = any_pb2.Any()
     info.Pack(error_details_pb2.ErrorInfo(reason="INTERNAL", domain=DOMAIN))
-    status = rpc_status.to_status(status_pb2.Status(code=code_pb2.INTERNAL, message="internal error", details=[info]))
+    status = rpc_status.to_status(
+        status_pb2.Status(code=code_pb2.INTERNAL, message="internal error", details=[info])
+    )
     await context.abort(status.code, status.details, trailing_metadata=status.trailing_metadata)
     raise AssertionError("unreachable: abort raises")

@@ -18,7 +18,7 @@ from runtime_server._config import ConfigError, Settings
 from runtime_server.api._servicer import RuntimeServicer
 from runtime_server.engine import Engine
 from runtime_server.events import EventBus
-from runtime_server.models import ModelRegistry, get_model_plugin_manager
+from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from runtime_server.store import Store
 from runtime_server.telemetry import Counters
 from runtime_server.tools import SpawnedToolHost, ToolHostError, ToolRouter
@@ -42,7 +42,7 @@ class RuntimeServer:
         self.models: ModelRegistry | None = None
         self.engine: Engine | None = None
         self.server: grpc.aio.Server | None = None
-        self.health = health.aio.HealthServicer()
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.address = ""
 
     async def start(self) -> str:
@@ -53,16 +53,25 @@ class RuntimeServer:
                 listen address cannot be bound.
         """
         settings = self.settings
-        self.store = await Store.open(settings.db_url, sqlite_synchronous=settings.sqlite_synchronous,
-                                      pool_size=settings.db_pool_size)
+        # Everything that can reject the configuration runs before the database is touched.
         self.models = ModelRegistry(get_model_plugin_manager())
+        for name, agent in settings.agents.items():
+            try:
+                self.models.provider(
+                    ModelSpecData(
+                        provider=agent.model.provider, name=agent.model.name, options=agent.model.options
+                    )
+                )
+            except ModelConfigError as exc:
+                raise ConfigError(f"agent {name!r} has an unusable model: {exc}") from exc
         try:
             for host in settings.tool_hosts:
                 address = host.address
                 if host.spawn:
                     data_dir = host.data_dir or str(Path(settings.data_dir) / f"toolhost-{host.name}")
-                    spawned = await SpawnedToolHost.start(data_dir=data_dir, plugins=host.plugins,
-                                                          entrypoints=host.entrypoints)
+                    spawned = await SpawnedToolHost.start(
+                        data_dir=data_dir, plugins=host.plugins, entrypoints=host.entrypoints
+                    )
                     self.spawned.append(spawned)
                     address = spawned.address
                 await self.tools.add_host(host.name, address)
@@ -73,15 +82,30 @@ class RuntimeServer:
             missing = [t for t in agent.tools if t not in served]
             if missing:
                 raise ConfigError(f"agent {name!r} names tools no tool host serves: {missing}")
-        self.engine = Engine(store=self.store, bus=self.bus, models=self.models, tools=self.tools,
-                             settings=settings, counters=self.counters)
-        self.server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        self.store = await Store.open(
+            settings.db_url, sqlite_synchronous=settings.sqlite_synchronous, pool_size=settings.db_pool_size
+        )
+        self.engine = Engine(
+            store=self.store,
+            bus=self.bus,
+            models=self.models,
+            tools=self.tools,
+            settings=settings,
+            counters=self.counters,
+        )
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+        )
         runtime_service_pb2_grpc.add_AgentRuntimeServiceServicer_to_server(
-            RuntimeServicer(engine=self.engine, settings=settings), self.server)
+            RuntimeServicer(engine=self.engine, settings=settings), self.server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                            self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+        )
         try:
             port = self.server.add_insecure_port(settings.listen)
         except RuntimeError as exc:

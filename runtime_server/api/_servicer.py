@@ -19,7 +19,14 @@ from runtime_server.api._convert import (
 )
 from runtime_server.api._errors import abort_internal, abort_with
 from runtime_server.api._streams import follow_events
-from runtime_server.core import AgentRtError, FailedPrecondition, InvalidRequest, NotFound, Phase, PayloadTooLarge
+from runtime_server.core import (
+    AgentRtError,
+    FailedPrecondition,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    Phase,
+)
 from runtime_server.engine import Engine, ResolvedAgent, StartRequest
 from runtime_server.models import ModelConfigError, ModelSpecData
 from runtime_server.store import RunRecord
@@ -43,8 +50,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
 
     # -- starting -----------------------------------------------------------------------------------
 
-    def _resolve_agent(self, request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest
-                       ) -> ResolvedAgent:
+    def _resolve_agent(
+        self, request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest
+    ) -> ResolvedAgent:
         if request.HasField("agent"):
             try:
                 config = agent_from_proto(request.agent)
@@ -58,8 +66,11 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 raise InvalidRequest("agent_name or an inline agent is required", field="agent_name")
             found = self.settings.agents.get(request.agent_name)
             if found is None:
-                raise NotFound(f"no agent named {request.agent_name!r} is configured", reason="AGENT_NOT_FOUND",
-                               metadata={"agent_name": request.agent_name})
+                raise NotFound(
+                    f"no agent named {request.agent_name!r} is configured",
+                    reason="AGENT_NOT_FOUND",
+                    metadata={"agent_name": request.agent_name},
+                )
             config, name = found, request.agent_name
         self._check_agent(config)
         return ResolvedAgent(name=name, config=config)
@@ -68,35 +79,55 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         known = set(self.engine.tools.tool_names())
         unknown = [t for t in config.tools if t not in known]
         if unknown:
-            raise InvalidRequest(f"unknown tools {unknown}; served tools: {sorted(known)}", field="agent.tools",
-                                 reason="UNKNOWN_TOOL")
+            raise InvalidRequest(
+                f"unknown tools {unknown}; served tools: {sorted(known)}",
+                field="agent.tools",
+                reason="UNKNOWN_TOOL",
+            )
         try:
-            self.engine.models.provider(ModelSpecData(provider=config.model.provider, name=config.model.name,
-                                                      options=config.model.options))
+            self.engine.models.provider(
+                ModelSpecData(
+                    provider=config.model.provider, name=config.model.name, options=config.model.options
+                )
+            )
         except ModelConfigError as exc:
-            raise InvalidRequest(f"agent model is invalid: {exc}", field="agent.model",
-                                 reason="INVALID_MODEL") from exc
+            raise InvalidRequest(
+                f"agent model is invalid: {exc}", field="agent.model", reason="INVALID_MODEL"
+            ) from exc
 
-    def _start_request(self, request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest,
-                       context: Context) -> StartRequest:
+    def _start_request(
+        self,
+        request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest,
+        context: Context,
+    ) -> StartRequest:
         limits = self.settings.limits
         if not request.input.strip():
             raise InvalidRequest("input is required", field="input")
         size = len(request.input.encode())
         if size > limits.max_input_bytes:
-            raise PayloadTooLarge(f"input is {size} bytes; the limit is {limits.max_input_bytes}", field="input",
-                                  metadata={"limit": str(limits.max_input_bytes), "size": str(size)})
+            raise PayloadTooLarge(
+                f"input is {size} bytes; the limit is {limits.max_input_bytes}",
+                field="input",
+                metadata={"limit": str(limits.max_input_bytes), "size": str(size)},
+            )
         if len(request.metadata) > limits.max_metadata_entries:
             raise InvalidRequest(f"at most {limits.max_metadata_entries} metadata entries", field="metadata")
         for name in ("request_key", "session_id"):
             if len(getattr(request, name)) > _MAX_KEY_LEN:
                 raise InvalidRequest(f"{name} is longer than {_MAX_KEY_LEN}", field=name)
-        return StartRequest(tenant_id=self._tenant(context), agent=self._resolve_agent(request), input=request.input,
-                            budget_overrides=budgets_from_proto(request.budgets), request_key=request.request_key,
-                            metadata=dict(request.metadata), session_id=request.session_id)
+        return StartRequest(
+            tenant_id=self._tenant(context),
+            agent=self._resolve_agent(request),
+            input=request.input,
+            budget_overrides=budgets_from_proto(request.budgets),
+            request_key=request.request_key,
+            metadata=dict(request.metadata),
+            session_id=request.session_id,
+        )
 
-    async def RunAgent(self, request: runtime_service_pb2.RunAgentRequest, context: Context
-                       ) -> AsyncIterator[runtime_service_pb2.RunAgentResponse]:
+    async def RunAgent(
+        self, request: runtime_service_pb2.RunAgentRequest, context: Context
+    ) -> AsyncIterator[runtime_service_pb2.RunAgentResponse]:
         try:
             record, _ = await self.engine.start_run(self._start_request(request, context))
         except AgentRtError as exc:
@@ -106,8 +137,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         async for item in follow_events(self.store, self.engine.bus, record.run_id, after_seq=0, follow=True):
             yield runtime_service_pb2.RunAgentResponse(event=event_to_proto(item))
 
-    async def StartRun(self, request: runtime_service_pb2.StartRunRequest, context: Context
-                       ) -> runtime_service_pb2.StartRunResponse:
+    async def StartRun(
+        self, request: runtime_service_pb2.StartRunRequest, context: Context
+    ) -> runtime_service_pb2.StartRunResponse:
         try:
             record, _ = await self.engine.start_run(self._start_request(request, context))
         except AgentRtError as exc:
@@ -126,16 +158,18 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             raise NotFound(f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
         return record
 
-    async def GetRun(self, request: runtime_service_pb2.GetRunRequest, context: Context
-                     ) -> runtime_service_pb2.GetRunResponse:
+    async def GetRun(
+        self, request: runtime_service_pb2.GetRunRequest, context: Context
+    ) -> runtime_service_pb2.GetRunResponse:
         try:
             record = await self._get(request.run_id, context)
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.GetRunResponse(run=run_to_proto(record))
 
-    async def ListRuns(self, request: runtime_service_pb2.ListRunsRequest, context: Context
-                       ) -> runtime_service_pb2.ListRunsResponse:
+    async def ListRuns(
+        self, request: runtime_service_pb2.ListRunsRequest, context: Context
+    ) -> runtime_service_pb2.ListRunsResponse:
         try:
             if not 0 <= request.page_size <= _MAX_PAGE:
                 raise InvalidRequest(f"page_size must be within 0..{_MAX_PAGE}", field="page_size")
@@ -145,46 +179,59 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 raise InvalidRequest(str(exc), field="phases") from exc
             try:
                 records, token = await self.store.list_runs(
-                    tenant_id=self._tenant(context), phases=phases, agent_name=request.agent_name,
-                    session_id=request.session_id, page_size=request.page_size or 50, page_token=request.page_token)
+                    tenant_id=self._tenant(context),
+                    phases=phases,
+                    agent_name=request.agent_name,
+                    session_id=request.session_id,
+                    page_size=request.page_size or 50,
+                    page_token=request.page_token,
+                )
             except ValueError as exc:
                 raise InvalidRequest(str(exc), field="page_token") from exc
         except AgentRtError as exc:
             await abort_with(context, exc)
-        return runtime_service_pb2.ListRunsResponse(runs=[run_to_proto(r) for r in records], next_page_token=token)
+        return runtime_service_pb2.ListRunsResponse(
+            runs=[run_to_proto(r) for r in records], next_page_token=token
+        )
 
-    async def StreamRunEvents(self, request: runtime_service_pb2.StreamRunEventsRequest, context: Context
-                              ) -> AsyncIterator[runtime_service_pb2.StreamRunEventsResponse]:
+    async def StreamRunEvents(
+        self, request: runtime_service_pb2.StreamRunEventsRequest, context: Context
+    ) -> AsyncIterator[runtime_service_pb2.StreamRunEventsResponse]:
         try:
             if request.after_seq < 0:
                 raise InvalidRequest("after_seq must not be negative", field="after_seq")
             await self._get(request.run_id, context)
         except AgentRtError as exc:
             await abort_with(context, exc)
-        async for item in follow_events(self.store, self.engine.bus, request.run_id, after_seq=request.after_seq,
-                                        follow=request.follow):
+        async for item in follow_events(
+            self.store, self.engine.bus, request.run_id, after_seq=request.after_seq, follow=request.follow
+        ):
             yield runtime_service_pb2.StreamRunEventsResponse(event=event_to_proto(item))
 
     # -- control ------------------------------------------------------------------------------------
 
-    async def CancelRun(self, request: runtime_service_pb2.CancelRunRequest, context: Context
-                        ) -> runtime_service_pb2.CancelRunResponse:
+    async def CancelRun(
+        self, request: runtime_service_pb2.CancelRunRequest, context: Context
+    ) -> runtime_service_pb2.CancelRunResponse:
         try:
             record = await self._get(request.run_id, context)
             if Phase(record.phase).terminal:
-                raise FailedPrecondition(f"run {record.run_id} already ended ({record.phase})",
-                                         reason="RUN_ALREADY_ENDED",
-                                         metadata={"run_id": record.run_id, "phase": record.phase})
+                raise FailedPrecondition(
+                    f"run {record.run_id} already ended ({record.phase})",
+                    reason="RUN_ALREADY_ENDED",
+                    metadata={"run_id": record.run_id, "phase": record.phase},
+                )
             if len(request.reason) > 400:
                 raise InvalidRequest("reason is longer than 400", field="reason")
-            updated = await self.engine.request_cancel(record.run_id, tenant_id=self._tenant(context),
-                                                       reason=request.reason)
+            updated = await self.engine.request_cancel(
+                record.run_id, tenant_id=self._tenant(context), reason=request.reason
+            )
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.CancelRunResponse(run=run_to_proto(updated or record))
 
-    async def ResolveApproval(self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context
-                              ) -> runtime_service_pb2.ResolveApprovalResponse:
+    async def ResolveApproval(
+        self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context
+    ) -> runtime_service_pb2.ResolveApprovalResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "approvals are not implemented yet")
         raise AssertionError("unreachable")
-

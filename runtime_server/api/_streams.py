@@ -18,8 +18,9 @@ from runtime_server.store import Store, StoredEvent
 _PAGE = 500
 
 
-async def follow_events(store: Store, bus: EventBus, run_id: str, *, after_seq: int, follow: bool,
-                        idle_recheck_s: float = 1.0) -> AsyncIterator[StoredEvent]:
+async def follow_events(
+    store: Store, bus: EventBus, run_id: str, *, after_seq: int, follow: bool, idle_recheck_s: float = 1.0
+) -> AsyncIterator[StoredEvent]:
     """Yield persisted events after ``after_seq``; with ``follow``, live ones too until run.ended.
 
     Live text deltas (seq 0) pass through as they come and are never replayed.

@@ -7,9 +7,23 @@ time in and performs what the decider asks for.
 from __future__ import annotations
 
 from runtime_server.core import _events as events
-from runtime_server.core._budgets import Budgets, Usage, exhausted_before_model_step, exhausted_before_tool_call
+from runtime_server.core._budgets import (
+    Budgets,
+    Usage,
+    exhausted_before_model_step,
+    exhausted_before_tool_call,
+)
 from runtime_server.core._deadline import backoff_delay_s, call_timeout_s, retry_fits
-from runtime_server.core._decide import Append, CallModel, Clock, Decision, Idle, InvokeTool, decide, end_events
+from runtime_server.core._decide import (
+    Append,
+    CallModel,
+    Clock,
+    Decision,
+    Idle,
+    InvokeTool,
+    decide,
+    end_events,
+)
 from runtime_server.core._errors import (
     AgentRtError,
     FailedPrecondition,
@@ -21,7 +35,16 @@ from runtime_server.core._errors import (
 )
 from runtime_server.core._events import Event
 from runtime_server.core._keys import args_hash, canonical_json, idempotency_key
-from runtime_server.core._phases import ACTIVE_PHASES, RULES, TERMINAL_PHASES, Phase, Rule, Trigger, rule_for, transition
+from runtime_server.core._phases import (
+    ACTIVE_PHASES,
+    RULES,
+    TERMINAL_PHASES,
+    Phase,
+    Rule,
+    Trigger,
+    rule_for,
+    transition,
+)
 from runtime_server.core._state import CallState, HistoryEntry, RunState, replay
 from runtime_server.core._timefmt import rfc3339
 

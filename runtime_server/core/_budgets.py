@@ -71,8 +71,15 @@ class Usage:
         return data
 
     def copy(self) -> Usage:
-        return Usage(self.model_steps, self.tool_calls, self.input_tokens, self.output_tokens, self.cost_usd,
-                     self.handoffs, dict(self.calls_per_tool))
+        return Usage(
+            self.model_steps,
+            self.tool_calls,
+            self.input_tokens,
+            self.output_tokens,
+            self.cost_usd,
+            self.handoffs,
+            dict(self.calls_per_tool),
+        )
 
 
 def exhausted_before_model_step(budgets: Budgets, usage: Usage) -> str | None:

@@ -16,7 +16,7 @@ def backoff_delay_s(*, attempt: int, base_s: float, cap_s: float, rand: float) -
 
     ``rand`` is a number in [0, 1) supplied by the caller, so the function stays pure.
     """
-    return rand * min(cap_s, base_s * (2 ** max(0, attempt - 1)))
+    return rand * min(cap_s, base_s * (2.0 ** max(0, attempt - 1)))
 
 
 def retry_fits(*, now_s: float, delay_s: float, expected_call_s: float, deadline_s: float) -> bool:

@@ -49,14 +49,25 @@ Decision = Append | CallModel | InvokeTool | Idle
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Clock:
-    """The moment a decision is made, and the run's deadline, in epoch seconds."""
+    """The moment a decision is made and the run's deadline, in epoch seconds.
+
+    ``reserve_s`` is kept back for ending the run cleanly: no new work starts inside it.
+    """
 
     now_s: float
     deadline_s: float
+    reserve_s: float = 0.0
 
 
-def end_events(state: RunState, phase: Phase, reason: str, *, output: str = "", message: str = "",
-               retryable: bool = False) -> tuple[ev.Event, ...]:
+def end_events(
+    state: RunState,
+    phase: Phase,
+    reason: str,
+    *,
+    output: str = "",
+    message: str = "",
+    retryable: bool = False,
+) -> tuple[ev.Event, ...]:
     """The closing events of a run: the phase's own event (if any) then run.ended."""
     head: list[ev.Event] = []
     if phase is Phase.COMPLETED:
@@ -70,8 +81,16 @@ def end_events(state: RunState, phase: Phase, reason: str, *, output: str = "", 
 
 def _ended(state: RunState, phase: Phase, reason: str, *, retryable: bool = False) -> ev.Event:
     partial = state.any_tool_started and phase is not Phase.COMPLETED
-    return ev.Event(ev.RUN_ENDED, {"phase": f"RUN_PHASE_{phase.value}", "reason": reason, "partial": partial,
-                                   "retryable": retryable, "usage": state.usage.to_json()})
+    return ev.Event(
+        ev.RUN_ENDED,
+        {
+            "phase": f"RUN_PHASE_{phase.value}",
+            "reason": reason,
+            "partial": partial,
+            "retryable": retryable,
+            "usage": state.usage.to_json(),
+        },
+    )
 
 
 def decide(state: RunState, budgets: Budgets, clock: Clock) -> Decision:
@@ -83,7 +102,7 @@ def decide(state: RunState, budgets: Budgets, clock: Clock) -> Decision:
         return Idle()
     if state.phase is Phase.CANCEL_REQUESTED:
         return Append(end_events(state, Phase.CANCELLED, state.cancel_reason or "cancelled"))
-    if clock.now_s >= clock.deadline_s:
+    if clock.now_s >= clock.deadline_s - clock.reserve_s:
         return Append(end_events(state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
     if state.phase is Phase.TOOL_STEP:
         for call in state.calls:
@@ -114,7 +133,14 @@ def _start_call(state: RunState, budgets: Budgets, call: CallState) -> Decision:
         return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
     before = state.usage.to_json()
     after = dict(before, tool_calls=state.usage.tool_calls + 1)
-    data = {"step": call.step, "call_id": call.call_id, "tool": call.tool, "arguments_json": call.arguments_json,
-            "idempotency_key": idempotency_key(state.run_id, call.step, call.index), "attempt": 1,
-            "usage_before": before, "usage_after": after}
+    data = {
+        "step": call.step,
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "arguments_json": call.arguments_json,
+        "idempotency_key": idempotency_key(state.run_id, call.step, call.index),
+        "attempt": 1,
+        "usage_before": before,
+        "usage_after": after,
+    }
     return Append((ev.Event(ev.TOOL_STARTED, data),))

@@ -35,8 +35,9 @@ class IllegalTransition(AgentRtError):
     reason = "ILLEGAL_TRANSITION"
 
     def __init__(self, *, phase: str, trigger: str):
-        super().__init__(f"illegal transition: {trigger} in phase {phase}", metadata={"phase": phase,
-                                                                                      "trigger": trigger})
+        super().__init__(
+            f"illegal transition: {trigger} in phase {phase}", metadata={"phase": phase, "trigger": trigger}
+        )
         self.phase = phase
         self.trigger = trigger
 
@@ -46,8 +47,14 @@ class InvalidRequest(AgentRtError):
 
     reason = "INVALID_REQUEST"
 
-    def __init__(self, message: str, *, field: str, reason: str | None = None,
-                 metadata: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ):
         super().__init__(message, reason=reason, metadata={"field": field, **(metadata or {})})
         self.field = field
 

@@ -1,4 +1,4 @@
-"""Run phases and the one table of legal transitions (DESIGN §4, R4.1–R4.2).
+"""Run phases and the one table of legal transitions (DESIGN §4, R4.1, R4.2).
 
 Pure: no I/O, no clock. ``transition`` is the only way a phase changes; an
 illegal move raises :class:`IllegalTransition` instead of being applied.
@@ -73,35 +73,84 @@ _WORKING = frozenset({Phase.QUEUED, Phase.MODEL_STEP, Phase.TOOL_STEP, Phase.RET
 _FAILABLE = _WORKING | {Phase.WAITING_APPROVAL, Phase.CANCEL_REQUESTED}
 
 RULES: tuple[Rule, ...] = (
-    Rule(frozenset({Phase.QUEUED, Phase.MODEL_STEP, Phase.TOOL_STEP}), Trigger.START_MODEL_STEP,
-         Phase.MODEL_STEP, "no pending tool call; model-step budget left"),
-    Rule(frozenset({Phase.MODEL_STEP}), Trigger.MODEL_ANSWERED, Phase.MODEL_STEP,
-         "model output persisted; answer awaits validation"),
-    Rule(frozenset({Phase.MODEL_STEP}), Trigger.MODEL_CALLED_TOOLS, Phase.TOOL_STEP,
-         "model output with tool calls persisted"),
-    Rule(frozenset({Phase.TOOL_STEP, Phase.RETRY_WAIT}), Trigger.TOOL_STARTED, Phase.TOOL_STEP,
-         "lease held; tool-call budget left"),
-    Rule(frozenset({Phase.TOOL_STEP}), Trigger.TOOL_FINISHED, Phase.TOOL_STEP, "a started call has its result"),
+    Rule(
+        frozenset({Phase.QUEUED, Phase.MODEL_STEP, Phase.TOOL_STEP}),
+        Trigger.START_MODEL_STEP,
+        Phase.MODEL_STEP,
+        "no pending tool call; model-step budget left",
+    ),
+    Rule(
+        frozenset({Phase.MODEL_STEP}),
+        Trigger.MODEL_ANSWERED,
+        Phase.MODEL_STEP,
+        "model output persisted; answer awaits validation",
+    ),
+    Rule(
+        frozenset({Phase.MODEL_STEP}),
+        Trigger.MODEL_CALLED_TOOLS,
+        Phase.TOOL_STEP,
+        "model output with tool calls persisted",
+    ),
+    Rule(
+        frozenset({Phase.TOOL_STEP, Phase.RETRY_WAIT}),
+        Trigger.TOOL_STARTED,
+        Phase.TOOL_STEP,
+        "lease held; tool-call budget left",
+    ),
+    Rule(
+        frozenset({Phase.TOOL_STEP}), Trigger.TOOL_FINISHED, Phase.TOOL_STEP, "a started call has its result"
+    ),
     # A result that lands while cancelling is still a fact and is recorded.
-    Rule(frozenset({Phase.CANCEL_REQUESTED}), Trigger.TOOL_FINISHED, Phase.CANCEL_REQUESTED,
-         "a started call has its result"),
-    Rule(frozenset({Phase.TOOL_STEP}), Trigger.AWAIT_APPROVAL, Phase.WAITING_APPROVAL,
-         "call needs a person's approval"),
-    Rule(frozenset({Phase.WAITING_APPROVAL}), Trigger.RESOLVE_APPROVAL, Phase.TOOL_STEP,
-         "args hash, revision, expiry and approver checked"),
-    Rule(frozenset({Phase.TOOL_STEP}), Trigger.SCHEDULE_RETRY, Phase.RETRY_WAIT,
-         "transient failure; retry fits the deadline"),
+    Rule(
+        frozenset({Phase.CANCEL_REQUESTED}),
+        Trigger.TOOL_FINISHED,
+        Phase.CANCEL_REQUESTED,
+        "a started call has its result",
+    ),
+    Rule(
+        frozenset({Phase.TOOL_STEP}),
+        Trigger.AWAIT_APPROVAL,
+        Phase.WAITING_APPROVAL,
+        "call needs a person's approval",
+    ),
+    Rule(
+        frozenset({Phase.WAITING_APPROVAL}),
+        Trigger.RESOLVE_APPROVAL,
+        Phase.TOOL_STEP,
+        "args hash, revision, expiry and approver checked",
+    ),
+    Rule(
+        frozenset({Phase.TOOL_STEP}),
+        Trigger.SCHEDULE_RETRY,
+        Phase.RETRY_WAIT,
+        "transient failure; retry fits the deadline",
+    ),
     Rule(frozenset({Phase.RETRY_WAIT}), Trigger.RETRY_DUE, Phase.TOOL_STEP, "backoff elapsed"),
-    Rule(_FAILABLE - {Phase.CANCEL_REQUESTED} | {Phase.UNKNOWN_OUTCOME}, Trigger.REQUEST_CANCEL,
-         Phase.CANCEL_REQUESTED, "cancel asked for"),
-    Rule(frozenset({Phase.CANCEL_REQUESTED}), Trigger.CONFIRM_CANCEL, Phase.CANCELLED,
-         "no write in flight"),
-    Rule(frozenset({Phase.TOOL_STEP, Phase.CANCEL_REQUESTED}), Trigger.OUTCOME_UNKNOWN,
-         Phase.UNKNOWN_OUTCOME, "a write's result is not known"),
-    Rule(frozenset({Phase.UNKNOWN_OUTCOME}), Trigger.RECONCILE, Phase.TOOL_STEP,
-         "the write's outcome was learned by query or decided by a person"),
-    Rule(frozenset({Phase.MODEL_STEP}), Trigger.COMPLETE, Phase.COMPLETED,
-         "final answer validated; nothing pending"),
+    Rule(
+        _FAILABLE - {Phase.CANCEL_REQUESTED} | {Phase.UNKNOWN_OUTCOME},
+        Trigger.REQUEST_CANCEL,
+        Phase.CANCEL_REQUESTED,
+        "cancel asked for",
+    ),
+    Rule(frozenset({Phase.CANCEL_REQUESTED}), Trigger.CONFIRM_CANCEL, Phase.CANCELLED, "no write in flight"),
+    Rule(
+        frozenset({Phase.TOOL_STEP, Phase.CANCEL_REQUESTED}),
+        Trigger.OUTCOME_UNKNOWN,
+        Phase.UNKNOWN_OUTCOME,
+        "a write's result is not known",
+    ),
+    Rule(
+        frozenset({Phase.UNKNOWN_OUTCOME}),
+        Trigger.RECONCILE,
+        Phase.TOOL_STEP,
+        "the write's outcome was learned by query or decided by a person",
+    ),
+    Rule(
+        frozenset({Phase.MODEL_STEP}),
+        Trigger.COMPLETE,
+        Phase.COMPLETED,
+        "final answer validated; nothing pending",
+    ),
     Rule(_FAILABLE, Trigger.FAIL, Phase.FAILED, "stated reason"),
     Rule(_FAILABLE, Trigger.EXPIRE, Phase.EXPIRED, "run deadline passed"),
 )

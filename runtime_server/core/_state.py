@@ -89,14 +89,25 @@ class RunState:
                 self.step = int(data["step"])
                 self._usage_from(data["usage_after"])
                 calls = data.get("tool_calls", [])
-                self.history.append(HistoryEntry(
-                    role="assistant", content=data.get("text", ""),
-                    tool_calls=tuple((c["call_id"], c["tool"], c["arguments_json"]) for c in calls)))
+                self.history.append(
+                    HistoryEntry(
+                        role="assistant",
+                        content=data.get("text", ""),
+                        tool_calls=tuple((c["call_id"], c["tool"], c["arguments_json"]) for c in calls),
+                    )
+                )
                 if calls:
                     self._move(Trigger.MODEL_CALLED_TOOLS)
-                    self.calls = [CallState(call_id=c["call_id"], tool=c["tool"],
-                                            arguments_json=c["arguments_json"], index=i, step=self.step + 1)
-                                  for i, c in enumerate(calls)]
+                    self.calls = [
+                        CallState(
+                            call_id=c["call_id"],
+                            tool=c["tool"],
+                            arguments_json=c["arguments_json"],
+                            index=i,
+                            step=self.step + 1,
+                        )
+                        for i, c in enumerate(calls)
+                    ]
                 else:
                     self._move(Trigger.MODEL_ANSWERED)
                     self.answer = data.get("text", "")
@@ -108,20 +119,29 @@ class RunState:
                 self.step = max(self.step, int(data["step"]))
                 self._usage_from(data["usage_after"])
                 self.usage.calls_per_tool[call.tool] = self.usage.calls_per_tool.get(call.tool, 0) + (
-                    1 if call.attempts == 1 else 0)
+                    1 if call.attempts == 1 else 0
+                )
                 self.any_tool_started = True
             case ev.TOOL_COMPLETED:
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(data["call_id"])
                 call.result_json = data.get("result_json", "")
-                self.history.append(HistoryEntry(role="tool", content=call.result_json,
-                                                 tool_call_id=call.call_id))
+                self.history.append(
+                    HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
+                )
             case ev.TOOL_FAILED:
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(data["call_id"])
                 call.error = dict(data.get("error", {}))
-                self.history.append(HistoryEntry(role="tool", tool_call_id=call.call_id, content=json.dumps(
-                    {"error": call.error.get("code", ""), "message": call.error.get("message", "")})))
+                self.history.append(
+                    HistoryEntry(
+                        role="tool",
+                        tool_call_id=call.call_id,
+                        content=json.dumps(
+                            {"error": call.error.get("code", ""), "message": call.error.get("message", "")}
+                        ),
+                    )
+                )
             case ev.CANCEL_REQUESTED:
                 self._move(Trigger.REQUEST_CANCEL)
                 self.cancel_reason = data.get("reason", "")
@@ -161,11 +181,15 @@ class RunState:
 
     def _usage_from(self, data: dict[str, Any]) -> None:
         per_tool = self.usage.calls_per_tool
-        self.usage = Usage(model_steps=int(data.get("model_steps", 0)), tool_calls=int(data.get("tool_calls", 0)),
-                           input_tokens=int(data.get("input_tokens", 0)),
-                           output_tokens=int(data.get("output_tokens", 0)),
-                           cost_usd=float(data.get("cost_usd", 0.0)), handoffs=int(data.get("handoffs", 0)),
-                           calls_per_tool=per_tool)
+        self.usage = Usage(
+            model_steps=int(data.get("model_steps", 0)),
+            tool_calls=int(data.get("tool_calls", 0)),
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+            cost_usd=float(data.get("cost_usd", 0.0)),
+            handoffs=int(data.get("handoffs", 0)),
+            calls_per_tool=per_tool,
+        )
 
 
 def replay(run_id: str, events: list[ev.Event]) -> RunState:

@@ -5,5 +5,12 @@ from __future__ import annotations
 from runtime_server.engine._agents import RUNTIME_VERSION, STATE_VERSION, ResolvedAgent, effective_budgets
 from runtime_server.engine._engine import Engine, StartRequest, new_run_id
 
-__all__ = ["RUNTIME_VERSION", "STATE_VERSION", "Engine", "ResolvedAgent", "StartRequest", "effective_budgets",
-           "new_run_id"]
+__all__ = [
+    "RUNTIME_VERSION",
+    "STATE_VERSION",
+    "Engine",
+    "ResolvedAgent",
+    "StartRequest",
+    "effective_budgets",
+    "new_run_id",
+]

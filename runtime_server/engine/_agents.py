@@ -44,10 +44,16 @@ def effective_budgets(agent: AgentConfig, overrides: Mapping[str, Any], limits: 
         if isinstance(value, int | float) and value < 0:
             raise InvalidRequest(f"budget {name} must not be negative", field=f"budgets.{name}")
     budgets = agent.budgets.to_budgets().overridden(overrides)
-    ceilings = {"max_model_steps": limits.max_model_steps, "max_tool_calls": limits.max_tool_calls,
-                "timeout_s": limits.max_timeout_s}
+    ceilings = {
+        "max_model_steps": limits.max_model_steps,
+        "max_tool_calls": limits.max_tool_calls,
+        "timeout_s": limits.max_timeout_s,
+    }
     for name, ceiling in ceilings.items():
         if getattr(budgets, name) > ceiling:
-            raise InvalidRequest(f"budget {name}={getattr(budgets, name)} is over the server's limit {ceiling}",
-                                 field=f"budgets.{name}", reason="BUDGET_OVER_LIMIT")
+            raise InvalidRequest(
+                f"budget {name}={getattr(budgets, name)} is over the server's limit {ceiling}",
+                field=f"budgets.{name}",
+                reason="BUDGET_OVER_LIMIT",
+            )
     return budgets

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
@@ -104,9 +105,18 @@ def new_run_id(now_ms: int) -> str:
 class Engine:
     """Drives the runs this process owns."""
 
-    def __init__(self, *, store: Store, bus: EventBus, models: ModelRegistry, tools: ToolRouter,
-                 settings: Settings, counters: Counters, clock: Callable[[], float] = time.time,
-                 rand: Callable[[], float] = random.random):
+    def __init__(
+        self,
+        *,
+        store: Store,
+        bus: EventBus,
+        models: ModelRegistry,
+        tools: ToolRouter,
+        settings: Settings,
+        counters: Counters,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+    ):
         self.store = store
         self.bus = bus
         self.models = models
@@ -170,18 +180,35 @@ class Engine:
         deadline_ms = now_ms + int(budgets.timeout_s * 1000)
         own = not self._stopping and len(self._runs) < self.settings.max_concurrent_runs
         values = {
-            "run_id": run_id, "tenant_id": request.tenant_id, "agent_name": request.agent.name,
-            "agent_spec": request.agent.snapshot_json(), "input": request.input, "output": "", "reason": "",
-            "phase": Phase.QUEUED.value, "budgets": json.dumps(budgets.to_json()), "usage": "{}",
-            "request_key": request.request_key or None, "session_id": request.session_id or None,
-            "metadata": json.dumps(dict(request.metadata)), "deadline_ms": deadline_ms,
+            "run_id": run_id,
+            "tenant_id": request.tenant_id,
+            "agent_name": request.agent.name,
+            "agent_spec": request.agent.snapshot_json(),
+            "input": request.input,
+            "output": "",
+            "reason": "",
+            "phase": Phase.QUEUED.value,
+            "budgets": json.dumps(budgets.to_json()),
+            "usage": "{}",
+            "request_key": request.request_key or None,
+            "session_id": request.session_id or None,
+            "metadata": json.dumps(dict(request.metadata)),
+            "deadline_ms": deadline_ms,
             "lease_owner": self.owner if own else None,
-            "lease_expires_ms": now_ms + self._ttl_ms() if own else None, "lease_generation": 1 if own else 0,
-            "cancel_requested_ms": None, "cancel_reason": None, "state_version": STATE_VERSION,
-            "runtime_version": RUNTIME_VERSION, "agent_config_hash": request.agent.config_hash(),
+            "lease_expires_ms": now_ms + self._ttl_ms() if own else None,
+            "lease_generation": 1 if own else 0,
+            "cancel_requested_ms": None,
+            "cancel_reason": None,
+            "state_version": STATE_VERSION,
+            "runtime_version": RUNTIME_VERSION,
+            "agent_config_hash": request.agent.config_hash(),
         }
-        started = {"agent_name": request.agent.name, "input": request.input, "budgets": budgets.to_json(),
-                   "deadline": rfc3339(deadline_ms)}
+        started = {
+            "agent_name": request.agent.name,
+            "input": request.input,
+            "budgets": budgets.to_json(),
+            "deadline": rfc3339(deadline_ms),
+        }
         record, created = await self.store.create_run(values, [(ev.RUN_STARTED, json.dumps(started))], now_ms)
         if created:
             self.counters.inc("runs_started")
@@ -191,8 +218,9 @@ class Engine:
 
     async def request_cancel(self, run_id: str, *, tenant_id: str, reason: str) -> RunRecord | None:
         """Persist the cancel intent and signal the owner; unowned runs are claimed and ended here."""
-        record = await self.store.request_cancel(run_id, tenant_id=tenant_id, reason=reason or "cancelled",
-                                                 now_ms=self._now_ms())
+        record = await self.store.request_cancel(
+            run_id, tenant_id=tenant_id, reason=reason or "cancelled", now_ms=self._now_ms()
+        )
         if record is None or Phase(record.phase).terminal:
             return record
         self.counters.inc("cancel_requested_count")
@@ -218,8 +246,13 @@ class Engine:
         capacity = self.settings.max_concurrent_runs - len(self._runs)
         if capacity <= 0 or self._stopping:
             return
-        claims = await self.store.claim(owner=self.owner, now_ms=self._now_ms(), ttl_ms=self._ttl_ms(),
-                                        limit=capacity, run_ids=run_ids or ())
+        claims = await self.store.claim(
+            owner=self.owner,
+            now_ms=self._now_ms(),
+            ttl_ms=self._ttl_ms(),
+            limit=capacity,
+            run_ids=run_ids or (),
+        )
         for claim in claims:
             self._launch(claim.run_id, claim.generation)
 
@@ -229,7 +262,9 @@ class Engine:
         handle = _RunHandle(run_id, generation)
         self._runs[run_id] = handle
         self._idle.clear()
-        handle.task = asyncio.get_running_loop().create_task(self._drive_guarded(handle), name=f"run:{run_id}")
+        handle.task = asyncio.get_running_loop().create_task(
+            self._drive_guarded(handle), name=f"run:{run_id}"
+        )
 
     async def _poll_loop(self) -> None:
         while True:
@@ -244,8 +279,9 @@ class Engine:
             await asyncio.sleep(self.settings.lease_ttl_s / 3)
             owned = list(self._runs)
             try:
-                kept = await self.store.renew(owner=self.owner, run_ids=owned, now_ms=self._now_ms(),
-                                              ttl_ms=self._ttl_ms())
+                kept = await self.store.renew(
+                    owner=self.owner, run_ids=owned, now_ms=self._now_ms(), ttl_ms=self._ttl_ms()
+                )
             except Exception:
                 log.exception("renewing leases failed")
                 continue
@@ -267,8 +303,9 @@ class Engine:
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("run %s: driver crashed; the run stays as persisted and is retried on reclaim",
-                          handle.run_id)
+            log.exception(
+                "run %s: driver crashed; the run stays as persisted and is retried on reclaim", handle.run_id
+            )
         finally:
             self._runs.pop(handle.run_id, None)
             if not self._runs:
@@ -321,14 +358,26 @@ class _RunDriver:
         now_ms = engine._now_ms()
         first_seq = self.state.seq - len(self.buffer) + 1
         payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
-        values = {"phase": self.state.phase.value, "usage": json.dumps(self.state.usage.to_json()),
-                  "output": self.state.output, "reason": self.state.reason}
-        self.revision = await engine.store.append(self.run_id, expected_revision=self.revision,
-                                                  owner=engine.owner, first_seq=first_seq, new_events=payloads,
-                                                  values=values, now_ms=now_ms)
+        values = {
+            "phase": self.state.phase.value,
+            "usage": json.dumps(self.state.usage.to_json()),
+            "output": self.state.output,
+            "reason": self.state.reason,
+        }
+        self.revision = await engine.store.append(
+            self.run_id,
+            expected_revision=self.revision,
+            owner=engine.owner,
+            first_seq=first_seq,
+            new_events=payloads,
+            values=values,
+            now_ms=now_ms,
+        )
         self.buffer.clear()
-        engine.bus.publish(self.run_id, [StoredEvent(self.run_id, first_seq + i, t, p, now_ms)
-                                         for i, (t, p) in enumerate(payloads)])
+        engine.bus.publish(
+            self.run_id,
+            [StoredEvent(self.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
+        )
         if self.state.ended:
             engine.counters.inc("runs_ended")
             if self.state.any_tool_started and self.state.phase is not Phase.COMPLETED:
@@ -338,10 +387,16 @@ class _RunDriver:
         engine = self.engine
         while True:
             phase = self.state.phase
-            if (self.handle.cancel_reason is not None and not phase.terminal
-                    and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)):
+            if (
+                self.handle.cancel_reason is not None
+                and not phase.terminal
+                and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)
+            ):
                 self._add(Event(ev.CANCEL_REQUESTED, {"reason": self.handle.cancel_reason}))
-            decision = decide(self.state, self.budgets, Clock(now_s=engine.clock(), deadline_s=self.deadline_s))
+            clock = Clock(
+                now_s=engine.clock(), deadline_s=self.deadline_s, reserve_s=engine.settings.call_reserve_s
+            )
+            decision = decide(self.state, self.budgets, clock)
             match decision:
                 case Append(events=events):
                     self._add(*events)
@@ -361,8 +416,12 @@ class _RunDriver:
 
     def _timeout(self, call_timeout: float) -> float:
         engine = self.engine
-        return call_timeout_s(now_s=engine.clock(), run_deadline_s=self.deadline_s, call_timeout_s=call_timeout,
-                              reserve_s=engine.settings.call_reserve_s)
+        return call_timeout_s(
+            now_s=engine.clock(),
+            run_deadline_s=self.deadline_s,
+            call_timeout_s=call_timeout,
+            reserve_s=engine.settings.call_reserve_s,
+        )
 
     async def _io(self, make: Callable[[], Awaitable[T]]) -> T:
         """Run one call so that a cancel request can cancel it (and only it)."""
@@ -392,7 +451,9 @@ class _RunDriver:
             messages.append(Message(role="system", content=config.instructions))
         for entry in self.state.history:
             if entry.role == "assistant":
-                calls = tuple(ModelToolCall(call_id=c, tool=t, arguments_json=a) for c, t, a in entry.tool_calls)
+                calls = tuple(
+                    ModelToolCall(call_id=c, tool=t, arguments_json=a) for c, t, a in entry.tool_calls
+                )
                 messages.append(Message(role="assistant", content=entry.content, tool_calls=calls))
             elif entry.role == "tool":
                 messages.append(Message(role="tool", content=entry.content, tool_call_id=entry.tool_call_id))
@@ -402,18 +463,36 @@ class _RunDriver:
         for name in config.tools:
             spec = self.engine.tools.spec(name)
             if spec is not None:
-                tools.append(ToolDef(name=name, description=spec.description,
-                                     input_schema=json.loads(spec.input_schema_json or "{}")))
+                tools.append(
+                    ToolDef(
+                        name=name,
+                        description=spec.description,
+                        input_schema=json.loads(spec.input_schema_json or "{}"),
+                    )
+                )
         model = config.model
-        return ModelRequest(run_id=self.run_id, step=self.state.usage.model_steps + 1,
-                            spec=ModelSpecData(provider=model.provider, name=model.name, options=model.options),
-                            messages=tuple(messages), tools=tuple(tools), timeout_s=timeout_s)
+        return ModelRequest(
+            run_id=self.run_id,
+            step=self.state.usage.model_steps + 1,
+            spec=ModelSpecData(provider=model.provider, name=model.name, options=model.options),
+            messages=tuple(messages),
+            tools=tuple(tools),
+            timeout_s=timeout_s,
+        )
 
     async def _model_step(self, step: int) -> None:
         engine = self.engine
-        provider = engine.models.provider(ModelSpecData(provider=self.agent.config.model.provider,
-                                                         name=self.agent.config.model.name,
-                                                         options=self.agent.config.model.options))
+        try:
+            provider = engine.models.provider(
+                ModelSpecData(
+                    provider=self.agent.config.model.provider,
+                    name=self.agent.config.model.name,
+                    options=self.agent.config.model.options,
+                )
+            )
+        except ModelError as exc:
+            self._add(*end_events(self.state, Phase.FAILED, f"model_error:{exc.reason}", message=str(exc)))
+            return
         attempt = 0
         while True:
             attempt += 1
@@ -423,18 +502,27 @@ class _RunDriver:
                 return
             request = self._model_request(step, timeout)
             try:
-                response = await self._io(lambda: provider.complete(request, on_text_delta=self._delta_sink(step)))
+                sink = self._delta_sink(step)
+                response = await self._io(partial(provider.complete, request, on_text_delta=sink))
                 break
             except _Cancelled:
                 return
             except ModelTransientError as exc:
-                delay = max(exc.retry_after_s or 0.0, backoff_delay_s(attempt=attempt, base_s=_BACKOFF_BASE_S,
-                                                                      cap_s=_BACKOFF_CAP_S, rand=engine.rand()))
-                if attempt >= _MODEL_ATTEMPTS or not retry_fits(now_s=engine.clock(), delay_s=delay,
-                                                               expected_call_s=0.0, deadline_s=self.deadline_s):
+                delay = max(
+                    exc.retry_after_s or 0.0,
+                    backoff_delay_s(
+                        attempt=attempt, base_s=_BACKOFF_BASE_S, cap_s=_BACKOFF_CAP_S, rand=engine.rand()
+                    ),
+                )
+                if attempt >= _MODEL_ATTEMPTS or not retry_fits(
+                    now_s=engine.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=self.deadline_s
+                ):
                     engine.counters.inc("retry_exhausted_count")
-                    self._add(*end_events(self.state, Phase.FAILED, "model_unavailable", message=str(exc),
-                                          retryable=True))
+                    self._add(
+                        *end_events(
+                            self.state, Phase.FAILED, "model_unavailable", message=str(exc), retryable=True
+                        )
+                    )
                     return
                 engine.counters.inc("retry_count")
                 try:
@@ -445,17 +533,33 @@ class _RunDriver:
                 self._add(*end_events(self.state, Phase.FAILED, "model_auth", message=str(exc)))
                 return
             except ModelError as exc:
-                self._add(*end_events(self.state, Phase.FAILED, f"model_error:{type(exc).__name__}",
-                                      message=str(exc)))
+                self._add(
+                    *end_events(self.state, Phase.FAILED, f"model_error:{exc.reason}", message=str(exc))
+                )
                 return
         before = self.state.usage.to_json()
-        after = dict(before, model_steps=self.state.usage.model_steps + 1,
-                     input_tokens=self.state.usage.input_tokens + response.input_tokens,
-                     output_tokens=self.state.usage.output_tokens + response.output_tokens)
-        calls = [{"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
-                 for c in response.tool_calls]
-        self._add(Event(ev.MODEL_COMPLETED, {"step": step, "text": response.text, "tool_calls": calls,
-                                             "usage_before": before, "usage_after": after}))
+        after = dict(
+            before,
+            model_steps=self.state.usage.model_steps + 1,
+            input_tokens=self.state.usage.input_tokens + response.input_tokens,
+            output_tokens=self.state.usage.output_tokens + response.output_tokens,
+        )
+        calls = [
+            {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
+            for c in response.tool_calls
+        ]
+        self._add(
+            Event(
+                ev.MODEL_COMPLETED,
+                {
+                    "step": step,
+                    "text": response.text,
+                    "tool_calls": calls,
+                    "usage_before": before,
+                    "usage_after": after,
+                },
+            )
+        )
 
     def _delta_sink(self, step: int) -> Callable[[str], None]:
         bus = self.engine.bus
@@ -479,27 +583,48 @@ class _RunDriver:
             if timeout <= 0:
                 self._add(*end_events(self.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
                 return
-            metadata = CallMetadata(idempotency_key=call.idempotency_key, run_id=self.run_id, call_id=call.call_id,
-                                    attempt=attempt, fencing_token=self.handle.generation)
+            metadata = CallMetadata(
+                idempotency_key=call.idempotency_key,
+                run_id=self.run_id,
+                call_id=call.call_id,
+                attempt=attempt,
+                fencing_token=self.handle.generation,
+            )
             started = engine.clock()
             try:
-                outcome = await self._io(lambda m=metadata, t=timeout: engine.tools.invoke(  # type: ignore[misc]
-                    call.tool, call.arguments_json, metadata=m, timeout_s=t))
+                invoke = partial(
+                    engine.tools.invoke, call.tool, call.arguments_json, metadata=metadata, timeout_s=timeout
+                )
+                outcome = await self._io(invoke)
             except _Cancelled:
                 outcome = await self._outcome_after_cancel(call, spec)
             code = (outcome.error or {}).get("code", "")
             if code == "TOOL_ERROR_CODE_TRANSIENT" and self.handle.cancel_reason is None:
                 if "deadline" in (outcome.error or {}).get("message", ""):
                     engine.counters.inc("timeout_count")
-                delay = backoff_delay_s(attempt=attempt, base_s=_BACKOFF_BASE_S, cap_s=_BACKOFF_CAP_S,
-                                        rand=engine.rand())
-                fits = retry_fits(now_s=engine.clock(), delay_s=delay, expected_call_s=engine.clock() - started,
-                                  deadline_s=self.deadline_s)
+                delay = backoff_delay_s(
+                    attempt=attempt, base_s=_BACKOFF_BASE_S, cap_s=_BACKOFF_CAP_S, rand=engine.rand()
+                )
+                fits = retry_fits(
+                    now_s=engine.clock(),
+                    delay_s=delay,
+                    expected_call_s=engine.clock() - started,
+                    deadline_s=self.deadline_s,
+                )
                 if attempt < _TOOL_ATTEMPTS and fits:
                     engine.counters.inc("retry_count")
                     attempt += 1
-                    self._add(Event(ev.RETRY_SCHEDULED, {"call_id": call.call_id, "attempt": attempt,
-                                                         "delay": f"{delay:.3f}s", "reason": code}))
+                    self._add(
+                        Event(
+                            ev.RETRY_SCHEDULED,
+                            {
+                                "call_id": call.call_id,
+                                "attempt": attempt,
+                                "delay": f"{delay:.3f}s",
+                                "reason": code,
+                            },
+                        )
+                    )
                     await self._flush()
                     try:
                         await self._sleep(delay)
@@ -507,10 +632,21 @@ class _RunDriver:
                         self._record(call, ToolOutcome.failure("CANCELLED", "cancelled during retry backoff"))
                         return
                     usage = self.state.usage.to_json()
-                    self._add(Event(ev.TOOL_STARTED, {
-                        "step": call.step, "call_id": call.call_id, "tool": call.tool,
-                        "arguments_json": call.arguments_json, "idempotency_key": call.idempotency_key,
-                        "attempt": attempt, "usage_before": usage, "usage_after": usage}))
+                    self._add(
+                        Event(
+                            ev.TOOL_STARTED,
+                            {
+                                "step": call.step,
+                                "call_id": call.call_id,
+                                "tool": call.tool,
+                                "arguments_json": call.arguments_json,
+                                "idempotency_key": call.idempotency_key,
+                                "attempt": attempt,
+                                "usage_before": usage,
+                                "usage_after": usage,
+                            },
+                        )
+                    )
                     await self._flush()
                     continue
                 engine.counters.inc("retry_exhausted_count")
@@ -523,19 +659,32 @@ class _RunDriver:
             engine.counters.inc("duplicate_suppressed_count")
         base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
         if outcome.error is None:
-            self._add(Event(ev.TOOL_COMPLETED, dict(base, result_json=outcome.result_json or "",
-                                                    replayed=outcome.replayed)))
+            self._add(
+                Event(
+                    ev.TOOL_COMPLETED,
+                    dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed),
+                )
+            )
             return
         code = outcome.error.get("code", "")
         if code == "TOOL_ERROR_CODE_FENCED":
             raise LeaseLost(f"tool host refused run {self.run_id}'s fencing token {self.handle.generation}")
         self._add(Event(ev.TOOL_FAILED, dict(base, error=outcome.error)))
         if code == "TOOL_ERROR_CODE_UNAUTHORIZED":
-            self._add(*end_events(self.state, Phase.FAILED, f"tool_unauthorized:{call.tool}",
-                                  message=outcome.error.get("message", "")))
+            self._add(
+                *end_events(
+                    self.state,
+                    Phase.FAILED,
+                    f"tool_unauthorized:{call.tool}",
+                    message=outcome.error.get("message", ""),
+                )
+            )
         elif code == "TOOL_ERROR_CODE_KEY_CONFLICT":
-            self._add(*end_events(self.state, Phase.FAILED, "idempotency_conflict",
-                                  message=outcome.error.get("message", "")))
+            self._add(
+                *end_events(
+                    self.state, Phase.FAILED, "idempotency_conflict", message=outcome.error.get("message", "")
+                )
+            )
 
     async def _outcome_after_cancel(self, call: CallState, spec: Any) -> ToolOutcome:
         """A cancel stopped a call in flight: learn what a write did before recording anything."""
@@ -547,7 +696,9 @@ class _RunDriver:
         except Exception:
             operation = None
             self.engine.counters.inc("unknown_result_count")
-            return ToolOutcome.failure("CANCELLED", "cancelled in flight; the write's outcome could not be queried")
+            return ToolOutcome.failure(
+                "CANCELLED", "cancelled in flight; the write's outcome could not be queried"
+            )
         if operation is None:
             return ToolOutcome.failure("CANCELLED", "cancelled before the tool host recorded the call")
         if operation.status == 2:  # OPERATION_STATUS_SUCCEEDED

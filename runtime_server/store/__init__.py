@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from runtime_server.store._db import Database, PostgresDatabase, SqliteDatabase, migrate, normalise_url, open_database
+from runtime_server.store._db import (
+    Database,
+    PostgresDatabase,
+    SqliteDatabase,
+    migrate,
+    normalise_url,
+    open_database,
+)
 from runtime_server.store._records import Claim, RunRecord, StoredEvent
 from runtime_server.store._store import Store
 

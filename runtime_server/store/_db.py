@@ -85,7 +85,9 @@ def normalise_url(url: str) -> str:
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     else:
-        raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}; use sqlite:/// or postgresql://")
+        raise ValueError(
+            f"unsupported database URL scheme {parsed.drivername!r}; use sqlite:/// or postgresql://"
+        )
     return parsed.render_as_string(hide_password=False)
 
 

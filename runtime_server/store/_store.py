@@ -62,8 +62,9 @@ class Store:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    async def create_run(self, values: Mapping[str, Any], first_events: Sequence[tuple[str, str]],
-                         now_ms: int) -> tuple[RunRecord, bool]:
+    async def create_run(
+        self, values: Mapping[str, Any], first_events: Sequence[tuple[str, str]], now_ms: int
+    ) -> tuple[RunRecord, bool]:
         """Insert a run and its first events; with a repeated request_key return the existing run.
 
         Returns:
@@ -73,8 +74,11 @@ class Store:
         def existing(conn: Connection) -> RunRecord | None:
             if not values.get("request_key"):
                 return None
-            row = conn.execute(select(runs).where(runs.c.tenant_id == values["tenant_id"],
-                                                  runs.c.request_key == values["request_key"])).first()
+            row = conn.execute(
+                select(runs).where(
+                    runs.c.tenant_id == values["tenant_id"], runs.c.request_key == values["request_key"]
+                )
+            ).first()
             return RunRecord.from_row(row) if row else None
 
         def write(conn: Connection) -> tuple[RunRecord, bool]:
@@ -83,9 +87,13 @@ class Store:
                 return found, False
             row = dict(values, revision=1, last_seq=len(first_events), created_ms=now_ms, updated_ms=now_ms)
             conn.execute(insert(runs).values(**row))
-            conn.execute(insert(events), [
-                {"run_id": row["run_id"], "seq": i, "type": t, "payload": p, "created_ms": now_ms}
-                for i, (t, p) in enumerate(first_events, start=1)])
+            conn.execute(
+                insert(events),
+                [
+                    {"run_id": row["run_id"], "seq": i, "type": t, "payload": p, "created_ms": now_ms}
+                    for i, (t, p) in enumerate(first_events, start=1)
+                ],
+            )
             created = conn.execute(select(runs).where(runs.c.run_id == row["run_id"])).one()
             return RunRecord.from_row(created), True
 
@@ -110,9 +118,16 @@ class Store:
 
         return await self.db.transaction(read)
 
-    async def list_runs(self, *, tenant_id: str, phases: Sequence[str] = (), agent_name: str = "",
-                        session_id: str = "", page_size: int = 50,
-                        page_token: str = "") -> tuple[list[RunRecord], str]:
+    async def list_runs(
+        self,
+        *,
+        tenant_id: str,
+        phases: Sequence[str] = (),
+        agent_name: str = "",
+        session_id: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> tuple[list[RunRecord], str]:
         """Runs newest first, keyset-paged. Raises ValueError on a malformed token."""
         after = _decode_token(page_token) if page_token else None
 
@@ -126,8 +141,12 @@ class Store:
                 query = query.where(runs.c.session_id == session_id)
             if after is not None:
                 created, run_id = after
-                query = query.where(or_(runs.c.created_ms < created,
-                                        and_(runs.c.created_ms == created, runs.c.run_id < run_id)))
+                query = query.where(
+                    or_(
+                        runs.c.created_ms < created,
+                        and_(runs.c.created_ms == created, runs.c.run_id < run_id),
+                    )
+                )
             query = query.order_by(runs.c.created_ms.desc(), runs.c.run_id.desc()).limit(page_size + 1)
             return [RunRecord.from_row(r) for r in conn.execute(query)]
 
@@ -138,7 +157,9 @@ class Store:
         return found[:page_size], _encode_token(last.created_ms, last.run_id)
 
     async def count_runs(self) -> int:
-        return await self.db.transaction(lambda c: int(c.execute(select(func.count()).select_from(runs)).scalar_one()))
+        return await self.db.transaction(
+            lambda c: int(c.execute(select(func.count()).select_from(runs)).scalar_one())
+        )
 
     # -- events -------------------------------------------------------------------------------------
 
@@ -146,14 +167,29 @@ class Store:
         """Persisted events with seq > after_seq, in order."""
 
         def read(conn: Connection) -> list[StoredEvent]:
-            query = (select(events).where(events.c.run_id == run_id, events.c.seq > after_seq)
-                     .order_by(events.c.seq).limit(limit))
-            return [StoredEvent(r.run_id, r.seq, r.type, r.payload, r.created_ms) for r in conn.execute(query)]
+            query = (
+                select(events)
+                .where(events.c.run_id == run_id, events.c.seq > after_seq)
+                .order_by(events.c.seq)
+                .limit(limit)
+            )
+            return [
+                StoredEvent(r.run_id, r.seq, r.type, r.payload, r.created_ms) for r in conn.execute(query)
+            ]
 
         return await self.db.transaction(read)
 
-    async def append(self, run_id: str, *, expected_revision: int, owner: str, first_seq: int,
-                     new_events: Sequence[tuple[str, str]], values: Mapping[str, Any], now_ms: int) -> int:
+    async def append(
+        self,
+        run_id: str,
+        *,
+        expected_revision: int,
+        owner: str,
+        first_seq: int,
+        new_events: Sequence[tuple[str, str]],
+        values: Mapping[str, Any],
+        now_ms: int,
+    ) -> int:
         """Append events and advance the run row in one fenced transaction.
 
         Returns:
@@ -162,8 +198,10 @@ class Store:
         Raises:
             LeaseLost: the run's revision or owner is not what this worker expects.
         """
-        rows = [{"run_id": run_id, "seq": first_seq + i, "type": t, "payload": p, "created_ms": now_ms}
-                for i, (t, p) in enumerate(new_events)]
+        rows = [
+            {"run_id": run_id, "seq": first_seq + i, "type": t, "payload": p, "created_ms": now_ms}
+            for i, (t, p) in enumerate(new_events)
+        ]
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         row_values = dict(values, revision=expected_revision + 1, updated_ms=now_ms)
         if rows:
@@ -182,7 +220,9 @@ class Store:
                 except BaseException as exc:  # one failed transaction fails every caller in it
                     for item in batch:
                         if not item.future.done():
-                            item.future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+                            item.future.set_exception(
+                                exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+                            )
                     if not isinstance(exc, Exception):
                         raise
                     continue
@@ -192,16 +232,21 @@ class Store:
                     if ok:
                         item.future.set_result(item.expected_revision + 1)
                     else:
-                        item.future.set_exception(LeaseLost(f"run {item.run_id} moved past revision "
-                                                            f"{item.expected_revision} or changed owner",
-                                                            metadata={"run_id": item.run_id}))
+                        item.future.set_exception(
+                            LeaseLost(
+                                f"run {item.run_id} moved past revision "
+                                f"{item.expected_revision} or changed owner",
+                                metadata={"run_id": item.run_id},
+                            )
+                        )
         finally:
             self._flusher = None
 
     # -- leases -------------------------------------------------------------------------------------
 
-    async def claim(self, *, owner: str, now_ms: int, ttl_ms: int, limit: int,
-                    run_ids: Sequence[str] = ()) -> list[Claim]:
+    async def claim(
+        self, *, owner: str, now_ms: int, ttl_ms: int, limit: int, run_ids: Sequence[str] = ()
+    ) -> list[Claim]:
         """Take up to ``limit`` runs that need a worker: unowned or whose lease expired.
 
         Paused runs (WAITING_APPROVAL, UNKNOWN_OUTCOME) are only taken when a cancel is pending.
@@ -212,8 +257,11 @@ class Store:
 
         def write(conn: Connection) -> list[Claim]:
             free = or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms)
-            wanted = and_(runs.c.phase.not_in(_TERMINAL), free,
-                          or_(runs.c.phase.not_in(paused), runs.c.cancel_requested_ms.is_not(None)))
+            wanted = and_(
+                runs.c.phase.not_in(_TERMINAL),
+                free,
+                or_(runs.c.phase.not_in(paused), runs.c.cancel_requested_ms.is_not(None)),
+            )
             query = select(runs.c.run_id).where(wanted)
             if run_ids:
                 query = query.where(runs.c.run_id.in_(list(run_ids)))
@@ -223,10 +271,16 @@ class Store:
             candidates = list(conn.execute(query).scalars())
             claimed: list[Claim] = []
             for run_id in candidates:
-                row = conn.execute(update(runs).where(runs.c.run_id == run_id, wanted)
-                                   .values(lease_owner=owner, lease_expires_ms=now_ms + ttl_ms,
-                                           lease_generation=runs.c.lease_generation + 1)
-                                   .returning(runs.c.lease_generation)).first()
+                row = conn.execute(
+                    update(runs)
+                    .where(runs.c.run_id == run_id, wanted)
+                    .values(
+                        lease_owner=owner,
+                        lease_expires_ms=now_ms + ttl_ms,
+                        lease_generation=runs.c.lease_generation + 1,
+                    )
+                    .returning(runs.c.lease_generation)
+                ).first()
                 if row is not None:
                     claimed.append(Claim(run_id, int(row[0])))
             return claimed
@@ -239,27 +293,45 @@ class Store:
             return set()
 
         def write(conn: Connection) -> set[str]:
-            rows = conn.execute(update(runs).where(runs.c.run_id.in_(list(run_ids)), runs.c.lease_owner == owner)
-                                .values(lease_expires_ms=now_ms + ttl_ms).returning(runs.c.run_id))
+            rows = conn.execute(
+                update(runs)
+                .where(runs.c.run_id.in_(list(run_ids)), runs.c.lease_owner == owner)
+                .values(lease_expires_ms=now_ms + ttl_ms)
+                .returning(runs.c.run_id)
+            )
             return {r[0] for r in rows}
 
         return await self.db.transaction(write)
 
     async def release(self, run_id: str, *, owner: str) -> None:
         """Give up the lease (run ended or paused); a no-op when another worker owns it."""
-        await self.db.transaction(lambda conn: conn.execute(
-            update(runs).where(runs.c.run_id == run_id, runs.c.lease_owner == owner)
-            .values(lease_owner=None, lease_expires_ms=None)))
+        await self.db.transaction(
+            lambda conn: conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run_id, runs.c.lease_owner == owner)
+                .values(lease_owner=None, lease_expires_ms=None)
+            )
+        )
 
-    async def request_cancel(self, run_id: str, *, tenant_id: str, reason: str, now_ms: int) -> RunRecord | None:
+    async def request_cancel(
+        self, run_id: str, *, tenant_id: str, reason: str, now_ms: int
+    ) -> RunRecord | None:
         """Persist the cancel intent (any replica may call this); None when the run is unknown."""
 
         def write(conn: Connection) -> RunRecord | None:
-            conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id,
-                                            runs.c.phase.not_in(_TERMINAL),
-                                            runs.c.cancel_requested_ms.is_(None))
-                         .values(cancel_requested_ms=now_ms, cancel_reason=reason))
-            row = conn.execute(select(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)).first()
+            conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.phase.not_in(_TERMINAL),
+                    runs.c.cancel_requested_ms.is_(None),
+                )
+                .values(cancel_requested_ms=now_ms, cancel_reason=reason)
+            )
+            row = conn.execute(
+                select(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)
+            ).first()
             return RunRecord.from_row(row) if row else None
 
         return await self.db.transaction(write)
@@ -269,9 +341,15 @@ def _write_batch(conn: Connection, batch: list[_PendingAppend]) -> list[bool]:
     fenced: list[bool] = []
     rows: list[dict[str, Any]] = []
     for item in batch:
-        result = conn.execute(update(runs).where(runs.c.run_id == item.run_id,
-                                                 runs.c.revision == item.expected_revision,
-                                                 runs.c.lease_owner == item.owner).values(**item.values))
+        result = conn.execute(
+            update(runs)
+            .where(
+                runs.c.run_id == item.run_id,
+                runs.c.revision == item.expected_revision,
+                runs.c.lease_owner == item.owner,
+            )
+            .values(**item.values)
+        )
         ok = result.rowcount == 1
         fenced.append(ok)
         if ok:

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from runtime_server.tools._router import CallMetadata, ToolHostError, ToolOutcome, ToolRouter, tool_result_text
+from runtime_server.tools._router import (
+    CallMetadata,
+    ToolHostError,
+    ToolOutcome,
+    ToolRouter,
+    tool_result_text,
+)
 from runtime_server.tools._spawn import SpawnedToolHost
 
-__all__ = ["CallMetadata", "SpawnedToolHost", "ToolHostError", "ToolOutcome", "ToolRouter", "tool_result_text"]
+__all__ = [
+    "CallMetadata",
+    "SpawnedToolHost",
+    "ToolHostError",
+    "ToolOutcome",
+    "ToolRouter",
+    "tool_result_text",
+]

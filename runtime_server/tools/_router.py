@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf import json_format
@@ -15,6 +16,9 @@ from google.protobuf import json_format
 from agentrt.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as svc_grpc
 from agentrt.toolhost.v1 import tool_pb2
+
+if TYPE_CHECKING:
+    from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceAsyncStub
 
 CHANNEL_OPTIONS = (("grpc.enable_retries", 0), ("grpc.max_receive_message_length", 16 * 1024 * 1024))
 
@@ -35,9 +39,13 @@ class CallMetadata:
     traceparent: str = ""
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
-        pairs = (("x-agentrt-idempotency-key", self.idempotency_key), ("x-agentrt-run-id", self.run_id),
-                 ("x-agentrt-call-id", self.call_id), ("x-agentrt-attempt", str(self.attempt)),
-                 ("x-agentrt-fencing-token", str(self.fencing_token)))
+        pairs = (
+            ("x-agentrt-idempotency-key", self.idempotency_key),
+            ("x-agentrt-run-id", self.run_id),
+            ("x-agentrt-call-id", self.call_id),
+            ("x-agentrt-attempt", str(self.attempt)),
+            ("x-agentrt-fencing-token", str(self.fencing_token)),
+        )
         return (*pairs, ("traceparent", self.traceparent)) if self.traceparent else pairs
 
 
@@ -59,7 +67,7 @@ class _Host:
     name: str
     address: str
     channel: grpc.aio.Channel
-    stub: svc_grpc.ToolHostServiceStub
+    stub: ToolHostServiceAsyncStub
 
 
 class ToolRouter:
@@ -80,12 +88,13 @@ class ToolRouter:
         try:
             listed = await host.stub.ListTools(svc.ListToolsRequest(), timeout=timeout_s, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
-            await channel.close()
-            raise ToolHostError(f"tool host {name!r} at {address} did not answer ListTools: "
-                                f"{exc.code().name} {exc.details()}") from exc
+            await channel.close(None)
+            raise ToolHostError(
+                f"tool host {name!r} at {address} did not answer ListTools: {exc.code().name} {exc.details()}"
+            ) from exc
         for spec in listed.tools:
             if spec.name in self._specs:
-                await channel.close()
+                await channel.close(None)
                 other = self._specs[spec.name][1].name
                 raise ToolHostError(f"tool {spec.name!r} is served by both {other!r} and {name!r}")
         self._hosts[name] = host
@@ -100,16 +109,20 @@ class ToolRouter:
     def tool_names(self) -> list[str]:
         return sorted(self._specs)
 
-    async def invoke(self, tool: str, arguments_json: str, *, metadata: CallMetadata,
-                     timeout_s: float) -> ToolOutcome:
+    async def invoke(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
+    ) -> ToolOutcome:
         """Send one call. Transport failures become typed outcomes; cancellation propagates."""
         found = self._specs.get(tool)
         if found is None:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no configured tool host serves {tool!r}")
         _, host = found
         try:
-            reply = await host.stub.InvokeTool(svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json),
-                                               timeout=timeout_s, metadata=metadata.pairs())
+            reply = await host.stub.InvokeTool(
+                svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json),
+                timeout=timeout_s,
+                metadata=metadata.pairs(),
+            )
         except grpc.aio.AioRpcError as exc:
             return _transport_failure(exc)
         if reply.WhichOneof("outcome") == "error":
@@ -117,7 +130,9 @@ class ToolRouter:
             return ToolOutcome(None, error, reply.replayed)
         return ToolOutcome(reply.result_json, None, reply.replayed)
 
-    async def get_operation(self, tool: str, idempotency_key: str, *, timeout_s: float) -> tool_pb2.Operation | None:
+    async def get_operation(
+        self, tool: str, idempotency_key: str, *, timeout_s: float
+    ) -> tool_pb2.Operation | None:
         """The host's ledger entry for a key; None when the host has none.
 
         Raises:
@@ -127,8 +142,9 @@ class ToolRouter:
         if found is None:
             return None
         try:
-            reply = await found[1].stub.GetOperation(svc.GetOperationRequest(idempotency_key=idempotency_key),
-                                                     timeout=timeout_s)
+            reply = await found[1].stub.GetOperation(
+                svc.GetOperationRequest(idempotency_key=idempotency_key), timeout=timeout_s
+            )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return None
@@ -137,7 +153,7 @@ class ToolRouter:
 
     async def close(self) -> None:
         for host in self._hosts.values():
-            await host.channel.close()
+            await host.channel.close(None)
         self._hosts.clear()
         self._specs.clear()
 

@@ -23,8 +23,9 @@ class SpawnedToolHost:
         self.address = address
 
     @classmethod
-    async def start(cls, *, data_dir: str, plugins: Sequence[str] = (), entrypoints: bool = True,
-                    timeout_s: float = 30.0) -> SpawnedToolHost:
+    async def start(
+        cls, *, data_dir: str, plugins: Sequence[str] = (), entrypoints: bool = True, timeout_s: float = 30.0
+    ) -> SpawnedToolHost:
         """Start ``python -m tool_host`` on a free loopback port and wait until it listens.
 
         Raises:

@@ -22,20 +22,46 @@ async def store(db_url: str) -> AsyncIterator[Store]:
         await opened.close()
 
 
-def run_values(run_id: str, *, owner: str | None = "w1", request_key: str | None = None, created: int = 0,
-               phase: str = "QUEUED") -> dict[str, Any]:
-    return {"run_id": run_id, "tenant_id": "t", "agent_name": "a", "agent_spec": "{}", "input": "hi", "output": "",
-            "reason": "", "phase": phase, "budgets": "{}", "usage": "{}", "request_key": request_key,
-            "session_id": None, "metadata": "{}", "deadline_ms": 10**13, "lease_owner": owner,
-            "lease_expires_ms": 10**13 if owner else None, "lease_generation": 1 if owner else 0,
-            "cancel_requested_ms": None, "cancel_reason": None, "state_version": 1, "runtime_version": "0",
-            "agent_config_hash": "h"}
+def run_values(
+    run_id: str,
+    *,
+    owner: str | None = "w1",
+    request_key: str | None = None,
+    created: int = 0,
+    phase: str = "QUEUED",
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "tenant_id": "t",
+        "agent_name": "a",
+        "agent_spec": "{}",
+        "input": "hi",
+        "output": "",
+        "reason": "",
+        "phase": phase,
+        "budgets": "{}",
+        "usage": "{}",
+        "request_key": request_key,
+        "session_id": None,
+        "metadata": "{}",
+        "deadline_ms": 10**13,
+        "lease_owner": owner,
+        "lease_expires_ms": 10**13 if owner else None,
+        "lease_generation": 1 if owner else 0,
+        "cancel_requested_ms": None,
+        "cancel_reason": None,
+        "state_version": 1,
+        "runtime_version": "0",
+        "agent_config_hash": "h",
+    }
 
 
 async def test_create_run_writes_the_row_and_first_events_and_dedups_request_keys(store: Store) -> None:
     record, created = await store.create_run(run_values("r1", request_key="k"), [("run.started", "{}")], 1000)
     assert created and record.revision == 1 and record.last_seq == 1
-    again, created_again = await store.create_run(run_values("r2", request_key="k"), [("run.started", "{}")], 2000)
+    again, created_again = await store.create_run(
+        run_values("r2", request_key="k"), [("run.started", "{}")], 2000
+    )
     assert not created_again and again.run_id == "r1"
     assert await store.get_run("r2") is None
     assert [e.seq for e in await store.read_events("r1")] == [1]
@@ -43,17 +69,40 @@ async def test_create_run_writes_the_row_and_first_events_and_dedups_request_key
 
 async def test_fenced_append_refuses_stale_revision_or_other_owner_and_writes_nothing(store: Store) -> None:
     await store.create_run(run_values("r1"), [("run.started", "{}")], 1000)
-    revision = await store.append("r1", expected_revision=1, owner="w1", first_seq=2,
-                                  new_events=[("step.started", "{}")], values={"phase": "MODEL_STEP"}, now_ms=1001)
+    revision = await store.append(
+        "r1",
+        expected_revision=1,
+        owner="w1",
+        first_seq=2,
+        new_events=[("step.started", "{}")],
+        values={"phase": "MODEL_STEP"},
+        now_ms=1001,
+    )
     assert revision == 2
     with pytest.raises(LeaseLost):
-        await store.append("r1", expected_revision=1, owner="w1", first_seq=3, new_events=[("x", "{}")],
-                           values={"phase": "FAILED"}, now_ms=1002)
+        await store.append(
+            "r1",
+            expected_revision=1,
+            owner="w1",
+            first_seq=3,
+            new_events=[("x", "{}")],
+            values={"phase": "FAILED"},
+            now_ms=1002,
+        )
     with pytest.raises(LeaseLost):
-        await store.append("r1", expected_revision=2, owner="zombie", first_seq=3, new_events=[("x", "{}")],
-                           values={"phase": "FAILED"}, now_ms=1002)
+        await store.append(
+            "r1",
+            expected_revision=2,
+            owner="zombie",
+            first_seq=3,
+            new_events=[("x", "{}")],
+            values={"phase": "FAILED"},
+            now_ms=1002,
+        )
     record = await store.get_run("r1")
-    assert record is not None and record.revision == 2 and record.phase == "MODEL_STEP" and record.last_seq == 2
+    assert (
+        record is not None and record.revision == 2 and record.phase == "MODEL_STEP" and record.last_seq == 2
+    )
     assert [e.seq for e in await store.read_events("r1")] == [1, 2]
 
 
@@ -65,8 +114,15 @@ async def test_concurrent_appends_are_group_committed_and_each_log_stays_gapless
     async def drive(run_id: str) -> None:
         revision = 1
         for seq in range(2, 12):
-            revision = await store.append(run_id, expected_revision=revision, owner="w1", first_seq=seq,
-                                          new_events=[("e", json.dumps({"seq": seq}))], values={}, now_ms=1000 + seq)
+            revision = await store.append(
+                run_id,
+                expected_revision=revision,
+                owner="w1",
+                first_seq=seq,
+                new_events=[("e", json.dumps({"seq": seq}))],
+                values={},
+                now_ms=1000 + seq,
+            )
 
     await asyncio.gather(*(drive(r) for r in runs))
     for run_id in runs:
@@ -79,11 +135,26 @@ async def test_one_fenced_out_append_does_not_fail_the_others_in_its_batch(store
     for run_id in ("good", "stolen"):
         await store.create_run(run_values(run_id), [("run.started", "{}")], 1000)
     results = await asyncio.gather(
-        store.append("good", expected_revision=1, owner="w1", first_seq=2, new_events=[("e", "{}")], values={},
-                     now_ms=1),
-        store.append("stolen", expected_revision=1, owner="w2", first_seq=2, new_events=[("e", "{}")], values={},
-                     now_ms=1),
-        return_exceptions=True)
+        store.append(
+            "good",
+            expected_revision=1,
+            owner="w1",
+            first_seq=2,
+            new_events=[("e", "{}")],
+            values={},
+            now_ms=1,
+        ),
+        store.append(
+            "stolen",
+            expected_revision=1,
+            owner="w2",
+            first_seq=2,
+            new_events=[("e", "{}")],
+            values={},
+            now_ms=1,
+        ),
+        return_exceptions=True,
+    )
     assert results[0] == 2 and isinstance(results[1], LeaseLost)
     assert [e.seq for e in await store.read_events("stolen")] == [1]
 
@@ -92,7 +163,9 @@ async def test_claim_takes_unowned_and_expired_runs_once_and_bumps_the_fencing_t
     await store.create_run(run_values("free", owner=None), [("run.started", "{}")], 1000)
     await store.create_run(run_values("held"), [("run.started", "{}")], 1000)
     await store.create_run(run_values("done", owner=None, phase="COMPLETED"), [("run.started", "{}")], 1000)
-    await store.create_run(run_values("paused", owner=None, phase="WAITING_APPROVAL"), [("run.started", "{}")], 1000)
+    await store.create_run(
+        run_values("paused", owner=None, phase="WAITING_APPROVAL"), [("run.started", "{}")], 1000
+    )
     claims = await store.claim(owner="w2", now_ms=5000, ttl_ms=1000, limit=10)
     assert [(c.run_id, c.generation) for c in claims] == [("free", 1)]
     assert await store.claim(owner="w3", now_ms=5500, ttl_ms=1000, limit=10) == []
@@ -110,7 +183,9 @@ async def test_claim_takes_unowned_and_expired_runs_once_and_bumps_the_fencing_t
 
 
 async def test_cancel_intent_is_durable_and_makes_paused_runs_claimable(store: Store) -> None:
-    await store.create_run(run_values("paused", owner=None, phase="WAITING_APPROVAL"), [("run.started", "{}")], 1)
+    await store.create_run(
+        run_values("paused", owner=None, phase="WAITING_APPROVAL"), [("run.started", "{}")], 1
+    )
     record = await store.request_cancel("paused", tenant_id="t", reason="stop", now_ms=5)
     assert record is not None and record.cancel_requested_ms == 5 and record.cancel_reason == "stop"
     assert await store.request_cancel("paused", tenant_id="other", reason="x", now_ms=6) is None

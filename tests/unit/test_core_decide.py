@@ -24,9 +24,18 @@ from runtime_server.core import (
 from runtime_server.core import events as ev
 
 
-def simulate(script: list[int], budgets: Budgets, *, now_s: float = 0.0, deadline_s: float = 100.0,
-             cancel_after_events: int | None = None) -> list[Event]:
-    """Run the decider to the end; ``script[i]`` is how many tools model step i+1 calls (then a final answer)."""
+def simulate(
+    script: list[int],
+    budgets: Budgets,
+    *,
+    now_s: float = 0.0,
+    deadline_s: float = 100.0,
+    cancel_after_events: int | None = None,
+) -> list[Event]:
+    """Run the decider to the end.
+
+    ``script[i]`` is how many tools model step i+1 calls; past the script, a final answer.
+    """
     state = RunState(run_id="run-1")
     log: list[Event] = []
 
@@ -37,8 +46,12 @@ def simulate(script: list[int], budgets: Budgets, *, now_s: float = 0.0, deadlin
 
     add(Event(ev.RUN_STARTED, {"input": "hi", "agent_name": "a"}))
     for _ in range(500):
-        if cancel_after_events is not None and len(log) >= cancel_after_events and not state.phase.terminal \
-                and state.phase is not Phase.CANCEL_REQUESTED:
+        if (
+            cancel_after_events is not None
+            and len(log) >= cancel_after_events
+            and not state.phase.terminal
+            and state.phase is not Phase.CANCEL_REQUESTED
+        ):
             add(Event(ev.CANCEL_REQUESTED, {"reason": "user"}))
         decision = decide(state, budgets, Clock(now_s=now_s, deadline_s=deadline_s))
         if isinstance(decision, Append):
@@ -48,12 +61,33 @@ def simulate(script: list[int], budgets: Budgets, *, now_s: float = 0.0, deadlin
             n = script[decision.step // 2] if decision.step // 2 < len(script) else 0
             before = state.usage.to_json()
             after = dict(before, model_steps=state.usage.model_steps + 1)
-            calls = [{"call_id": f"c{decision.step}_{i}", "tool": "t", "arguments_json": "{}"} for i in range(n)]
-            add(Event(ev.MODEL_COMPLETED, {"step": decision.step, "text": "answer", "tool_calls": calls,
-                                           "usage_before": before, "usage_after": after}))
+            calls = [
+                {"call_id": f"c{decision.step}_{i}", "tool": "t", "arguments_json": "{}"} for i in range(n)
+            ]
+            add(
+                Event(
+                    ev.MODEL_COMPLETED,
+                    {
+                        "step": decision.step,
+                        "text": "answer",
+                        "tool_calls": calls,
+                        "usage_before": before,
+                        "usage_after": after,
+                    },
+                )
+            )
         elif isinstance(decision, InvokeTool):
-            add(Event(ev.TOOL_COMPLETED, {"step": decision.call.step, "call_id": decision.call.call_id,
-                                          "tool": "t", "result_json": json.dumps({"ok": 1})}))
+            add(
+                Event(
+                    ev.TOOL_COMPLETED,
+                    {
+                        "step": decision.call.step,
+                        "call_id": decision.call.call_id,
+                        "tool": "t",
+                        "result_json": json.dumps({"ok": 1}),
+                    },
+                )
+            )
         else:
             assert isinstance(decision, Idle)
             return log
@@ -96,6 +130,15 @@ def test_deadline_passed_ends_expired_before_any_model_call() -> None:
     assert log[-1].data["phase"] == "RUN_PHASE_EXPIRED" and log[-1].data["reason"] == "deadline_exceeded"
 
 
+def test_no_new_work_starts_inside_the_deadline_reserve() -> None:
+    state = RunState(run_id="r")
+    state.apply(Event(ev.RUN_STARTED, {"input": "hi"}))
+    inside = decide(state, Budgets(), Clock(now_s=9.5, deadline_s=10.0, reserve_s=1.0))
+    assert isinstance(inside, Append) and inside.events[-1].data["phase"] == "RUN_PHASE_EXPIRED"
+    before = decide(state, Budgets(), Clock(now_s=8.5, deadline_s=10.0, reserve_s=1.0))
+    assert isinstance(before, Append) and before.events[0].type == ev.STEP_STARTED
+
+
 def test_cancel_ends_cancelled_and_reports_partial_truthfully() -> None:
     log = simulate([1, 1, 1], Budgets(), cancel_after_events=6)
     assert types(log)[-3:] == [ev.CANCEL_REQUESTED, ev.RUN_CANCELLED, ev.RUN_ENDED]
@@ -108,7 +151,8 @@ def test_cancel_ends_cancelled_and_reports_partial_truthfully() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 3), max_size=8), st.integers(1, 12), st.integers(0, 15))
 def test_every_run_ends_once_within_budgets_and_replays_to_the_same_state(
-        script: list[int], max_steps: int, max_calls: int) -> None:
+    script: list[int], max_steps: int, max_calls: int
+) -> None:
     budgets = Budgets(max_model_steps=max_steps, max_tool_calls=max_calls)
     log = simulate(script, budgets)
     assert types(log).count(ev.RUN_ENDED) == 1 and log[-1].type == ev.RUN_ENDED

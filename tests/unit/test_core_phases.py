@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime_server.core import RULES, TERMINAL_PHASES, IllegalTransition, Phase, Trigger, rule_for, transition
+from runtime_server.core import (
+    RULES,
+    TERMINAL_PHASES,
+    IllegalTransition,
+    Phase,
+    Trigger,
+    rule_for,
+    transition,
+)
 
 
 @given(st.sampled_from(list(Phase)), st.lists(st.sampled_from(list(Trigger)), max_size=40))

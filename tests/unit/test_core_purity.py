@@ -7,8 +7,20 @@ from pathlib import Path
 
 import runtime_server.core
 
-FORBIDDEN_IMPORTS = {"asyncio", "grpc", "sqlalchemy", "redis", "psycopg", "httpx", "socket", "time", "random",
-                     "os", "subprocess", "threading"}
+FORBIDDEN_IMPORTS = {
+    "asyncio",
+    "grpc",
+    "sqlalchemy",
+    "redis",
+    "psycopg",
+    "httpx",
+    "socket",
+    "time",
+    "random",
+    "os",
+    "subprocess",
+    "threading",
+}
 
 
 def test_core_imports_no_io_and_reads_no_clock() -> None:

@@ -1,0 +1,70 @@
+"""Python client library of the agentrt runtime, and the ``agentrt`` CLI (``clients.cli``).
+
+Use :class:`AsyncClient` from asyncio code and :class:`Client` elsewhere; both talk
+to ``agentrt.runtime.v1.AgentRuntimeService`` and raise :class:`RPCError` (with the
+server's ``google.rpc`` details decoded) when a call fails.
+"""
+
+from __future__ import annotations
+
+from clients._client import (
+    DEFAULT_TARGET,
+    DEFAULT_TIMEOUT,
+    AsyncClient,
+    AsyncEventStream,
+    Client,
+    EventStream,
+    default_target,
+)
+from clients._errors import (
+    AbortedError,
+    AlreadyExistsError,
+    ClientError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    RPCError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from clients._format import (
+    event_to_json,
+    event_type,
+    format_event,
+    format_run,
+    format_run_line,
+    phase_name,
+    run_to_json,
+)
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "DEFAULT_TIMEOUT",
+    "AbortedError",
+    "AlreadyExistsError",
+    "AsyncClient",
+    "AsyncEventStream",
+    "Client",
+    "ClientError",
+    "DeadlineExceededError",
+    "EventStream",
+    "FailedPreconditionError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "RPCError",
+    "ResourceExhaustedError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "default_target",
+    "event_to_json",
+    "event_type",
+    "format_event",
+    "format_run",
+    "format_run_line",
+    "phase_name",
+    "run_to_json",
+]

@@ -1,0 +1,557 @@
+"""Synchronous and asyncio clients of ``agentrt.runtime.v1.AgentRuntimeService``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, TypeVar
+
+import grpc
+import grpc.aio
+
+from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from clients import _errors
+
+if TYPE_CHECKING:
+    from agentrt.runtime.v1.runtime_service_pb2_grpc import AgentRuntimeServiceAsyncStub
+
+_R = TypeVar("_R")
+
+
+def default_target() -> str:
+    """Returns ``$AGENTRT_TARGET``, or ``127.0.0.1:50051`` when it is unset or empty."""
+    return os.environ.get("AGENTRT_TARGET") or "127.0.0.1:50051"
+
+
+DEFAULT_TARGET: Final[str] = default_target()
+"""Where clients connect by default: ``$AGENTRT_TARGET`` or ``127.0.0.1:50051``."""
+
+DEFAULT_TIMEOUT: Final[float] = 10.0
+"""Seconds a unary call may take unless the client or the call says otherwise."""
+
+
+class _HasEvent(Protocol):
+    # RunAgentResponse and StreamRunEventsResponse both wrap one RunEvent.
+    @property
+    def event(self) -> run_pb2.RunEvent: ...
+
+
+def _metadata_tuple(metadata: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((k.lower(), v) for k, v in metadata)
+
+
+def _start_fields(
+    agent_name: str,
+    input: str,
+    agent: run_pb2.AgentSpec | None,
+    budgets: run_pb2.Budgets | None,
+    request_key: str,
+    metadata: Mapping[str, str] | None,
+    session_id: str,
+) -> dict[str, Any]:
+    # RunAgentRequest and StartRunRequest have the same fields.
+    return {
+        "agent_name": agent_name,
+        "input": input,
+        "agent": agent,
+        "budgets": budgets,
+        "request_key": request_key,
+        "metadata": dict(metadata or {}),
+        "session_id": session_id,
+    }
+
+
+def _list_request(
+    page_size: int, page_token: str, phases: Sequence[run_pb2.RunPhase], agent_name: str, session_id: str
+) -> runtime_service_pb2.ListRunsRequest:
+    return runtime_service_pb2.ListRunsRequest(
+        page_size=page_size,
+        page_token=page_token,
+        phases=list(phases),
+        agent_name=agent_name,
+        session_id=session_id,
+    )
+
+
+def _resolve_request(
+    run_id: str, approval_id: str, approve: bool, args_hash: str, expected_revision: int, comment: str
+) -> runtime_service_pb2.ResolveApprovalRequest:
+    decision = run_pb2.APPROVAL_DECISION_APPROVE if approve else run_pb2.APPROVAL_DECISION_REJECT
+    return runtime_service_pb2.ResolveApprovalRequest(
+        run_id=run_id,
+        approval_id=approval_id,
+        decision=decision,
+        args_hash=args_hash,
+        expected_revision=expected_revision,
+        comment=comment,
+    )
+
+
+class EventStream(Iterator[run_pb2.RunEvent]):
+    """Events of one server stream, for the synchronous :class:`Client`.
+
+    Iterate it to get :class:`run_pb2.RunEvent` objects until the server ends the
+    stream. Use it as a context manager (or call :meth:`cancel`) to stop early;
+    stopping a stream never cancels the run.
+
+    Raises:
+        RPCError: From iteration, when the stream ends with an error.
+    """
+
+    def __init__(self, call: grpc.CallIterator[Any]) -> None:
+        self._call = call
+        self._it = iter(call)
+        self._cancelled = False
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> run_pb2.RunEvent:
+        if self._cancelled:
+            raise StopIteration
+        try:
+            response: _HasEvent = next(self._it)
+        except grpc.RpcError as exc:
+            if self._cancelled:
+                raise StopIteration from None
+            raise _errors.from_call(exc) from exc
+        return response.event
+
+    def cancel(self) -> None:
+        """Closes the stream; later iteration stops. The run goes on."""
+        self._cancelled = True
+        self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() unannotated
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.cancel()
+
+
+class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
+    """Events of one server stream, for :class:`AsyncClient`.
+
+    ``async for`` over it to get :class:`run_pb2.RunEvent` objects until the server
+    ends the stream. Use ``async with`` (or call :meth:`aclose`) to stop early;
+    stopping a stream never cancels the run.
+
+    Raises:
+        RPCError: From iteration, when the stream ends with an error.
+    """
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:
+        self._call = call
+        self._it = call.__aiter__()
+        self._cancelled = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> run_pb2.RunEvent:
+        if self._cancelled:
+            raise StopAsyncIteration
+        try:
+            response: _HasEvent = await anext(self._it)
+        except grpc.aio.AioRpcError as exc:
+            raise await _errors.from_aio_call(self._call, exc) from exc
+        return response.event
+
+    def cancel(self) -> None:
+        """Cancels the stream's call; later iteration stops. The run goes on."""
+        self._cancelled = True
+        self._call.cancel()
+
+    async def aclose(self) -> None:
+        """Cancels the stream's call and releases it."""
+        self.cancel()
+        aclose = getattr(self._it, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class AsyncClient:
+    """asyncio client of the agentrt runtime.
+
+    Example::
+
+        async with AsyncClient("127.0.0.1:50051") as client:
+            async for event in client.run_agent("refund-demo", "Refund order A100"):
+                print(format_event(event))
+
+    Every unary call has a deadline (``timeout``). Streaming
+    calls have none by default because runs can be long.
+
+    Args:
+        target: ``host:port`` of the runtime. Ignored when ``channel`` is given.
+        timeout: Default deadline of unary calls, in seconds.
+        metadata: gRPC metadata sent with every call (e.g. ``("authorization", "...")``).
+        channel: A ready channel to use instead (e.g. a secure one). The client does
+            not close a channel it was given.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        metadata: Sequence[tuple[str, str]] = (),
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._metadata = _metadata_tuple(metadata)
+        self._owns_channel = channel is None
+        self._channel = channel if channel is not None else grpc.aio.insecure_channel(target)
+        self._stub: AgentRuntimeServiceAsyncStub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(
+            self._channel
+        )
+
+    async def close(self) -> None:
+        """Closes the channel (if the client made it); in-flight calls are cancelled."""
+        if self._owns_channel:
+            await self._channel.close(None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def run_agent(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+        timeout: float | None = None,
+    ) -> AsyncEventStream:
+        """Starts a run (or attaches to the one ``request_key`` started) and streams its events.
+
+        The stream ends when the run ends or pauses; closing it never cancels the run.
+
+        Args:
+            agent_name: Name of an agent configured on the server.
+            input: The user's input.
+            agent: Inline agent definition; wins over ``agent_name``.
+            budgets: Overrides of the agent's budgets.
+            request_key: Idempotency key of the start.
+            metadata: Caller metadata stored with the run.
+            session_id: Session the run is a turn of.
+            timeout: Deadline of the whole stream, in seconds; none by default.
+
+        Returns:
+            An async iterator of the run's events.
+        """
+        request = runtime_service_pb2.RunAgentRequest(
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+        )
+        return AsyncEventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
+
+    async def start_run(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+    ) -> run_pb2.Run:
+        """Starts a run (or returns the one ``request_key`` started) without streaming.
+
+        Args:
+            agent_name: Name of an agent configured on the server.
+            input: The user's input.
+            agent: Inline agent definition; wins over ``agent_name``.
+            budgets: Overrides of the agent's budgets.
+            request_key: Idempotency key of the start.
+            metadata: Caller metadata stored with the run.
+            session_id: Session the run is a turn of.
+
+        Returns:
+            The run as accepted.
+
+        Raises:
+            RPCError: The server refused (e.g. unknown agent: NOT_FOUND).
+        """
+        request = runtime_service_pb2.StartRunRequest(
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+        )
+        response = await self._unary(
+            self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def get_run(self, run_id: str) -> run_pb2.Run:
+        """Returns one run.
+
+        Args:
+            run_id: The run's id.
+
+        Raises:
+            RPCError: NOT_FOUND when there is no such run.
+        """
+        request = runtime_service_pb2.GetRunRequest(run_id=run_id)
+        response = await self._unary(
+            self._stub.GetRun(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def list_runs(
+        self,
+        *,
+        page_size: int = 50,
+        page_token: str = "",
+        phases: Sequence[run_pb2.RunPhase] = (),
+        agent_name: str = "",
+        session_id: str = "",
+    ) -> runtime_service_pb2.ListRunsResponse:
+        """Lists runs, newest first.
+
+        Args:
+            page_size: At most this many runs (the server caps it).
+            page_token: ``next_page_token`` of the previous page.
+            phases: Only runs in these phases.
+            agent_name: Only runs of this agent.
+            session_id: Only runs of this session.
+
+        Returns:
+            The page: ``runs`` and ``next_page_token`` ("" on the last page).
+        """
+        request = _list_request(page_size, page_token, phases, agent_name, session_id)
+        return await self._unary(self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata))
+
+    def stream_events(
+        self, run_id: str, *, after_seq: int = 0, follow: bool = False, timeout: float | None = None
+    ) -> AsyncEventStream:
+        """Replays a run's persisted events after ``after_seq``, then (with ``follow``) tails live ones.
+
+        Args:
+            run_id: The run's id.
+            after_seq: Only events with a greater seq (reconnect with the last seq seen).
+            follow: Keep the stream open until the run ends.
+            timeout: Deadline of the whole stream, in seconds; none by default.
+
+        Returns:
+            An async iterator of the events.
+        """
+        request = runtime_service_pb2.StreamRunEventsRequest(
+            run_id=run_id, after_seq=after_seq, follow=follow
+        )
+        return AsyncEventStream(self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata))
+
+    async def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
+        """Asks a run to stop. Cancellation is not rollback.
+
+        Args:
+            run_id: The run's id.
+            reason: Why, recorded with the run.
+
+        Returns:
+            The run after the request was recorded.
+        """
+        request = runtime_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
+        response = await self._unary(
+            self._stub.CancelRun(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def resolve_approval(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        approve: bool,
+        args_hash: str,
+        expected_revision: int,
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Approves or rejects a call waiting for a person.
+
+        Args:
+            run_id: The run's id.
+            approval_id: From the ``approval.requested`` event.
+            approve: True to run the call, False to reject it.
+            args_hash: The ``args_hash`` of the arguments the approver saw.
+            expected_revision: The run revision the approver saw.
+            comment: Free text.
+
+        Returns:
+            The run after the decision was recorded.
+
+        Raises:
+            RPCError: e.g. FAILED_PRECONDITION or ABORTED when the run moved on.
+        """
+        request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
+        response = await self._unary(
+            self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    @staticmethod
+    async def _unary(call: grpc.aio.UnaryUnaryCall[Any, _R]) -> _R:
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            raise await _errors.from_aio_call(call, exc) from exc
+
+
+class Client:
+    """Synchronous client of the agentrt runtime; the same API as :class:`AsyncClient`.
+
+    Example::
+
+        with Client() as client:
+            for event in client.run_agent("refund-demo", "Refund order A100"):
+                print(format_event(event))
+
+    Args:
+        target: ``host:port`` of the runtime. Ignored when ``channel`` is given.
+        timeout: Default deadline of unary calls, in seconds.
+        metadata: gRPC metadata sent with every call.
+        channel: A ready channel to use instead (e.g. a secure one). The client does
+            not close a channel it was given.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        metadata: Sequence[tuple[str, str]] = (),
+        channel: grpc.Channel | None = None,
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._metadata = _metadata_tuple(metadata)
+        self._owns_channel = channel is None
+        self._channel = channel if channel is not None else grpc.insecure_channel(target)
+        self._stub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(self._channel)
+
+    def close(self) -> None:
+        """Closes the channel (if the client made it); in-flight calls are cancelled."""
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def run_agent(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+        timeout: float | None = None,
+    ) -> EventStream:
+        """Starts a run and streams its events; see :meth:`AsyncClient.run_agent`."""
+        request = runtime_service_pb2.RunAgentRequest(
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+        )
+        return EventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
+
+    def start_run(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+    ) -> run_pb2.Run:
+        """Starts a run without streaming; see :meth:`AsyncClient.start_run`."""
+        request = runtime_service_pb2.StartRunRequest(
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+        )
+        try:
+            return self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc) from exc
+
+    def get_run(self, run_id: str) -> run_pb2.Run:
+        """Returns one run; see :meth:`AsyncClient.get_run`."""
+        request = runtime_service_pb2.GetRunRequest(run_id=run_id)
+        try:
+            return self._stub.GetRun(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc) from exc
+
+    def list_runs(
+        self,
+        *,
+        page_size: int = 50,
+        page_token: str = "",
+        phases: Sequence[run_pb2.RunPhase] = (),
+        agent_name: str = "",
+        session_id: str = "",
+    ) -> runtime_service_pb2.ListRunsResponse:
+        """Lists runs, newest first; see :meth:`AsyncClient.list_runs`."""
+        request = _list_request(page_size, page_token, phases, agent_name, session_id)
+        try:
+            return self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc) from exc
+
+    def stream_events(
+        self, run_id: str, *, after_seq: int = 0, follow: bool = False, timeout: float | None = None
+    ) -> EventStream:
+        """Replays (and with ``follow`` tails) a run's events; see :meth:`AsyncClient.stream_events`."""
+        request = runtime_service_pb2.StreamRunEventsRequest(
+            run_id=run_id, after_seq=after_seq, follow=follow
+        )
+        return EventStream(self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata))
+
+    def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
+        """Asks a run to stop; see :meth:`AsyncClient.cancel_run`."""
+        request = runtime_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
+        try:
+            return self._stub.CancelRun(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc) from exc
+
+    def resolve_approval(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        approve: bool,
+        args_hash: str,
+        expected_revision: int,
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Approves or rejects a call waiting for a person; see :meth:`AsyncClient.resolve_approval`."""
+        request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
+        try:
+            return self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc) from exc

@@ -1,0 +1,59 @@
+"""Model providers: what the engine asks for the next decision of a run.
+
+Providers are pluggy plugins (hook :func:`~runtime_server.models.hookspecs.agentrt_model_provider`);
+the built-in ones are ``scripted`` (deterministic, for demos, tests and benchmarks) and ``openai``
+(Chat Completions over httpx). The engine uses them through a :class:`ModelRegistry`::
+
+    registry = ModelRegistry(get_model_plugin_manager())
+    provider = registry.provider(spec)
+    response = await provider.complete(request, on_text_delta=publish_delta)
+    ...
+    await registry.aclose()
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    ModelAuthError,
+    ModelConfigError,
+    ModelError,
+    ModelPermanentError,
+    ModelTransientError,
+)
+from ._openai import OpenAIProvider
+from ._registry import DEFAULT_MODEL_PLUGINS, ENTRYPOINT_GROUP, ModelRegistry, get_model_plugin_manager
+from ._scripted import EXHAUSTED_TEXT, ScriptedProvider
+from ._types import (
+    Message,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    ModelSpecData,
+    ModelToolCall,
+    ToolDef,
+)
+from .hookspecs import hookimpl, hookspec
+
+__all__ = [
+    "DEFAULT_MODEL_PLUGINS",
+    "ENTRYPOINT_GROUP",
+    "EXHAUSTED_TEXT",
+    "Message",
+    "ModelAuthError",
+    "ModelConfigError",
+    "ModelError",
+    "ModelPermanentError",
+    "ModelProvider",
+    "ModelRegistry",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelSpecData",
+    "ModelToolCall",
+    "ModelTransientError",
+    "OpenAIProvider",
+    "ScriptedProvider",
+    "ToolDef",
+    "get_model_plugin_manager",
+    "hookimpl",
+    "hookspec",
+]

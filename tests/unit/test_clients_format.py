@@ -1,0 +1,247 @@
+"""format_event / format_run / JSON renderings, and the package's exported names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from google.protobuf import duration_pb2, timestamp_pb2
+
+import clients
+from agentrt.runtime.v1 import run_pb2
+from agentrt.toolhost.v1 import tool_pb2
+from clients import event_to_json, event_type, format_event, format_run, format_run_line, run_to_json
+
+USAGE = run_pb2.Usage(model_steps=2, tool_calls=1, input_tokens=120, output_tokens=30, cost_usd=0.0123)
+EXPIRE = timestamp_pb2.Timestamp(seconds=1_700_000_000)
+
+# One populated case and its expected line per RunEvent oneof field. A new event type
+# without an entry here (and so, likely, without a formatter) fails test_every_case_is_covered.
+CASES: dict[str, tuple[dict[str, object], str]] = {
+    "run_started": (
+        {"run_started": run_pb2.RunStarted(agent_name="refund-demo", input="Refund A100")},
+        'run.started  agent=refund-demo input="Refund A100"',
+    ),
+    "step_started": (
+        {"step_started": run_pb2.StepStarted(step=1, kind="model")},
+        "step.started  step=1 kind=model",
+    ),
+    "model_text_delta": (
+        {"model_text_delta": run_pb2.ModelTextDelta(step=2, text="Your refund")},
+        'model.text.delta  step=2 "Your refund"',
+    ),
+    "model_completed": (
+        {
+            "model_completed": run_pb2.ModelCompleted(
+                step=1,
+                tool_calls=[
+                    run_pb2.ToolCall(
+                        call_id="c1", tool="orders.lookup", arguments_json='{"order_id": "A100"}'
+                    ),
+                    run_pb2.ToolCall(
+                        call_id="c2", tool="refund.issue", arguments_json='{"amount": 12.5, "note": "a b"}'
+                    ),
+                ],
+            )
+        },
+        "model.completed  step=1 "
+        'tool_calls=orders.lookup(order_id=A100), refund.issue(amount=12.5, note="a b")',
+    ),
+    "tool_started": (
+        {
+            "tool_started": run_pb2.ToolStarted(
+                step=1, call_id="c1", tool="orders.lookup", arguments_json='{"order_id":"A100"}', attempt=1
+            )
+        },
+        "tool.started  orders.lookup(order_id=A100) call=c1 attempt=1",
+    ),
+    "tool_completed": (
+        {
+            "tool_completed": run_pb2.ToolCompleted(
+                tool="refund.issue", result_json='{"refund_id":"R-1"}', replayed=True
+            )
+        },
+        'tool.completed  refund.issue -> {"refund_id": "R-1"} (replayed)',
+    ),
+    "tool_failed": (
+        {
+            "tool_failed": run_pb2.ToolFailed(
+                call_id="c2",
+                tool="refund.issue",
+                error=tool_pb2.ToolError(code=tool_pb2.TOOL_ERROR_CODE_TRANSIENT, message="payments down"),
+            )
+        },
+        "tool.failed  refund.issue !! TRANSIENT: payments down call=c2",
+    ),
+    "approval_requested": (
+        {
+            "approval_requested": run_pb2.ApprovalRequested(
+                approval_id="ap-1",
+                tool="refund.issue",
+                arguments_json='{"order_id":"A100"}',
+                args_hash="abc123",
+                impact_summary="refund $12.50",
+                expire_time=EXPIRE,
+            )
+        },
+        "approval.requested  refund.issue(order_id=A100) approval_id=ap-1 args_hash=abc123 "
+        'impact="refund $12.50" expires=2023-11-14T22:13:20Z',
+    ),
+    "approval_resolved": (
+        {
+            "approval_resolved": run_pb2.ApprovalResolved(
+                approval_id="ap-1", decision=run_pb2.APPROVAL_DECISION_APPROVE, approver="ana", comment="ok"
+            )
+        },
+        'approval.resolved  ap-1 APPROVE by=ana comment="ok"',
+    ),
+    "retry_scheduled": (
+        {
+            "retry_scheduled": run_pb2.RetryScheduled(
+                call_id="c2",
+                attempt=2,
+                delay=duration_pb2.Duration(seconds=1, nanos=500_000_000),
+                reason="TRANSIENT",
+            )
+        },
+        "retry.scheduled  call=c2 attempt=2 in 1.5s reason=TRANSIENT",
+    ),
+    "run_checkpointed": (
+        {"run_checkpointed": run_pb2.RunCheckpointed(through_seq=6)},
+        "run.checkpointed  through_seq=6",
+    ),
+    "cancel_requested": (
+        {"cancel_requested": run_pb2.CancelRequested(reason="user asked")},
+        "cancel.requested  reason=user asked",
+    ),
+    "run_completed": (
+        {"run_completed": run_pb2.RunCompleted(output="Refund R-1 issued.\nThanks")},
+        'run.completed  output="Refund R-1 issued. Thanks"',
+    ),
+    "run_failed": (
+        {"run_failed": run_pb2.RunFailed(reason="budget_exhausted:model_steps", message="3 of 3")},
+        'run.failed  reason=budget_exhausted:model_steps message="3 of 3"',
+    ),
+    "run_cancelled": (
+        {"run_cancelled": run_pb2.RunCancelled(reason="user asked")},
+        "run.cancelled  reason=user asked",
+    ),
+    "run_ended": (
+        {
+            "run_ended": run_pb2.RunEnded(
+                phase=run_pb2.RUN_PHASE_COMPLETED,
+                reason="final_answer",
+                partial=False,
+                retryable=True,
+                usage=USAGE,
+            )
+        },
+        "run.ended  COMPLETED reason=final_answer partial=false retryable=true "
+        "usage: model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.0123",
+    ),
+}
+
+ONEOF_FIELDS = [f.name for f in run_pb2.RunEvent.DESCRIPTOR.oneofs_by_name["event"].fields]
+
+
+def test_every_case_is_covered() -> None:
+    assert sorted(CASES) == sorted(ONEOF_FIELDS)
+
+
+@pytest.mark.parametrize("case", ONEOF_FIELDS)
+def test_format_event_every_case(case: str) -> None:
+    fields, expected = CASES[case]
+    event = run_pb2.RunEvent(run_id="run-1", seq=7, **fields)  # type: ignore[arg-type]
+    assert event.WhichOneof("event") == case
+    line = format_event(event)
+    assert line == f"#7  {expected}"
+    assert "\n" not in line
+    assert event_type(event) == case.replace("_", ".")
+
+
+@pytest.mark.parametrize("case", ONEOF_FIELDS)
+def test_format_event_empty_case_is_one_line(case: str) -> None:
+    # A default-valued payload must still render (no crash on missing sub-messages).
+    event = run_pb2.RunEvent(seq=1)
+    getattr(event, case).SetInParent()
+    line = format_event(event)
+    assert line.startswith(f"#1  {case.replace('_', '.')}") and "\n" not in line
+
+
+@pytest.mark.parametrize("case", ONEOF_FIELDS)
+def test_event_to_json_is_one_parseable_line(case: str) -> None:
+    fields, _ = CASES[case]
+    event = run_pb2.RunEvent(run_id="run-1", seq=7, **fields)  # type: ignore[arg-type]
+    text = event_to_json(event)
+    assert "\n" not in text
+    data = json.loads(text)
+    assert data["run_id"] == "run-1" and data["seq"] == "7" and case in data
+
+
+def test_live_delta_and_unknown_event() -> None:
+    delta = run_pb2.RunEvent(seq=0, model_text_delta=run_pb2.ModelTextDelta(step=1, text="Hi"))
+    assert format_event(delta) == '~  model.text.delta  step=1 "Hi"'
+    # A newer server's event type this client cannot decode leaves the oneof unset.
+    assert format_event(run_pb2.RunEvent(seq=4)) == "#4  unknown"
+    assert event_type(run_pb2.RunEvent()) == "unknown"
+
+
+def test_odd_tool_payloads_still_render() -> None:
+    not_json = run_pb2.RunEvent(seq=1, tool_started=run_pb2.ToolStarted(tool="t", arguments_json="{oops"))
+    assert format_event(not_json) == "#1  tool.started  t({oops) call= attempt=0"
+    a_list = run_pb2.RunEvent(seq=1, tool_started=run_pb2.ToolStarted(tool="t", arguments_json="[1, 2]"))
+    assert format_event(a_list) == "#1  tool.started  t([1, 2]) call= attempt=0"
+    raw = run_pb2.RunEvent(seq=2, tool_completed=run_pb2.ToolCompleted(tool="t", result_json="plain text"))
+    assert format_event(raw) == "#2  tool.completed  t -> plain text"
+    huge = run_pb2.RunEvent(
+        seq=3, tool_completed=run_pb2.ToolCompleted(tool="t", result_json='"' + "x" * 500 + '"')
+    )
+    line = format_event(huge)
+    assert line.endswith("…") and len(line) < 260
+
+
+def test_format_run_and_line() -> None:
+    run = run_pb2.Run(
+        run_id="run-1",
+        agent_name="refund-demo",
+        phase=run_pb2.RUN_PHASE_FAILED,
+        revision=9,
+        input="Refund A100",
+        output="",
+        reason="budget_exhausted:model_steps",
+        usage=USAGE,
+        session_id="s1",
+        request_key="k1",
+        last_seq=12,
+        create_time=EXPIRE,
+        update_time=EXPIRE,
+    )
+    assert format_run(run).splitlines() == [
+        "run run-1  FAILED  agent=refund-demo  revision=9",
+        "  input:  Refund A100",
+        "  reason: budget_exhausted:model_steps",
+        "  usage:  model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.0123",
+        "  created=2023-11-14T22:13:20Z updated=2023-11-14T22:13:20Z session=s1 request_key=k1 last_seq=12",
+    ]
+    assert (
+        format_run_line(run)
+        == "run-1  FAILED  refund-demo  2023-11-14T22:13:20Z  budget_exhausted:model_steps"
+    )
+    done = run_pb2.Run(run_id="r2", phase=run_pb2.RUN_PHASE_COMPLETED, output="ok")
+    assert "  output: ok" in format_run(done).splitlines()
+    assert format_run_line(done) == "r2  COMPLETED    -"
+    data = json.loads(run_to_json(run))
+    assert data["phase"] == "RUN_PHASE_FAILED" and data["run_id"] == "run-1" and "\n" not in run_to_json(run)
+
+
+def test_phase_name_of_unknown_value() -> None:
+    assert clients.phase_name(run_pb2.RUN_PHASE_EXPIRED) == "EXPIRED"
+    assert clients.phase_name(99) == "99"  # type: ignore[arg-type]
+
+
+def test_all_is_complete_and_sorted() -> None:
+    # Submodules (clients.cli) and the __future__ import are not API.
+    public = {name for name in vars(clients) if not name.startswith("_")} - {"annotations", "cli"}
+    assert set(clients.__all__) == public
+    # isort-style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions.
+    assert clients.__all__ == sorted(clients.__all__, key=lambda n: (not n.isupper(), not n[0].isupper(), n))

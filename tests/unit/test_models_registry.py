@@ -1,0 +1,318 @@
+"""Plugin manager factory and ModelRegistry: built-ins, entry points, caching, unknown providers, closing."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import pluggy
+import pytest
+
+from runtime_server.models import (
+    DEFAULT_MODEL_PLUGINS,
+    ENTRYPOINT_GROUP,
+    ModelConfigError,
+    ModelProvider,
+    ModelRegistry,
+    ModelRequest,
+    ModelResponse,
+    ModelSpecData,
+    OpenAIProvider,
+    ScriptedProvider,
+    get_model_plugin_manager,
+    hookimpl,
+)
+
+SCRIPT = {"steps": [{"text": "hi"}]}
+
+
+def spec(
+    provider: str = "scripted", name: str = "demo", options: Mapping[str, Any] | None = None
+) -> ModelSpecData:
+    return ModelSpecData(provider=provider, name=name, options=SCRIPT if options is None else options)
+
+
+class EchoProvider:
+    def __init__(self, options: Mapping[str, Any], *, fail_close: bool = False) -> None:
+        self.options = options
+        self.closed = 0
+        self.fail_close = fail_close
+
+    async def complete(
+        self, request: ModelRequest, *, on_text_delta: Callable[[str], None] | None = None
+    ) -> ModelResponse:
+        return ModelResponse(
+            text="echo", tool_calls=(), input_tokens=1, output_tokens=1, finish_reason="stop"
+        )
+
+    async def aclose(self) -> None:
+        self.closed += 1
+        if self.fail_close:
+            raise OSError(f"close failed {self.options.get('n')}")
+
+
+class EchoPlugin:
+    """A third-party model plugin, as an entry point would provide it."""
+
+    def __init__(self) -> None:
+        self.created: list[EchoProvider] = []
+
+    @hookimpl
+    def agentrt_model_provider(self, name: str, options: Mapping[str, Any]) -> ModelProvider | None:
+        if name != "echo":
+            return None
+        provider = EchoProvider(options, fail_close=bool(options.get("fail_close")))
+        self.created.append(provider)
+        return provider
+
+    @hookimpl
+    def agentrt_model_provider_names(self) -> list[str]:
+        return ["echo"]
+
+
+class ToolPlugin:
+    """A tool plugin in the shared entry-point group: its hooks are not the model manager's business."""
+
+    @hookimpl
+    def agentrt_register_tools(self, config: object) -> list[object]:
+        return []
+
+
+class TypoPlugin:
+    @hookimpl
+    def agentrt_model_provder(self, name: str) -> None:
+        return None
+
+
+class BadPlugin:
+    @hookimpl
+    def agentrt_model_provider(self, name: str) -> object:
+        return object()
+
+
+class FakeEntryPoint:
+    group = ENTRYPOINT_GROUP
+
+    def __init__(self, name: str, load: Callable[[], object]) -> None:
+        self.name = name
+        self._load = load
+
+    def load(self) -> object:
+        return self._load()
+
+
+class FakeDistribution:
+    def __init__(self, *entry_points: FakeEntryPoint) -> None:
+        self.entry_points = entry_points
+        self.metadata = {"name": "fake-dist"}
+
+
+def fake_distributions(monkeypatch: pytest.MonkeyPatch, *entry_points: FakeEntryPoint) -> None:
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [FakeDistribution(*entry_points)])
+
+
+@pytest.fixture
+def echo() -> Iterator[EchoPlugin]:
+    yield EchoPlugin()
+
+
+@pytest.fixture
+def pm(echo: EchoPlugin) -> Iterator[pluggy.PluginManager]:
+    manager = get_model_plugin_manager(entrypoints=False)
+    manager.register(echo, name="echo")
+    try:
+        yield manager
+    finally:
+        manager.unregister(name="echo")
+
+
+def test_builtins_are_registered_as_plugins() -> None:
+    pm = get_model_plugin_manager(entrypoints=False)
+
+    assert [pm.has_plugin(name) for name in DEFAULT_MODEL_PLUGINS] == [True, True]
+    assert get_model_plugin_manager(entrypoints=False) is not pm  # a factory, not a global
+
+
+async def test_registry_creates_builtin_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTRT_TEST_KEY", "sk-registry-test-key")
+    async with ModelRegistry(get_model_plugin_manager(entrypoints=False)) as registry:
+        scripted = registry.provider(spec())
+        openai = registry.provider(spec("openai", "gpt-test", {"api_key_env": "AGENTRT_TEST_KEY"}))
+
+        assert isinstance(scripted, ScriptedProvider)
+        assert isinstance(openai, OpenAIProvider)
+
+
+async def test_one_provider_per_provider_name_and_options(pm: pluggy.PluginManager, echo: EchoPlugin) -> None:
+    async with ModelRegistry(pm) as registry:
+        first = registry.provider(spec("echo", options={"a": 1, "b": [1, 2]}))
+
+        assert registry.provider(spec("echo", options={"b": [1, 2], "a": 1})) is first
+        assert registry.provider(spec("echo", options={"a": 2, "b": [1, 2]})) is not first
+        assert registry.provider(spec("echo", name="other", options={"a": 1, "b": [1, 2]})) is not first
+        assert len(echo.created) == 3
+
+
+async def test_plugin_gets_a_read_only_copy_of_the_options(
+    pm: pluggy.PluginManager, echo: EchoPlugin
+) -> None:
+    options: dict[str, Any] = {"nested": {"x": 1}}
+    async with ModelRegistry(pm) as registry:
+        registry.provider(spec("echo", options=options))
+        options["nested"]["x"] = 2  # the caller's later change reaches neither the plugin nor the cache
+
+        received = echo.created[0].options
+        assert received == {"nested": {"x": 1}}
+        with pytest.raises(TypeError):
+            received["nested"] = {}  # type: ignore[index]
+
+
+async def test_read_only_mapping_options_are_accepted(pm: pluggy.PluginManager, echo: EchoPlugin) -> None:
+    options = MappingProxyType({"nested": MappingProxyType({"x": 1})})
+    async with ModelRegistry(pm) as registry:
+        first = registry.provider(spec("echo", options=options))
+
+        assert registry.provider(spec("echo", options={"nested": {"x": 1}})) is first
+        assert echo.created[0].options == {"nested": {"x": 1}}
+
+
+class CountingOptions(Mapping[str, Any]):
+    """Options that count how often they are read, to see the registry's by-identity shortcut."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.reads = 0
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.reads += 1
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+async def test_the_same_options_object_is_not_serialised_again(pm: pluggy.PluginManager) -> None:
+    options = CountingOptions({"a": 1})
+    async with ModelRegistry(pm) as registry:
+        first = registry.provider(spec("echo", options=options))
+        reads = options.reads
+
+        for _ in range(3):
+            assert registry.provider(spec("echo", options=options)) is first
+        assert options.reads == reads > 0
+        assert registry.provider(spec("echo", options=CountingOptions({"a": 1}))) is first
+
+
+async def test_many_equal_options_objects_share_one_provider(
+    pm: pluggy.PluginManager, echo: EchoPlugin
+) -> None:
+    async with ModelRegistry(pm) as registry:
+        providers = {id(registry.provider(spec("echo", options={"a": 1}))) for _ in range(1100)}
+
+    assert len(providers) == 1 and len(echo.created) == 1
+
+
+async def test_unknown_provider_names_the_known_ones(pm: pluggy.PluginManager) -> None:
+    async with ModelRegistry(pm) as registry:
+        with pytest.raises(
+            ModelConfigError, match="unknown model provider 'nope'; known providers: echo, openai, scripted"
+        ) as caught:
+            registry.provider(spec("nope"))
+
+    assert caught.value.reason == "unknown_provider"
+
+
+async def test_options_that_are_not_json_are_a_config_error() -> None:
+    async with ModelRegistry(get_model_plugin_manager(entrypoints=False)) as registry:
+        with pytest.raises(ModelConfigError, match="must be JSON values"):
+            registry.provider(spec(options={"steps": [], "when": object()}))
+        with pytest.raises(ModelConfigError, match="must be JSON values"):
+            registry.provider(spec(options={"steps": [], "delay_s": float("nan")}))
+
+
+async def test_bad_options_surface_from_the_provider() -> None:
+    async with ModelRegistry(get_model_plugin_manager(entrypoints=False)) as registry:
+        with pytest.raises(ModelConfigError, match="invalid options for the scripted model provider"):
+            registry.provider(spec(options={"stepz": []}))
+
+
+async def test_missing_api_key_env_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENTRT_TEST_MISSING_KEY", raising=False)
+    async with ModelRegistry(get_model_plugin_manager(entrypoints=False)) as registry:
+        with pytest.raises(ModelConfigError, match="AGENTRT_TEST_MISSING_KEY is not set"):
+            registry.provider(spec("openai", "gpt-test", {"api_key_env": "AGENTRT_TEST_MISSING_KEY"}))
+
+
+async def test_a_plugin_returning_something_else_is_a_type_error() -> None:
+    pm = get_model_plugin_manager(entrypoints=False, blocked=DEFAULT_MODEL_PLUGINS)
+    pm.register(BadPlugin(), name="bad")
+    async with ModelRegistry(pm) as registry:
+        with pytest.raises(TypeError, match="returned object, not a ModelProvider"):
+            registry.provider(spec("anything"))
+
+
+async def test_blocked_builtin_is_unknown() -> None:
+    pm = get_model_plugin_manager(entrypoints=False, blocked=["runtime_server.models._openai"])
+    async with ModelRegistry(pm) as registry:
+        with pytest.raises(ModelConfigError, match=r"'openai'; known providers: scripted$"):
+            registry.provider(spec("openai"))
+
+
+async def test_aclose_closes_every_provider_and_raises_the_first_failure(
+    pm: pluggy.PluginManager, echo: EchoPlugin
+) -> None:
+    registry = ModelRegistry(pm)
+    for n in range(3):
+        registry.provider(spec("echo", options={"n": n, "fail_close": n > 0}))
+
+    with pytest.raises(OSError, match="close failed 1"):
+        await registry.aclose()
+
+    assert [p.closed for p in echo.created] == [1, 1, 1]
+    with pytest.raises(RuntimeError, match="closed"):
+        registry.provider(spec("echo"))
+    await registry.aclose()  # idempotent: nothing left to close
+    assert [p.closed for p in echo.created] == [1, 1, 1]
+
+
+async def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = EchoPlugin()
+    fake_distributions(
+        monkeypatch, FakeEntryPoint("echo_models", lambda: plugin), FakeEntryPoint("tools", ToolPlugin)
+    )
+
+    pm = get_model_plugin_manager()
+
+    assert pm.has_plugin("echo_models") and pm.has_plugin("tools")
+    async with ModelRegistry(pm) as registry:
+        assert isinstance(registry.provider(spec("echo")), EchoProvider)
+        assert registry.known_providers() == ["echo", "openai", "scripted"]
+
+
+def test_entrypoints_false_loads_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_distributions(monkeypatch, FakeEntryPoint("echo_models", EchoPlugin))
+
+    assert not get_model_plugin_manager(entrypoints=False).has_plugin("echo_models")
+
+
+def test_misspelled_model_hook_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_distributions(monkeypatch, FakeEntryPoint("typo", TypoPlugin))
+
+    with pytest.raises(pluggy.PluginValidationError, match="unknown hook 'agentrt_model_provder'"):
+        get_model_plugin_manager()
+
+
+def test_plugin_that_fails_to_import_fails_fast_unless_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> object:
+        raise ModuleNotFoundError("No module named 'broken_plugin'")
+
+    fake_distributions(monkeypatch, FakeEntryPoint("broken", broken))
+
+    with pytest.raises(ModuleNotFoundError):
+        get_model_plugin_manager()
+    assert not get_model_plugin_manager(blocked=["broken"]).has_plugin("broken")

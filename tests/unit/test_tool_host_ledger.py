@@ -1,0 +1,203 @@
+"""Unit tests of the operation ledger (R5.4) and fencing (R3.3), on a real SQLite file."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tool_host._errors import ErrorCode
+from tool_host._ledger import (
+    Conflict,
+    InFlight,
+    Ledger,
+    OperationStatus,
+    OutcomeUnknown,
+    Replay,
+    Start,
+)
+from tool_host._outcome import Outcome
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "sub" / "ledger.sqlite"
+
+
+@pytest.fixture
+def ledger(path: Path) -> Iterator[Ledger]:
+    with Ledger(path, owner="life-1") as ledger:
+        yield ledger
+
+
+def _begin(ledger: Ledger, key: str = "k1", **overrides: Any) -> Any:
+    kwargs: dict[str, Any] = {
+        "idempotency_key": key,
+        "tool": "refund.issue",
+        "input_hash": "h1",
+        "run_id": "run-1",
+        "call_id": "call-1",
+        "rerun_after_crash": False,
+    }
+    kwargs.update(overrides)
+    return ledger.begin(**kwargs)
+
+
+def test_a_new_key_starts_and_is_recorded_running(ledger: Ledger, path: Path) -> None:
+    decision = _begin(ledger)
+    assert isinstance(decision, Start)
+    record = decision.record
+    assert (record.status, record.owner, record.executions, record.outcome) == (
+        OperationStatus.RUNNING,
+        "life-1",
+        1,
+        None,
+    )
+    assert (record.tool, record.input_hash, record.run_id, record.call_id) == (
+        "refund.issue",
+        "h1",
+        "run-1",
+        "call-1",
+    )
+    assert record.create_time_ns == record.update_time_ns > 0
+    assert ledger.get("k1") == record
+    assert path.exists()
+
+
+def test_the_database_is_in_wal_mode(ledger: Ledger, path: Path) -> None:
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
+
+
+def test_unknown_keys_are_none(ledger: Ledger) -> None:
+    assert ledger.get("nope") is None
+
+
+def test_a_succeeded_key_replays(ledger: Ledger) -> None:
+    _begin(ledger)
+    ledger.finish("k1", Outcome.success('{"ok":true}'))
+    decision = _begin(ledger)
+    assert isinstance(decision, Replay)
+    assert decision.record.status is OperationStatus.SUCCEEDED
+    assert decision.record.outcome == Outcome.success('{"ok":true}')
+    assert decision.record.executions == 1
+    assert decision.record.update_time_ns >= decision.record.create_time_ns
+
+
+@pytest.mark.parametrize("code", [ErrorCode.PERMANENT, ErrorCode.INVALID_INPUT, ErrorCode.UNAUTHORIZED])
+def test_a_final_failure_replays(ledger: Ledger, code: ErrorCode) -> None:
+    _begin(ledger)
+    ledger.finish("k1", Outcome.error(code, "nope", {"why": 1}))
+    decision = _begin(ledger)
+    assert isinstance(decision, Replay)
+    assert decision.record.status is OperationStatus.FAILED
+    failure = decision.record.outcome.failure
+    assert (failure.code, failure.message, failure.details_json) == (code, "nope", '{"why": 1}')
+
+
+@pytest.mark.parametrize("code", [ErrorCode.TRANSIENT, ErrorCode.CANCELLED])
+def test_a_retryable_failure_runs_again(ledger: Ledger, code: ErrorCode) -> None:
+    _begin(ledger)
+    ledger.finish("k1", Outcome.error(code, "later"))
+    decision = _begin(ledger, run_id="run-1", call_id="call-2")
+    assert isinstance(decision, Start)
+    assert (decision.record.status, decision.record.executions) == (OperationStatus.RUNNING, 2)
+    assert decision.record.outcome is None
+    assert decision.record.call_id == "call-2"
+
+
+@pytest.mark.parametrize("change", [{"input_hash": "other"}, {"tool": "other.tool"}])
+def test_a_key_reused_for_other_arguments_or_tool_conflicts(ledger: Ledger, change: dict[str, str]) -> None:
+    _begin(ledger)
+    ledger.finish("k1", Outcome.success("1"))
+    decision = _begin(ledger, **change)
+    assert isinstance(decision, Conflict)
+    assert decision.record.input_hash == "h1"
+
+
+def test_a_conflict_is_reported_even_while_running(ledger: Ledger) -> None:
+    _begin(ledger)
+    assert isinstance(_begin(ledger, input_hash="other"), Conflict)
+
+
+def test_running_in_this_life_is_in_flight(ledger: Ledger) -> None:
+    _begin(ledger)
+    assert isinstance(_begin(ledger), InFlight)
+
+
+def test_running_in_a_dead_life_is_unknown_for_writes(path: Path) -> None:
+    with Ledger(path, owner="dead") as before_crash:
+        _begin(before_crash)
+    with Ledger(path, owner="life-2") as after:
+        decision = _begin(after, rerun_after_crash=False)
+        assert isinstance(decision, OutcomeUnknown)
+        assert decision.record.owner == "dead"
+        assert after.get("k1").status is OperationStatus.RUNNING  # unchanged: still unknown
+
+
+def test_running_in_a_dead_life_reruns_for_safe_tools(path: Path) -> None:
+    with Ledger(path, owner="dead") as before_crash:
+        _begin(before_crash)
+    with Ledger(path, owner="life-2") as after:
+        decision = _begin(after, rerun_after_crash=True)
+        assert isinstance(decision, Start)
+        assert (decision.record.owner, decision.record.executions) == ("life-2", 2)
+
+
+def test_only_the_owner_records_an_outcome(path: Path) -> None:
+    with Ledger(path, owner="dead") as before_crash:
+        _begin(before_crash)
+    with Ledger(path, owner="life-2") as after:
+        after.finish("k1", Outcome.success("1"))  # a stray finish from another life
+        assert after.get("k1").status is OperationStatus.RUNNING
+
+
+def test_entries_survive_a_reopen(path: Path) -> None:
+    with Ledger(path, owner="a") as first:
+        _begin(first)
+        first.finish("k1", Outcome.success("[1]"))
+    with Ledger(path, owner="b") as second:
+        record = second.get("k1")
+        assert record is not None and record.outcome == Outcome.success("[1]")
+
+
+def test_close_is_idempotent(path: Path) -> None:
+    ledger = Ledger(path, owner="x")
+    ledger.close()
+    ledger.close()
+    assert ledger.closed
+    with pytest.raises(sqlite3.ProgrammingError):
+        ledger.get("k1")
+
+
+def test_a_failed_transaction_rolls_back(ledger: Ledger) -> None:
+    _begin(ledger)
+    with pytest.raises(sqlite3.IntegrityError), ledger._transaction() as db:
+        db.execute("UPDATE operations SET status = 'BOGUS'")  # violates the CHECK
+    assert ledger.get("k1").status is OperationStatus.RUNNING
+    assert isinstance(_begin(ledger, "k2"), Start)  # the connection is usable again
+
+
+# --- fencing ---------------------------------------------------------------------------------
+
+
+def test_fencing_refuses_older_tokens_per_run(ledger: Ledger) -> None:
+    assert ledger.check_fence("run-1", 5) is None
+    assert ledger.check_fence("run-1", 5) is None  # the same lease again is fine
+    assert ledger.check_fence("run-1", 4) == 5
+    assert ledger.check_fence("run-2", 1) is None  # other runs are independent
+    assert ledger.check_fence("run-1", 9) is None
+    assert ledger.check_fence("run-1", 5) == 9
+
+
+def test_fencing_survives_a_reopen(path: Path) -> None:
+    with Ledger(path, owner="a") as first:
+        first.check_fence("run-1", 3)
+    with Ledger(path, owner="b") as second:
+        assert second.check_fence("run-1", 2) == 3

@@ -1,0 +1,163 @@
+"""The tool host: gRPC server, health, reflection, ledger and tools, with graceful shutdown."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc.aio
+import pluggy
+from grpc_health.v1 import _async as health_aio  # health.aio; the stubs lack it
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from agentrt.toolhost.v1 import tool_host_service_pb2, tool_host_service_pb2_grpc
+from tool_host._context import DEFAULT_DATA_DIR
+from tool_host._ledger import Ledger
+from tool_host._plugins import get_plugin_manager
+from tool_host._sdk import Tool
+from tool_host._server import ToolHostServicer
+
+__all__ = ["LEDGER_FILE", "SERVICE_NAME", "ToolHost", "parse_listen"]
+
+SERVICE_NAME: str = tool_host_service_pb2.DESCRIPTOR.services_by_name["ToolHostService"].full_name
+LEDGER_FILE = "ledger.sqlite"
+
+_log = logging.getLogger(__name__)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6); port 0 picks a free port.
+
+    Raises:
+        ValueError: Not a ``HOST:PORT`` with a port in 0..65535.
+    """
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"port {port} is out of range")
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError("unbalanced brackets around an IPv6 host")
+    if ":" in host and not host.startswith("["):
+        raise ValueError("write an IPv6 host in brackets, e.g. [::1]:0")
+    return host, port
+
+
+class ToolHost:
+    """A tool host serving ``tools`` over ``agentrt.toolhost.v1.ToolHostService``.
+
+    Usable in-process (tests, the embedded demo) as well as by ``python -m tool_host``::
+
+        async with ToolHost(tools=tools, data_dir=tmp_path) as host:
+            await host.start("127.0.0.1:0")
+            ...  # connect to host.address
+
+    Args:
+        tools: Tools by name (see ``collect_tools``).
+        data_dir: Directory of the ledger; handed to tools as ``ctx.data_dir``.
+        pm: Plugin manager for ``agentrt_preview_tool``; an empty one when None.
+        cancel_grace: Seconds a cancelled tool gets to stop on its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Mapping[str, Tool],
+        data_dir: Path = DEFAULT_DATA_DIR,
+        pm: pluggy.PluginManager | None = None,
+        cancel_grace: float = 2.0,
+    ) -> None:
+        self.tools = dict(tools)
+        self.data_dir = data_dir
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.address: str | None = None
+        self._pm = pm if pm is not None else get_plugin_manager(entrypoints=False)
+        self._cancel_grace = cancel_grace
+        self._server: grpc.aio.Server | None = None
+        self._health: health_aio.HealthServicer | None = None
+        self._ledger: Ledger | None = None
+        self._servicer: ToolHostServicer | None = None
+
+    async def start(self, listen: str = "127.0.0.1:0") -> str:
+        """Bind, open the ledger and start serving.
+
+        Args:
+            listen: ``HOST:PORT``; port 0 picks a free port.
+
+        Returns:
+            The address served, ``HOST:PORT`` with the real port.
+
+        Raises:
+            ValueError: ``listen`` is malformed.
+            OSError: The address cannot be bound.
+            RuntimeError: Already started.
+        """
+        if self._server is not None:
+            raise RuntimeError("the tool host is already started")
+        host, _ = parse_listen(listen)
+        server = grpc.aio.server()
+        try:
+            port = server.add_insecure_port(listen)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {listen}: {exc}") from None
+        if port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        # The ledger is opened only after the bind worked, so a bad address leaves no files behind.
+        ledger = Ledger(self.data_dir / LEDGER_FILE, owner=uuid.uuid4().hex)
+        servicer = ToolHostServicer(
+            tools=self.tools,
+            pm=self._pm,
+            ledger=ledger,
+            data_dir=self.data_dir,
+            counters=self.counters,
+            cancel_grace=self._cancel_grace,
+        )
+        tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server(servicer, server)
+        health_servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        services = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(services, server)
+        try:
+            await server.start()
+        except BaseException:
+            ledger.close()
+            raise
+        for service in (SERVICE_NAME, health.OVERALL_HEALTH):
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._server, self._health, self._ledger, self._servicer = server, health_servicer, ledger, servicer
+        self.address = f"{host}:{port}"
+        _log.info("serving %d tool(s) on %s, data in %s", len(self.tools), self.address, self.data_dir)
+        return self.address
+
+    async def stop(self, grace: float | None = 5.0) -> None:
+        """Report NOT_SERVING, finish or cancel in-flight calls within ``grace``, close the ledger.
+
+        Args:
+            grace: Seconds in-flight calls get to finish; None waits for them all.
+        """
+        if self._server is None:
+            return
+        assert self._health is not None and self._ledger is not None and self._servicer is not None
+        await self._health.enter_graceful_shutdown()
+        # stop() waits for running RPCs up to grace, then cancels them (their tools get the signal).
+        await self._server.stop(grace)
+        await self._servicer.operations.drain(within=self._cancel_grace)
+        self._ledger.close()
+        self._server = None
+        _log.info("stopped; counters: %s", dict(sorted(self.counters.items())))
+
+    async def wait_for_termination(self) -> None:
+        """Wait until the server stops."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def __aenter__(self) -> ToolHost:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop(grace=None if exc[0] is None else 0)

@@ -1,0 +1,316 @@
+"""The operation ledger (R5.4): one SQLite row per idempotency key, plus fencing tokens (R3.3).
+
+The ledger is synchronous and meant to be called from the host's event loop
+thread only: each method is one short transaction, and keeping them off other
+threads makes "look up, then record RUNNING" atomic within the process without
+locks. ``BEGIN IMMEDIATE`` keeps it atomic against another process on the same file.
+
+Which host process life started a RUNNING entry is stored as ``owner`` (a fresh
+id per start): RUNNING with another owner means the host died while the tool ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tool_host._errors import ErrorCode
+from tool_host._outcome import Failure, Outcome
+
+__all__ = [
+    "Conflict",
+    "Decision",
+    "InFlight",
+    "Ledger",
+    "OperationRecord",
+    "OperationStatus",
+    "OutcomeUnknown",
+    "Replay",
+    "Start",
+]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operations (
+    idempotency_key    TEXT PRIMARY KEY,
+    tool               TEXT NOT NULL,
+    input_hash         TEXT NOT NULL,
+    run_id             TEXT NOT NULL,
+    call_id            TEXT NOT NULL,
+    status             TEXT NOT NULL CHECK (status IN ('RUNNING', 'SUCCEEDED', 'FAILED')),
+    result_json        TEXT,
+    error_code         TEXT,
+    error_message      TEXT,
+    error_details_json TEXT,
+    owner              TEXT NOT NULL,
+    executions         INTEGER NOT NULL,
+    create_time_ns     INTEGER NOT NULL,
+    update_time_ns     INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fencing (
+    run_id         TEXT PRIMARY KEY,
+    token          INTEGER NOT NULL,
+    update_time_ns INTEGER NOT NULL
+);
+"""
+
+
+class OperationStatus(enum.Enum):
+    """Where an invocation is; mirrors ``agentrt.toolhost.v1.OperationStatus``."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OperationRecord:
+    """One ledger entry."""
+
+    idempotency_key: str
+    tool: str
+    input_hash: str
+    run_id: str
+    call_id: str
+    status: OperationStatus
+    outcome: Outcome | None
+    owner: str
+    executions: int
+    create_time_ns: int
+    update_time_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Recorded RUNNING under this process: run the tool now."""
+
+    record: OperationRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """A final outcome is recorded: return it, do not run the tool."""
+
+    record: OperationRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class Conflict:
+    """The key was used before for another tool or other arguments."""
+
+    record: OperationRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class InFlight:
+    """This process is running the same call right now: wait for it."""
+
+    record: OperationRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class OutcomeUnknown:
+    """An earlier host life died while a non-idempotent write ran: its effect is unknown."""
+
+    record: OperationRecord
+
+
+Decision = Start | Replay | Conflict | InFlight | OutcomeUnknown
+
+
+class Ledger:
+    """The SQLite operation ledger of one host.
+
+    Args:
+        path: The database file (created with its directory if missing).
+        owner: Id of this host process life.
+    """
+
+    def __init__(self, path: Path, *, owner: str) -> None:
+        self.path = path
+        self.owner = owner
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN ourselves; check_same_thread stays on, see module doc.
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL survives a crash of the process (the failure R5.3 recovers from);
+            # only an OS crash or power loss may drop the last commits.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the database; later calls fail."""
+        if not self._closed:
+            self._closed = True
+            self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def get(self, idempotency_key: str) -> OperationRecord | None:
+        """Return the entry of a key, or None."""
+        row = self._db.execute(
+            "SELECT * FROM operations WHERE idempotency_key = ?", (idempotency_key,)
+        ).fetchone()
+        return _record(row) if row is not None else None
+
+    def begin(
+        self,
+        *,
+        idempotency_key: str,
+        tool: str,
+        input_hash: str,
+        run_id: str,
+        call_id: str,
+        rerun_after_crash: bool,
+    ) -> Decision:
+        """Decide what to do with a call, recording RUNNING when it is to run.
+
+        Args:
+            idempotency_key: The call's key.
+            tool: Tool name.
+            input_hash: sha256 of the canonical arguments.
+            run_id: Run that made the call.
+            call_id: Call id within the run.
+            rerun_after_crash: The tool is idempotent or read-only, so an entry left
+                RUNNING by a dead host may run again.
+
+        Returns:
+            :class:`Start` (recorded RUNNING), :class:`Replay`, :class:`Conflict`,
+            :class:`InFlight` or :class:`OutcomeUnknown`.
+        """
+        now = time.time_ns()
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT * FROM operations WHERE idempotency_key = ?", (idempotency_key,)
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO operations (idempotency_key, tool, input_hash, run_id, call_id, status,"
+                    " owner, executions, create_time_ns, update_time_ns)"
+                    " VALUES (?, ?, ?, ?, ?, 'RUNNING', ?, 1, ?, ?)",
+                    (idempotency_key, tool, input_hash, run_id, call_id, self.owner, now, now),
+                )
+                return Start(self._get(db, idempotency_key))
+            record = _record(row)
+            if record.tool != tool or record.input_hash != input_hash:
+                return Conflict(record)
+            if record.status is OperationStatus.RUNNING:
+                if record.owner == self.owner:
+                    return InFlight(record)
+                if not rerun_after_crash:
+                    return OutcomeUnknown(record)
+            elif record.outcome is not None and not record.outcome.retryable:
+                return Replay(record)
+            # A retryable failure, or a safe call orphaned by a dead host: run it again.
+            db.execute(
+                "UPDATE operations SET status = 'RUNNING', result_json = NULL, error_code = NULL,"
+                " error_message = NULL, error_details_json = NULL, owner = ?, run_id = ?, call_id = ?,"
+                " executions = executions + 1, update_time_ns = ? WHERE idempotency_key = ?",
+                (self.owner, run_id, call_id, now, idempotency_key),
+            )
+            return Start(self._get(db, idempotency_key))
+
+    def finish(self, idempotency_key: str, outcome: Outcome) -> None:
+        """Record the outcome of a call this process started."""
+        failure = outcome.failure
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE operations SET status = ?, result_json = ?, error_code = ?, error_message = ?,"
+                " error_details_json = ?, update_time_ns = ? WHERE idempotency_key = ? AND owner = ?",
+                (
+                    OperationStatus.FAILED.value if failure else OperationStatus.SUCCEEDED.value,
+                    outcome.result_json,
+                    failure.code.value if failure else None,
+                    failure.message if failure else None,
+                    failure.details_json if failure else None,
+                    time.time_ns(),
+                    idempotency_key,
+                    self.owner,
+                ),
+            )
+
+    def check_fence(self, run_id: str, token: int) -> int | None:
+        """Remember the highest fencing token per run and refuse older ones.
+
+        Args:
+            run_id: The run.
+            token: The caller's fencing token (the run's lease generation).
+
+        Returns:
+            None when the call may proceed, else the higher token already seen.
+        """
+        with self._transaction() as db:
+            row = db.execute("SELECT token FROM fencing WHERE run_id = ?", (run_id,)).fetchone()
+            if row is not None and int(row["token"]) > token:
+                return int(row["token"])
+            db.execute(
+                "INSERT INTO fencing (run_id, token, update_time_ns) VALUES (?, ?, ?)"
+                " ON CONFLICT (run_id) DO UPDATE SET token = excluded.token,"
+                " update_time_ns = excluded.update_time_ns WHERE excluded.token > fencing.token",
+                (run_id, token, time.time_ns()),
+            )
+            return None
+
+    @staticmethod
+    def _get(db: sqlite3.Connection, idempotency_key: str) -> OperationRecord:
+        row = db.execute("SELECT * FROM operations WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+        return _record(row)
+
+
+def _record(row: Any) -> OperationRecord:
+    status = OperationStatus(row["status"])
+    outcome: Outcome | None = None
+    if status is OperationStatus.SUCCEEDED:
+        outcome = Outcome.success(row["result_json"])
+    elif status is OperationStatus.FAILED:
+        outcome = Outcome(
+            failure=Failure(
+                code=ErrorCode(row["error_code"]),
+                message=row["error_message"] or "",
+                details_json=row["error_details_json"] or "",
+            )
+        )
+    return OperationRecord(
+        idempotency_key=row["idempotency_key"],
+        tool=row["tool"],
+        input_hash=row["input_hash"],
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        status=status,
+        outcome=outcome,
+        owner=row["owner"],
+        executions=int(row["executions"]),
+        create_time_ns=int(row["create_time_ns"]),
+        update_time_ns=int(row["update_time_ns"]),
+    )

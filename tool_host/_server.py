@@ -1,0 +1,373 @@
+"""The ``agentrt.toolhost.v1.ToolHostService`` servicer."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import hashlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, assert_never, cast
+
+import grpc
+import grpc.aio
+import pluggy
+from opentelemetry import propagate, trace
+
+from agentrt.toolhost.v1 import tool_host_service_pb2 as pb
+from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc
+from agentrt.toolhost.v1 import tool_pb2
+from tool_host._context import ToolContext
+from tool_host._convert import failure_to_proto, operation_to_proto, tool_to_spec
+from tool_host._errors import ErrorCode, InvalidInput
+from tool_host._ledger import Conflict, InFlight, Ledger, OutcomeUnknown, Replay, Start
+from tool_host._operations import Operations
+from tool_host._outcome import Failure, Outcome
+from tool_host._plugins import preview
+from tool_host._sdk import Tool, canonical_json
+from tool_host._status import InternalFailure, InvalidRequest, NotFound, RpcFailure, abort_with
+
+__all__ = ["CallMetadata", "ToolHostServicer", "call_budget", "parse_metadata"]
+
+_log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("tool_host")
+
+ServicerContext = grpc.aio.ServicerContext[Any, Any]
+
+IDEMPOTENCY_KEY = "x-agentrt-idempotency-key"
+RUN_ID = "x-agentrt-run-id"
+CALL_ID = "x-agentrt-call-id"
+ATTEMPT = "x-agentrt-attempt"
+FENCING_TOKEN = "x-agentrt-fencing-token"
+TRACEPARENT = "traceparent"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CallMetadata:
+    """The agentrt call metadata of one InvokeTool call (R3.3)."""
+
+    idempotency_key: str
+    run_id: str = ""
+    call_id: str = ""
+    attempt: int = 1
+    fencing_token: int | None = None
+    traceparent: str | None = None
+
+
+def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMetadata:
+    """Read the agentrt call metadata.
+
+    Raises:
+        InvalidRequest: The idempotency key is missing, or attempt / fencing token is not an integer.
+    """
+    values: dict[str, str] = {}
+    for key, value in metadata or ():
+        if isinstance(value, str):
+            values[key.lower()] = value.strip()
+    key = values.get(IDEMPOTENCY_KEY, "")
+    if not key:
+        raise InvalidRequest(
+            f"metadata {IDEMPOTENCY_KEY} is required",
+            reason="MISSING_IDEMPOTENCY_KEY",
+            violations=[(IDEMPOTENCY_KEY, "required: a key stable across retries of the call")],
+        )
+    attempt = _non_negative_int(values, ATTEMPT)
+    fencing_token = _non_negative_int(values, FENCING_TOKEN)
+    return CallMetadata(
+        idempotency_key=key,
+        run_id=values.get(RUN_ID, ""),
+        call_id=values.get(CALL_ID, ""),
+        attempt=attempt or 1,
+        fencing_token=fencing_token,
+        traceparent=values.get(TRACEPARENT) or None,
+    )
+
+
+def _non_negative_int(values: Mapping[str, str], name: str) -> int | None:
+    text = values.get(name, "")
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidRequest(
+            f"metadata {name} must be a non-negative integer",
+            reason="INVALID_METADATA",
+            violations=[(name, f"not a non-negative integer: {text[:40]!r}")],
+        )
+    return int(text)
+
+
+def call_budget(
+    *, tool_timeout: float, time_remaining: float | None, reserve: float
+) -> tuple[float, float | None]:
+    """Seconds a call may run, and seconds until the host must answer (R6.5).
+
+    The run budget is the tool's timeout capped by the caller's deadline, less a small
+    reserve (at most a tenth of what is left). The host answers half a reserve before
+    the caller's deadline, so a tool's typed timeout reaches the caller before its
+    deadline does.
+
+    Args:
+        tool_timeout: The tool's own timeout.
+        time_remaining: Seconds until the gRPC deadline, or None without one.
+        reserve: Seconds to keep back, at most.
+
+    Returns:
+        ``(budget, reply_within)``: a budget of zero or less means the deadline has passed;
+        ``reply_within`` is None without a caller deadline.
+    """
+    if time_remaining is None:
+        return tool_timeout, None
+    kept = min(reserve, time_remaining / 10)
+    return min(tool_timeout, time_remaining - kept), time_remaining - kept / 2
+
+
+def _response(outcome: Outcome, *, replayed: bool = False) -> pb.InvokeToolResponse:
+    if outcome.failure is not None:
+        return pb.InvokeToolResponse(error=failure_to_proto(outcome.failure), replayed=replayed)
+    return pb.InvokeToolResponse(result_json=outcome.result_json, replayed=replayed)
+
+
+def _error(code: ErrorCode, message: str, details: Mapping[str, Any] | None = None) -> pb.InvokeToolResponse:
+    return _response(Outcome.error(code, message, details))
+
+
+class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
+    """Serves a fixed set of tools, one ledger entry per idempotency key.
+
+    Args:
+        tools: Tools by name.
+        pm: Plugin manager, for ``agentrt_preview_tool``.
+        ledger: The operation ledger.
+        data_dir: Handed to tools in their context.
+        counters: Counters to increment (shared with the host).
+        cancel_grace: Seconds a cancelled tool gets to stop on its own.
+        deadline_reserve: Seconds kept back from the caller's deadline so a typed
+            timeout reaches the caller before its deadline does.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Mapping[str, Tool],
+        pm: pluggy.PluginManager,
+        ledger: Ledger,
+        data_dir: Path,
+        counters: collections.Counter[str],
+        cancel_grace: float = 2.0,
+        deadline_reserve: float = 0.05,
+    ) -> None:
+        self._tools = dict(tools)
+        self._pm = pm
+        self._ledger = ledger
+        self._data_dir = data_dir
+        self._counters = counters
+        self._reserve = deadline_reserve
+        self._specs = [tool_to_spec(self._tools[name]) for name in sorted(self._tools)]
+        self.operations = Operations(ledger=ledger, counters=counters, cancel_grace=cancel_grace)
+
+    async def ListTools(self, request: pb.ListToolsRequest, context: ServicerContext) -> pb.ListToolsResponse:
+        """Lists the tools, sorted by name."""
+        return pb.ListToolsResponse(tools=self._specs)
+
+    async def InvokeTool(
+        self, request: pb.InvokeToolRequest, context: ServicerContext
+    ) -> pb.InvokeToolResponse:
+        """Invokes a tool once per idempotency key."""
+        try:
+            # At runtime a tuple of (key, value) pairs; the stubs say Mapping.
+            meta = parse_metadata(
+                cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())
+            )
+            carrier = {TRACEPARENT: meta.traceparent} if meta.traceparent else {}
+            with _tracer.start_as_current_span(
+                f"agentrt.tool {request.tool}",
+                context=propagate.extract(carrier),
+                kind=trace.SpanKind.SERVER,
+                attributes={"agentrt.tool": request.tool, "agentrt.run_id": meta.run_id},
+            ):
+                started = time.monotonic()
+                response = await self._invoke(request, meta, context)
+                _log.debug(
+                    "InvokeTool %s key=%s run=%s -> %s%s in %.3fs",
+                    request.tool,
+                    meta.idempotency_key,
+                    meta.run_id,
+                    tool_pb2.ToolErrorCode.Name(response.error.code) if response.HasField("error") else "ok",
+                    " (replayed)" if response.replayed else "",
+                    time.monotonic() - started,
+                )
+                return response
+        except RpcFailure as exc:
+            await abort_with(context, exc)
+        except Exception:
+            _log.exception("InvokeTool failed")
+            await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
+
+    async def _invoke(
+        self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
+    ) -> pb.InvokeToolResponse:
+        self._counters["invocations"] += 1
+        if meta.fencing_token is not None and meta.run_id:
+            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token)
+            if higher is not None:
+                self._counters["fenced"] += 1
+                return _error(
+                    ErrorCode.FENCED,
+                    f"fencing token {meta.fencing_token} is older than {higher}, already seen for this run",
+                    {"run_id": meta.run_id, "fencing_token": meta.fencing_token, "highest_token": higher},
+                )
+        tool = self._tools.get(request.tool)
+        if tool is None:
+            self._counters["unknown_tool"] += 1
+            return _error(
+                ErrorCode.UNKNOWN_TOOL, f"no tool named {request.tool!r} on this host", {"tool": request.tool}
+            )
+        try:
+            args, raw = tool.parse_arguments(request.arguments_json)
+        except InvalidInput as exc:
+            self._counters["invalid_input"] += 1
+            return _response(Outcome(failure=Failure.from_error(exc)))
+        input_hash = hashlib.sha256(canonical_json(raw).encode()).hexdigest()
+
+        # time_remaining() is None when the caller set no deadline (the stubs say float).
+        remaining: float | None = context.time_remaining()
+        budget, reply_within = call_budget(
+            tool_timeout=tool.timeout, time_remaining=remaining, reserve=self._reserve
+        )
+        if budget <= 0:
+            self._counters["timeout"] += 1
+            return _error(ErrorCode.TRANSIENT, "timeout: the deadline passed before the call started")
+        now = time.monotonic()
+        deadline = now + budget
+        reply_by = None if reply_within is None else now + reply_within
+
+        while True:
+            decision = self._ledger.begin(
+                idempotency_key=meta.idempotency_key,
+                tool=tool.name,
+                input_hash=input_hash,
+                run_id=meta.run_id,
+                call_id=meta.call_id,
+                rerun_after_crash=tool.rerun_after_crash,
+            )
+            match decision:
+                case Start():
+                    ctx = ToolContext(
+                        idempotency_key=meta.idempotency_key,
+                        run_id=meta.run_id,
+                        call_id=meta.call_id,
+                        attempt=meta.attempt,
+                        fencing_token=meta.fencing_token or 0,
+                        deadline=deadline,
+                        traceparent=meta.traceparent,
+                        data_dir=self._data_dir,
+                    )
+                    op = self.operations.start(key=meta.idempotency_key, tool=tool, args=args, ctx=ctx)
+                    now = time.monotonic()
+                    outcome = await self.operations.settle(
+                        op, budget=deadline - now, reply_within=None if reply_by is None else reply_by - now
+                    )
+                    return _response(outcome)
+                case Replay(record=record):
+                    self._counters["duplicate_suppressed"] += 1
+                    assert record.outcome is not None
+                    return _response(record.outcome, replayed=True)
+                case Conflict(record=record):
+                    self._counters["key_conflict"] += 1
+                    return _error(
+                        ErrorCode.KEY_CONFLICT,
+                        "the idempotency key was used before with another tool or other arguments",
+                        {"idempotency_key": meta.idempotency_key, "recorded_tool": record.tool},
+                    )
+                case InFlight():
+                    running = self.operations.get(meta.idempotency_key)
+                    if running is None:
+                        # RUNNING under this process but no task: its outcome could not be recorded.
+                        return self._outcome_unknown(meta)
+                    # A concurrent duplicate: wait for the first call, then decide again.
+                    self._counters["in_flight_waits"] += 1
+                    if not await self.operations.wait(running, within=deadline - time.monotonic()):
+                        self._counters["timeout"] += 1
+                        return _error(
+                            ErrorCode.TRANSIENT,
+                            "timeout: a call with the same idempotency key is still running",
+                            {"still_running": True},
+                        )
+                case OutcomeUnknown():
+                    return self._outcome_unknown(meta)
+                case _:
+                    assert_never(decision)
+
+    def _outcome_unknown(self, meta: CallMetadata) -> pb.InvokeToolResponse:
+        self._counters["outcome_unknown"] += 1
+        return _error(
+            ErrorCode.TRANSIENT,
+            "outcome unknown: an earlier host process stopped while this call ran; "
+            "query GetOperation or reconcile by hand",
+            {"idempotency_key": meta.idempotency_key, "status": "RUNNING"},
+        )
+
+    async def GetOperation(
+        self, request: pb.GetOperationRequest, context: ServicerContext
+    ) -> pb.GetOperationResponse:
+        """Reports a past invocation by idempotency key."""
+        try:
+            if not request.idempotency_key:
+                raise InvalidRequest(
+                    "idempotency_key is required",
+                    reason="MISSING_FIELD",
+                    violations=[("idempotency_key", "required")],
+                )
+            record = self._ledger.get(request.idempotency_key)
+            if record is None:
+                raise NotFound(
+                    "no operation with this idempotency key",
+                    reason="OPERATION_NOT_FOUND",
+                    metadata={"idempotency_key": request.idempotency_key},
+                )
+            return pb.GetOperationResponse(operation=operation_to_proto(record))
+        except RpcFailure as exc:
+            await abort_with(context, exc)
+        except Exception:
+            _log.exception("GetOperation failed")
+            await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
+
+    async def PreviewTool(
+        self, request: pb.PreviewToolRequest, context: ServicerContext
+    ) -> pb.PreviewToolResponse:
+        """Describes the impact a call would have; runs no effect."""
+        try:
+            tool = self._tools.get(request.tool)
+            if tool is None:
+                raise NotFound(
+                    f"no tool named {request.tool!r} on this host",
+                    reason="UNKNOWN_TOOL",
+                    metadata={"tool": request.tool},
+                )
+            try:
+                _, raw = tool.parse_arguments(request.arguments_json)
+            except InvalidInput as exc:
+                violations = [
+                    (".".join(["arguments_json", *map(str, e.get("loc", []))]), str(e.get("msg", "")))
+                    for e in exc.details.get("errors", [])
+                ]
+                raise InvalidRequest(exc.message, reason="INVALID_ARGUMENTS", violations=violations) from None
+            try:
+                # In a thread: hooks are sync plugin code and must not stall the host's loop.
+                summary = await asyncio.to_thread(preview, self._pm, tool.name, raw)
+            except Exception as exc:
+                _log.warning("agentrt_preview_tool failed for %s", tool.name, exc_info=True)
+                raise InternalFailure(
+                    f"the preview hook failed: {type(exc).__name__}",
+                    reason="PREVIEW_FAILED",
+                    metadata={"tool": tool.name},
+                ) from None
+            return pb.PreviewToolResponse(impact_summary=summary)
+        except RpcFailure as exc:
+            await abort_with(context, exc)
+        except Exception:
+            _log.exception("PreviewTool failed")
+            await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
