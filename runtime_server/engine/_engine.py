@@ -93,6 +93,9 @@ class _RunHandle:
     cancel_reason: str | None = None
 
 
+_Fresh = tuple[RunRecord, list[StoredEvent]]
+
+
 class _Cancelled(Exception):
     """The in-flight call was cancelled by a cancel request (not by shutdown)."""
 
@@ -213,7 +216,8 @@ class Engine:
         if created:
             self.counters.inc("runs_started")
             if own:
-                self._launch(record.run_id, record.lease_generation)
+                first = StoredEvent(record.run_id, 1, ev.RUN_STARTED, json.dumps(started), now_ms)
+                self._launch(record.run_id, record.lease_generation, (record, [first]))
         return record, created
 
     async def request_cancel(self, run_id: str, *, tenant_id: str, reason: str) -> RunRecord | None:
@@ -256,14 +260,14 @@ class Engine:
         for claim in claims:
             self._launch(claim.run_id, claim.generation)
 
-    def _launch(self, run_id: str, generation: int) -> None:
+    def _launch(self, run_id: str, generation: int, fresh: _Fresh | None = None) -> None:
         if run_id in self._runs:
             return
         handle = _RunHandle(run_id, generation)
         self._runs[run_id] = handle
         self._idle.clear()
         handle.task = asyncio.get_running_loop().create_task(
-            self._drive_guarded(handle), name=f"run:{run_id}"
+            self._drive_guarded(handle, fresh), name=f"run:{run_id}"
         )
 
     async def _poll_loop(self) -> None:
@@ -294,9 +298,9 @@ class Engine:
 
     # -- driving a run ------------------------------------------------------------------------------
 
-    async def _drive_guarded(self, handle: _RunHandle) -> None:
+    async def _drive_guarded(self, handle: _RunHandle, fresh: _Fresh | None) -> None:
         try:
-            await _RunDriver(self, handle).drive()
+            await _RunDriver(self, handle).drive(fresh)
         except LeaseLost:
             self.counters.inc("lease_lost_count")
             log.warning("run %s: lease lost, this worker stops writing", handle.run_id)
@@ -322,18 +326,17 @@ class _RunDriver:
         self.buffer: list[Event] = []
         self.revision = 0
         self.state = RunState(run_id=handle.run_id)
+        self.released = False
 
-    async def drive(self) -> None:
+    async def drive(self, fresh: _Fresh | None) -> None:
         engine = self.engine
-        record = await engine.store.get_run(self.run_id)
-        if record is None or record.lease_owner != engine.owner:
-            return
-        stored: list[StoredEvent] = []
-        while True:
-            page = await engine.store.read_events(self.run_id, after_seq=stored[-1].seq if stored else 0)
-            stored.extend(page)
-            if len(page) < 1000:
-                break
+        if fresh is not None:  # just created here: its row and log are known, skip the reads
+            record, stored = fresh
+        else:
+            found = await engine.store.get_run(self.run_id)
+            if found is None or found.lease_owner != engine.owner:
+                return
+            record, stored = found, await self._read_log()
         self.state = replay(self.run_id, [Event(e.type, json.loads(e.payload)) for e in stored])
         self.revision = record.revision
         self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
@@ -342,8 +345,17 @@ class _RunDriver:
         if record.cancel_requested_ms is not None and self.handle.cancel_reason is None:
             self.handle.cancel_reason = record.cancel_reason or "cancelled"
         await self._loop()
-        if self.state.phase.terminal or self.state.phase in (Phase.WAITING_APPROVAL, Phase.UNKNOWN_OUTCOME):
+        if not self.released:
             await engine.store.release(self.run_id, owner=engine.owner)
+            self.released = True
+
+    async def _read_log(self) -> list[StoredEvent]:
+        stored: list[StoredEvent] = []
+        while True:
+            page = await self.engine.store.read_events(self.run_id, after_seq=stored[-1].seq if stored else 0)
+            stored.extend(page)
+            if len(page) < 1000:
+                return stored
 
     def _add(self, *events: Event) -> None:
         for event in events:
@@ -364,6 +376,8 @@ class _RunDriver:
             "output": self.state.output,
             "reason": self.state.reason,
         }
+        if self.state.ended:  # the closing commit also gives the lease back: one commit, not two
+            values.update(lease_owner=None, lease_expires_ms=None)
         self.revision = await engine.store.append(
             self.run_id,
             expected_revision=self.revision,
@@ -374,6 +388,7 @@ class _RunDriver:
             now_ms=now_ms,
         )
         self.buffer.clear()
+        self.released = self.state.ended
         engine.bus.publish(
             self.run_id,
             [StoredEvent(self.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -337,25 +339,47 @@ class Store:
         return await self.db.transaction(write)
 
 
+# The step loop's statements as driver SQL: building SQLAlchemy expressions per commit
+# cost more than the commit itself. Named parameters are rewritten per dialect.
+_INSERT_EVENT = (
+    "INSERT INTO run_events (run_id, seq, type, payload, created_ms) "
+    "VALUES (:run_id, :seq, :type, :payload, :created_ms)"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _fenced_update_sql(columns: tuple[str, ...], paramstyle: str) -> str:
+    unknown = [c for c in columns if c not in runs.c]
+    if unknown:
+        raise ValueError(f"not columns of runs: {unknown}")
+    sets = ", ".join(f"{c} = :{c}" for c in columns)
+    sql = f"UPDATE runs SET {sets} WHERE run_id = :w_run_id AND revision = :w_revision AND lease_owner = :w_owner"
+    return _for_paramstyle(sql, paramstyle)
+
+
+@functools.lru_cache(maxsize=8)
+def _for_paramstyle(sql: str, paramstyle: str) -> str:
+    return re.sub(r":(\w+)", r"%(\1)s", sql) if paramstyle == "pyformat" else sql
+
+
 def _write_batch(conn: Connection, batch: list[_PendingAppend]) -> list[bool]:
+    paramstyle = conn.dialect.paramstyle
     fenced: list[bool] = []
     rows: list[dict[str, Any]] = []
     for item in batch:
-        result = conn.execute(
-            update(runs)
-            .where(
-                runs.c.run_id == item.run_id,
-                runs.c.revision == item.expected_revision,
-                runs.c.lease_owner == item.owner,
-            )
-            .values(**item.values)
-        )
-        ok = result.rowcount == 1
+        sql = _fenced_update_sql(tuple(sorted(item.values)), paramstyle)
+        params = {
+            **item.values,
+            "w_run_id": item.run_id,
+            "w_revision": item.expected_revision,
+            "w_owner": item.owner,
+        }
+        ok = conn.exec_driver_sql(sql, params).rowcount == 1
         fenced.append(ok)
         if ok:
             rows.extend(item.rows)
     if rows:
-        conn.execute(insert(events), rows)
+        conn.exec_driver_sql(_for_paramstyle(_INSERT_EVENT, paramstyle), rows)  # type: ignore[arg-type]
     return fenced
 
 

@@ -1,0 +1,153 @@
+"""Step-loop benchmark: what one agent step costs, against the floor of one bare commit.
+
+A scripted agent makes K=5 calls of a no-op tool served by a real tool host
+process (11 steps per run: 6 model steps, 5 tool steps). For SQLite (WAL,
+synchronous=FULL) and PostgreSQL it prints:
+
+- per-run p50/p99 and per-step time over 200 sequential runs,
+- steps/s with 100 runs in flight at once,
+- the runtime process's peak RSS,
+- the floor: one bare INSERT + COMMIT per step on the same database.
+
+Run: ``make bench`` (or ``python bench/step_loop.py --runs 200 --concurrent 100``).
+Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from clients import AsyncClient  # noqa: E402
+from runtime_server.testing import spawn_runtime  # noqa: E402
+from tool_host.testing import spawn_tool_host  # noqa: E402
+
+K = 5
+STEPS_PER_RUN = 2 * K + 1
+PG_ADMIN = os.environ.get("AGENTRT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def floor_sqlite(path: Path, n: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, payload TEXT)")
+    begun = time.perf_counter()
+    for i in range(n):
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO floor (payload) VALUES (?)", (f"event {i}",))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - begun
+    conn.close()
+    return elapsed / n
+
+
+def floor_postgres(url: str, n: int) -> float:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS floor (id BIGSERIAL PRIMARY KEY, payload TEXT)")
+        begun = time.perf_counter()
+        for i in range(n):
+            conn.execute("INSERT INTO floor (payload) VALUES (%s)", (f"event {i}",))
+        return (time.perf_counter() - begun) / n
+
+
+def runtime_env(db_url: str, tool_host: str) -> dict[str, str]:
+    """The whole runtime config as AGENTRT_* variables (values that parse as JSON are JSON)."""
+    steps = [{"tool_calls": [{"tool": "noop.echo", "arguments": {"i": i}}]} for i in range(K)]
+    agent = {"tools": ["noop.echo"], "model": {"provider": "scripted", "options": {"steps": [*steps, {"text": "done"}]}},
+             "budgets": {"max_model_steps": K + 1, "timeout_s": 120}}
+    return dict(os.environ, AGENTRT_DB_URL=db_url, AGENTRT_MAX_CONCURRENT_RUNS="512",
+                AGENTRT_TOOL_HOSTS=json.dumps([{"name": "bench", "address": tool_host}]),
+                AGENTRT_AGENTS=json.dumps({"bench": agent}))
+
+
+async def one_run(client: AsyncClient) -> float:
+    begun = time.perf_counter()
+    last = None
+    async for event in client.run_agent("bench", "go"):
+        last = event
+    assert last is not None and last.HasField("run_ended") and last.run_ended.phase == 8, last
+    return time.perf_counter() - begun
+
+
+async def measure(address: str, runs: int, concurrent: int) -> tuple[list[float], float]:
+    async with AsyncClient(address, timeout=60) as client:
+        for _ in range(10):  # warm-up: imports, caches, connection pools
+            await one_run(client)
+        sequential = [await one_run(client) for _ in range(runs)]
+        begun = time.perf_counter()
+        await asyncio.gather(*(one_run(client) for _ in range(concurrent)))
+        burst = time.perf_counter() - begun
+    return sequential, burst
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench_backend(name: str, db_url: str, floor_s: float, work: Path, args: argparse.Namespace) -> None:
+    with spawn_tool_host(work / f"host-{name}", plugins=["plugins.demo_tools"]) as host:
+        env = runtime_env(db_url, host.address)
+        with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
+            sequential, burst = asyncio.run(measure(runtime.address, args.runs, args.concurrent))
+            rss = peak_rss_mb(runtime.process.pid)
+    ordered = sorted(sequential)
+    p50 = statistics.median(ordered)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    per_step = statistics.mean(sequential) / STEPS_PER_RUN
+    rate = args.concurrent * STEPS_PER_RUN / burst
+    print(f"\n== {name}")
+    print(f"floor: bare INSERT+COMMIT            {floor_s * 1000:8.3f} ms")
+    print(f"sequential {args.runs} runs x {STEPS_PER_RUN} steps: p50 {p50 * 1000:8.2f} ms/run   "
+          f"p99 {p99 * 1000:8.2f} ms/run   {per_step * 1000:6.3f} ms/step "
+          f"({per_step / floor_s:4.1f}x floor)")
+    print(f"concurrent {args.concurrent} runs:            {rate:8.0f} steps/s  ({burst:.2f} s)")
+    print(f"runtime peak RSS:                  {rss:8.1f} MB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--concurrent", type=int, default=100)
+    parser.add_argument("--floor-commits", type=int, default=2000)
+    parser.add_argument("--skip-postgres", action="store_true")
+    args = parser.parse_args()
+    print(f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "
+          f"tool host and runtime as real processes, {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="agentrt-bench-") as tmp:
+        work = Path(tmp)
+        floor = floor_sqlite(work / "floor.sqlite", args.floor_commits)
+        bench_backend("sqlite (WAL, synchronous=FULL)", f"sqlite:///{work / 'bench.sqlite'}", floor, work, args)
+        if args.skip_postgres:
+            return
+        name = f"agentrt_bench_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+        try:
+            floor = floor_postgres(url, args.floor_commits)
+            bench_backend("postgresql (local)", url, floor, work, args)
+        finally:
+            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
