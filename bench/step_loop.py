@@ -68,11 +68,18 @@ def floor_postgres(url: str, n: int) -> float:
 def runtime_env(db_url: str, tool_host: str) -> dict[str, str]:
     """The whole runtime config as AGENTRT_* variables (values that parse as JSON are JSON)."""
     steps = [{"tool_calls": [{"tool": "noop.echo", "arguments": {"i": i}}]} for i in range(K)]
-    agent = {"tools": ["noop.echo"], "model": {"provider": "scripted", "options": {"steps": [*steps, {"text": "done"}]}},
-             "budgets": {"max_model_steps": K + 1, "timeout_s": 120}}
-    return dict(os.environ, AGENTRT_DB_URL=db_url, AGENTRT_MAX_CONCURRENT_RUNS="512",
-                AGENTRT_TOOL_HOSTS=json.dumps([{"name": "bench", "address": tool_host}]),
-                AGENTRT_AGENTS=json.dumps({"bench": agent}))
+    agent = {
+        "tools": ["noop.echo"],
+        "model": {"provider": "scripted", "options": {"steps": [*steps, {"text": "done"}]}},
+        "budgets": {"max_model_steps": K + 1, "timeout_s": 120},
+    }
+    return dict(
+        os.environ,
+        AGENTRT_DB_URL=db_url,
+        AGENTRT_MAX_CONCURRENT_RUNS="512",
+        AGENTRT_TOOL_HOSTS=json.dumps([{"name": "bench", "address": tool_host}]),
+        AGENTRT_AGENTS=json.dumps({"bench": agent}),
+    )
 
 
 async def one_run(client: AsyncClient) -> float:
@@ -115,26 +122,34 @@ def bench_backend(name: str, db_url: str, floor_s: float, work: Path, args: argp
     rate = args.concurrent * STEPS_PER_RUN / burst
     print(f"\n== {name}")
     print(f"floor: bare INSERT+COMMIT            {floor_s * 1000:8.3f} ms")
-    print(f"sequential {args.runs} runs x {STEPS_PER_RUN} steps: p50 {p50 * 1000:8.2f} ms/run   "
-          f"p99 {p99 * 1000:8.2f} ms/run   {per_step * 1000:6.3f} ms/step "
-          f"({per_step / floor_s:4.1f}x floor)")
+    print(
+        f"sequential {args.runs} runs x {STEPS_PER_RUN} steps: p50 {p50 * 1000:8.2f} ms/run   "
+        f"p99 {p99 * 1000:8.2f} ms/run   {per_step * 1000:6.3f} ms/step "
+        f"({per_step / floor_s:4.1f}x floor)"
+    )
     print(f"concurrent {args.concurrent} runs:            {rate:8.0f} steps/s  ({burst:.2f} s)")
     print(f"runtime peak RSS:                  {rss:8.1f} MB")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--concurrent", type=int, default=100)
     parser.add_argument("--floor-commits", type=int, default=2000)
     parser.add_argument("--skip-postgres", action="store_true")
     args = parser.parse_args()
-    print(f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "
-          f"tool host and runtime as real processes, {os.cpu_count()} cores")
+    print(
+        f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "
+        f"tool host and runtime as real processes, {os.cpu_count()} cores"
+    )
     with tempfile.TemporaryDirectory(prefix="agentrt-bench-") as tmp:
         work = Path(tmp)
         floor = floor_sqlite(work / "floor.sqlite", args.floor_commits)
-        bench_backend("sqlite (WAL, synchronous=FULL)", f"sqlite:///{work / 'bench.sqlite'}", floor, work, args)
+        bench_backend(
+            "sqlite (WAL, synchronous=FULL)", f"sqlite:///{work / 'bench.sqlite'}", floor, work, args
+        )
         if args.skip_postgres:
             return
         name = f"agentrt_bench_{uuid.uuid4().hex[:8]}"

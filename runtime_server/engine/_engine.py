@@ -370,7 +370,7 @@ class _RunDriver:
         now_ms = engine._now_ms()
         first_seq = self.state.seq - len(self.buffer) + 1
         payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
-        values = {
+        values: dict[str, Any] = {
             "phase": self.state.phase.value,
             "usage": json.dumps(self.state.usage.to_json()),
             "output": self.state.output,

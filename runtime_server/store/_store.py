@@ -353,7 +353,8 @@ def _fenced_update_sql(columns: tuple[str, ...], paramstyle: str) -> str:
     if unknown:
         raise ValueError(f"not columns of runs: {unknown}")
     sets = ", ".join(f"{c} = :{c}" for c in columns)
-    sql = f"UPDATE runs SET {sets} WHERE run_id = :w_run_id AND revision = :w_revision AND lease_owner = :w_owner"
+    fence = "run_id = :w_run_id AND revision = :w_revision AND lease_owner = :w_owner"
+    sql = f"UPDATE runs SET {sets} WHERE {fence}"
     return _for_paramstyle(sql, paramstyle)
 
 
@@ -379,7 +380,7 @@ def _write_batch(conn: Connection, batch: list[_PendingAppend]) -> list[bool]:
         if ok:
             rows.extend(item.rows)
     if rows:
-        conn.exec_driver_sql(_for_paramstyle(_INSERT_EVENT, paramstyle), rows)  # type: ignore[arg-type]
+        conn.exec_driver_sql(_for_paramstyle(_INSERT_EVENT, paramstyle), rows)
     return fenced
 
 
