@@ -63,7 +63,14 @@ def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:
     """A stored event as a RunEvent; the payload is already in the oneof message's JSON shape."""
     event = run_pb2.RunEvent(run_id=stored.run_id, seq=stored.seq, time=_timestamp(stored.created_ms))
     body = getattr(event, ev.oneof_field(stored.type))
-    json_format.ParseDict(json.loads(stored.payload), body)
+    data = json.loads(stored.payload)
+    try:
+        # Keyword construction is ~7x faster than ParseDict; it refuses the JSON string forms of
+        # Timestamp/Duration, which the few events carrying them go through ParseDict for.
+        body.CopyFrom(type(body)(**data))
+    except (TypeError, ValueError):
+        body.Clear()
+        json_format.ParseDict(data, body)
     body.SetInParent()
     return event
 

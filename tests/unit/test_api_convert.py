@@ -1,0 +1,58 @@
+"""Conversions between core/store values and protobuf messages (api/_convert.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrt.runtime.v1 import run_pb2
+from runtime_server.api._convert import event_to_proto, phase_from_proto, phase_to_proto
+from runtime_server.core import Phase
+from runtime_server.core import events as ev
+from runtime_server.store import StoredEvent
+
+
+def test_phase_round_trip_is_exhaustive() -> None:
+    assert {phase_from_proto(phase_to_proto(p)) for p in Phase} == set(Phase)
+    assert len(run_pb2.RunPhase.keys()) == len(Phase) + 1
+    with pytest.raises(ValueError, match="UNSPECIFIED"):
+        phase_from_proto(run_pb2.RUN_PHASE_UNSPECIFIED)
+
+
+def test_every_event_type_converts_to_its_oneof_field() -> None:
+    oneof = {f.name for f in run_pb2.RunEvent.DESCRIPTOR.oneofs_by_name["event"].fields}
+    assert {ev.oneof_field(t) for t in ev.EVENT_TYPES} == oneof
+    samples = {
+        ev.RUN_STARTED: {
+            "agent_name": "a",
+            "input": "hi",
+            "budgets": {"timeout": "30.000s", "max_model_steps": 3},
+            "deadline": "2026-11-29T17:00:00.123Z",
+        },
+        ev.RETRY_SCHEDULED: {"call_id": "c", "attempt": 2, "delay": "0.250s", "reason": "TRANSIENT"},
+        ev.TOOL_FAILED: {
+            "step": 2,
+            "call_id": "c",
+            "tool": "t",
+            "error": {"code": "TOOL_ERROR_CODE_INVALID_INPUT", "message": "bad"},
+        },
+        ev.RUN_ENDED: {
+            "phase": "RUN_PHASE_COMPLETED",
+            "reason": "final_answer",
+            "partial": False,
+            "usage": {"model_steps": 1},
+        },
+    }
+    for event_type in ev.EVENT_TYPES:
+        data = samples.get(event_type, {})
+        message = event_to_proto(StoredEvent("r", 1, event_type, json.dumps(data), 1000))
+        assert message.WhichOneof("event") == ev.oneof_field(event_type)
+    started = event_to_proto(StoredEvent("r", 1, ev.RUN_STARTED, json.dumps(samples[ev.RUN_STARTED]), 1))
+    assert (
+        started.run_started.budgets.timeout.seconds == 30 and started.run_started.deadline.nanos == 123000000
+    )
+    ended = event_to_proto(StoredEvent("r", 2, ev.RUN_ENDED, json.dumps(samples[ev.RUN_ENDED]), 1))
+    assert ended.run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+    failed = event_to_proto(StoredEvent("r", 3, ev.TOOL_FAILED, json.dumps(samples[ev.TOOL_FAILED]), 1))
+    assert failed.tool_failed.error.code == 1
