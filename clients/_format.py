@@ -195,6 +195,10 @@ def _run_ended(e: run_pb2.RunEnded) -> str:
     )
 
 
+def _tool_outcome_unknown(e: run_pb2.ToolOutcomeUnknown) -> str:
+    return f"{e.tool} ?? outcome unknown call={e.call_id} key={e.idempotency_key} reason={_quote(e.reason)}"
+
+
 _RENDERERS: dict[str, Callable[[Any], str]] = {
     "run_started": _run_started,
     "step_started": _step_started,
@@ -212,6 +216,7 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "run_failed": _run_failed,
     "run_cancelled": _run_cancelled,
     "run_ended": _run_ended,
+    "tool_outcome_unknown": _tool_outcome_unknown,
 }
 
 

@@ -105,6 +105,10 @@ class Settings(_Strict):
     tool_timeout_s: float = Field(30.0, gt=0)
     model_timeout_s: float = Field(120.0, gt=0)
     call_reserve_s: float = Field(0.2, ge=0)
+    tool_attempts: int = Field(3, ge=1)
+    model_attempts: int = Field(3, ge=1)
+    retry_base_s: float = Field(0.2, gt=0)
+    retry_cap_s: float = Field(5.0, gt=0)
     grace_s: float = Field(5.0, ge=0)
     data_dir: str = ".agentrt"
     tool_hosts: list[ToolHostConfig] = Field(default_factory=list)

@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -66,6 +67,18 @@ class RuntimeProcess:
             raise RuntimeError(f"runtime did not start (exit {code}):\n{self.stderr_text()[-4000:]}")
         return self.address
 
+    def counters(self) -> dict[str, int]:
+        """The counters the process printed when it stopped (empty if it crashed)."""
+        for line in reversed(self.stderr_text().splitlines()):
+            if line.startswith("agentrt-counters "):
+                parsed: dict[str, int] = json.loads(line.removeprefix("agentrt-counters "))
+                return parsed
+        return {}
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        """Wait for the process to end on its own (e.g. a fault-injection crash)."""
+        return int(self.process.wait(timeout))
+
     def stderr_text(self) -> str:
         self._stderr.flush()
         self._stderr.seek(0)
@@ -93,7 +106,8 @@ class RuntimeProcess:
 
     def close(self) -> None:
         self.stop()
-        self._stderr.close()
+        if not self._stderr.closed:
+            self._stderr.close()
 
 
 @contextlib.contextmanager

@@ -5,6 +5,13 @@ thread only: each method is one short transaction, and keeping them off other
 threads makes "look up, then record RUNNING" atomic within the process without
 locks. ``BEGIN IMMEDIATE`` keeps it atomic against another process on the same file.
 
+A call costs two write transactions, the floor for "RUNNING is durable before the
+tool runs, the outcome after": :meth:`Ledger.begin` checks the fencing token and
+records RUNNING in one, :meth:`Ledger.finish` records the outcome in the other.
+In the usual case each is a single statement, which SQLite runs as its own
+transaction, write-locked from its start just like ``BEGIN IMMEDIATE``; every
+statement costs a round trip through the GIL, which the host's gRPC threads contend for.
+
 Which host process life started a RUNNING entry is stored as ``owner`` (a fresh
 id per start): RUNNING with another owner means the host died while the tool ran.
 """
@@ -26,6 +33,7 @@ from tool_host._outcome import Failure, Outcome
 __all__ = [
     "Conflict",
     "Decision",
+    "Fenced",
     "InFlight",
     "Ledger",
     "OperationRecord",
@@ -120,7 +128,36 @@ class OutcomeUnknown:
     record: OperationRecord
 
 
-Decision = Start | Replay | Conflict | InFlight | OutcomeUnknown
+@dataclasses.dataclass(frozen=True)
+class Fenced:
+    """The run's fencing token is older than one already seen; nothing was recorded."""
+
+    highest_token: int
+
+
+Decision = Start | Replay | Conflict | InFlight | OutcomeUnknown | Fenced
+
+
+_INSERT_RUNNING = (
+    "INSERT INTO operations (idempotency_key, tool, input_hash, run_id, call_id, status,"
+    " owner, executions, create_time_ns, update_time_ns)"
+)
+_INSERT_IF_NEW = (
+    _INSERT_RUNNING
+    + " VALUES (?, ?, ?, ?, ?, 'RUNNING', ?, 1, ?, ?) ON CONFLICT (idempotency_key) DO NOTHING"
+)
+# The WHERE also keeps "INSERT ... SELECT ... ON CONFLICT" unambiguous for SQLite's parser.
+_INSERT_IF_NEW_AND_NOT_FENCED = (
+    _INSERT_RUNNING + " SELECT ?, ?, ?, ?, ?, 'RUNNING', ?, 1, ?, ?"
+    " WHERE NOT EXISTS (SELECT 1 FROM fencing WHERE run_id = ? AND token > ?)"
+    " ON CONFLICT (idempotency_key) DO NOTHING"
+)
+_FINISH = (
+    "UPDATE operations SET status = ?, result_json = ?, error_code = ?, error_message = ?,"
+    " error_details_json = ?, update_time_ns = ? WHERE idempotency_key = ? AND owner = ?"
+)
+# Runs whose remembered token this process knows; beyond this many it forgets them all.
+_MAX_KNOWN_FENCES = 10_000
 
 
 class Ledger:
@@ -149,6 +186,9 @@ class Ledger:
             self._db.close()
             raise
         self._closed = False
+        # run_id -> the fencing token the table holds for it, as far as this process knows: the
+        # table holds at least that (tokens only grow). Only lets begin() skip remembering it.
+        self._known_fences: dict[str, int] = {}
 
     @property
     def closed(self) -> bool:
@@ -193,6 +233,7 @@ class Ledger:
         run_id: str,
         call_id: str,
         rerun_after_crash: bool,
+        fencing_token: int | None = None,
     ) -> Decision:
         """Decide what to do with a call, recording RUNNING when it is to run.
 
@@ -204,61 +245,132 @@ class Ledger:
             call_id: Call id within the run.
             rerun_after_crash: The tool is idempotent or read-only, so an entry left
                 RUNNING by a dead host may run again.
+            fencing_token: The caller's fencing token; when given (and ``run_id`` is not
+                empty) it is checked and remembered first, as :meth:`check_fence` does,
+                in the same transaction.
 
         Returns:
             :class:`Start` (recorded RUNNING), :class:`Replay`, :class:`Conflict`,
-            :class:`InFlight` or :class:`OutcomeUnknown`.
+            :class:`InFlight`, :class:`OutcomeUnknown`, or :class:`Fenced` (nothing recorded).
         """
         now = time.time_ns()
+        token = fencing_token if run_id else None
+        if not self._db.in_transaction and (token is None or self._known_fences.get(run_id) == token):
+            # The usual call, a new key under a token already remembered, in one statement.
+            # Any other call inserts nothing here and takes the full path below.
+            values = (idempotency_key, tool, input_hash, run_id, call_id, self.owner, now, now)
+            if token is not None:
+                cursor = self._db.execute(_INSERT_IF_NEW_AND_NOT_FENCED, (*values, run_id, token))
+            else:
+                cursor = self._db.execute(_INSERT_IF_NEW, values)
+            if cursor.rowcount == 1:
+                return Start(self._new_record(idempotency_key, tool, input_hash, run_id, call_id, now))
         with self._transaction() as db:
-            row = db.execute(
-                "SELECT * FROM operations WHERE idempotency_key = ?", (idempotency_key,)
-            ).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO operations (idempotency_key, tool, input_hash, run_id, call_id, status,"
-                    " owner, executions, create_time_ns, update_time_ns)"
-                    " VALUES (?, ?, ?, ?, ?, 'RUNNING', ?, 1, ?, ?)",
-                    (idempotency_key, tool, input_hash, run_id, call_id, self.owner, now, now),
-                )
-                return Start(self._get(db, idempotency_key))
-            record = _record(row)
-            if record.tool != tool or record.input_hash != input_hash:
-                return Conflict(record)
-            if record.status is OperationStatus.RUNNING:
-                if record.owner == self.owner:
-                    return InFlight(record)
-                if not rerun_after_crash:
-                    return OutcomeUnknown(record)
-            elif record.outcome is not None and not record.outcome.retryable:
-                return Replay(record)
-            # A retryable failure, or a safe call orphaned by a dead host: run it again.
-            db.execute(
-                "UPDATE operations SET status = 'RUNNING', result_json = NULL, error_code = NULL,"
-                " error_message = NULL, error_details_json = NULL, owner = ?, run_id = ?, call_id = ?,"
-                " executions = executions + 1, update_time_ns = ? WHERE idempotency_key = ?",
-                (self.owner, run_id, call_id, now, idempotency_key),
+            if token is not None:
+                higher = self._fence(db, run_id, token, now)
+                if higher is not None:
+                    return Fenced(higher)
+            decision = self._decide(
+                db,
+                idempotency_key=idempotency_key,
+                tool=tool,
+                input_hash=input_hash,
+                run_id=run_id,
+                call_id=call_id,
+                rerun_after_crash=rerun_after_crash,
+                now=now,
             )
-            return Start(self._get(db, idempotency_key))
+        if token is not None:
+            self._know_fence(run_id, token)
+        return decision
+
+    def _decide(
+        self,
+        db: sqlite3.Connection,
+        *,
+        idempotency_key: str,
+        tool: str,
+        input_hash: str,
+        run_id: str,
+        call_id: str,
+        rerun_after_crash: bool,
+        now: int,
+    ) -> Decision:
+        row = db.execute("SELECT * FROM operations WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
+        if row is None:
+            db.execute(
+                _INSERT_RUNNING + " VALUES (?, ?, ?, ?, ?, 'RUNNING', ?, 1, ?, ?)",
+                (idempotency_key, tool, input_hash, run_id, call_id, self.owner, now, now),
+            )
+            return Start(self._new_record(idempotency_key, tool, input_hash, run_id, call_id, now))
+        record = _record(row)
+        if record.tool != tool or record.input_hash != input_hash:
+            return Conflict(record)
+        if record.status is OperationStatus.RUNNING:
+            if record.owner == self.owner:
+                return InFlight(record)
+            if not rerun_after_crash:
+                return OutcomeUnknown(record)
+        elif record.outcome is not None and not record.outcome.retryable:
+            return Replay(record)
+        # A retryable failure, or a safe call orphaned by a dead host: run it again.
+        db.execute(
+            "UPDATE operations SET status = 'RUNNING', result_json = NULL, error_code = NULL,"
+            " error_message = NULL, error_details_json = NULL, owner = ?, run_id = ?, call_id = ?,"
+            " executions = executions + 1, update_time_ns = ? WHERE idempotency_key = ?",
+            (self.owner, run_id, call_id, now, idempotency_key),
+        )
+        return Start(
+            dataclasses.replace(
+                record,
+                status=OperationStatus.RUNNING,
+                outcome=None,
+                owner=self.owner,
+                run_id=run_id,
+                call_id=call_id,
+                executions=record.executions + 1,
+                update_time_ns=now,
+            )
+        )
+
+    def _new_record(
+        self, idempotency_key: str, tool: str, input_hash: str, run_id: str, call_id: str, now: int
+    ) -> OperationRecord:
+        # Exactly the row just inserted; reading it back would cost a query per call.
+        return OperationRecord(
+            idempotency_key=idempotency_key,
+            tool=tool,
+            input_hash=input_hash,
+            run_id=run_id,
+            call_id=call_id,
+            status=OperationStatus.RUNNING,
+            outcome=None,
+            owner=self.owner,
+            executions=1,
+            create_time_ns=now,
+            update_time_ns=now,
+        )
 
     def finish(self, idempotency_key: str, outcome: Outcome) -> None:
         """Record the outcome of a call this process started."""
         failure = outcome.failure
-        with self._transaction() as db:
-            db.execute(
-                "UPDATE operations SET status = ?, result_json = ?, error_code = ?, error_message = ?,"
-                " error_details_json = ?, update_time_ns = ? WHERE idempotency_key = ? AND owner = ?",
-                (
-                    OperationStatus.FAILED.value if failure else OperationStatus.SUCCEEDED.value,
-                    outcome.result_json,
-                    failure.code.value if failure else None,
-                    failure.message if failure else None,
-                    failure.details_json if failure else None,
-                    time.time_ns(),
-                    idempotency_key,
-                    self.owner,
-                ),
-            )
+        params = (
+            OperationStatus.FAILED.value if failure else OperationStatus.SUCCEEDED.value,
+            outcome.result_json,
+            failure.code.value if failure else None,
+            failure.message if failure else None,
+            failure.details_json if failure else None,
+            time.time_ns(),
+            idempotency_key,
+            self.owner,
+        )
+        if self._db.in_transaction:
+            # Never, unless an earlier COMMIT failed; then BEGIN fails here as it always did.
+            with self._transaction() as db:
+                db.execute(_FINISH, params)
+        else:
+            # One statement: its own transaction.
+            self._db.execute(_FINISH, params)
 
     def check_fence(self, run_id: str, token: int) -> int | None:
         """Remember the highest fencing token per run and refuse older ones.
@@ -271,21 +383,34 @@ class Ledger:
             None when the call may proceed, else the higher token already seen.
         """
         with self._transaction() as db:
-            row = db.execute("SELECT token FROM fencing WHERE run_id = ?", (run_id,)).fetchone()
-            if row is not None and int(row["token"]) > token:
-                return int(row["token"])
-            db.execute(
-                "INSERT INTO fencing (run_id, token, update_time_ns) VALUES (?, ?, ?)"
-                " ON CONFLICT (run_id) DO UPDATE SET token = excluded.token,"
-                " update_time_ns = excluded.update_time_ns WHERE excluded.token > fencing.token",
-                (run_id, token, time.time_ns()),
-            )
-            return None
+            higher = self._fence(db, run_id, token, time.time_ns())
+        if higher is None:
+            self._know_fence(run_id, token)
+        return higher
+
+    def _know_fence(self, run_id: str, token: int) -> None:
+        """Note, after a commit, that the table holds ``token`` for ``run_id``."""
+        if len(self._known_fences) >= _MAX_KNOWN_FENCES and run_id not in self._known_fences:
+            self._known_fences.clear()
+        self._known_fences[run_id] = token
 
     @staticmethod
-    def _get(db: sqlite3.Connection, idempotency_key: str) -> OperationRecord:
-        row = db.execute("SELECT * FROM operations WHERE idempotency_key = ?", (idempotency_key,)).fetchone()
-        return _record(row)
+    def _fence(db: sqlite3.Connection, run_id: str, token: int, now: int) -> int | None:
+        row = db.execute("SELECT token FROM fencing WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None:
+            seen = int(row["token"])
+            if seen > token:
+                return seen
+            if seen == token:
+                # The usual case, the same lease again: nothing to write.
+                return None
+        db.execute(
+            "INSERT INTO fencing (run_id, token, update_time_ns) VALUES (?, ?, ?)"
+            " ON CONFLICT (run_id) DO UPDATE SET token = excluded.token,"
+            " update_time_ns = excluded.update_time_ns WHERE excluded.token > fencing.token",
+            (run_id, token, now),
+        )
+        return None
 
 
 def _record(row: Any) -> OperationRecord:

@@ -45,6 +45,9 @@ class Operation:
     ctx: ToolContext
     task: asyncio.Task[Outcome] | None = None
     stop_reason: StopReason | None = None
+    # The future settle() waits on; _run() resolves it as its very last step, so the RPC
+    # resumes one loop iteration after the tool ends (with its task done by then).
+    settled: asyncio.Future[None] | None = None
 
 
 class Operations:
@@ -95,6 +98,7 @@ class Operations:
         finally:
             if self._running.get(op.key) is op:
                 del self._running[op.key]
+            _wake(op.settled)
 
     @staticmethod
     def _stopped_outcome(op: Operation) -> Outcome:
@@ -146,8 +150,7 @@ class Operations:
         """
         assert op.task is not None
         try:
-            done, _ = await asyncio.wait({op.task}, timeout=max(0.0, budget))
-            if done:
+            if await self._settled_within(op, budget):
                 return op.task.result()
             self._counters["timeout"] += 1
             self.stop(op, StopReason.TIMEOUT)
@@ -166,6 +169,34 @@ class Operations:
         except asyncio.CancelledError:
             await self._on_rpc_cancelled(op)
             raise
+
+    async def _settled_within(self, op: Operation, within: float) -> bool:
+        """Wait up to ``within`` seconds for the call's task; True if it is done.
+
+        ``asyncio.wait`` would do, at the price of a set, a done-callback and one more loop
+        iteration per call; this waits on :attr:`Operation.settled`, which :meth:`_run` resolves.
+        """
+        task = op.task
+        assert task is not None
+        if task.done():
+            return True
+        loop = asyncio.get_running_loop()
+        op.settled = settled = loop.create_future()
+        timer = loop.call_later(max(0.0, within), _wake, settled)
+
+        def on_done(_: object) -> None:
+            # Only matters when _run() never ran its finally (a task cancelled before it started).
+            _wake(settled)
+
+        task.add_done_callback(on_done)
+        try:
+            await settled
+        finally:
+            timer.cancel()
+            task.remove_done_callback(on_done)
+            op.settled = None
+        # Not done means the timer woke us; _run() wakes us only as its task ends.
+        return task.done()
 
     async def _on_rpc_cancelled(self, op: Operation) -> None:
         assert op.task is not None
@@ -199,3 +230,8 @@ class Operations:
         """At shutdown: signal every running call, cancel the async ones still running after
         ``within`` seconds, and wait up to ``within`` more for them to record their outcome."""
         await self._signal_then_cancel(list(self._running.values()), grace=within)
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)

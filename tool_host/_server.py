@@ -23,7 +23,7 @@ from agentrt.toolhost.v1 import tool_pb2
 from tool_host._context import ToolContext
 from tool_host._convert import failure_to_proto, operation_to_proto, tool_to_spec
 from tool_host._errors import ErrorCode, InvalidInput
-from tool_host._ledger import Conflict, InFlight, Ledger, OutcomeUnknown, Replay, Start
+from tool_host._ledger import Conflict, Fenced, InFlight, Ledger, OutcomeUnknown, Replay, Start
 from tool_host._operations import Operations
 from tool_host._outcome import Failure, Outcome
 from tool_host._plugins import preview
@@ -124,6 +124,11 @@ def call_budget(
     return min(tool_timeout, time_remaining - kept), time_remaining - kept / 2
 
 
+def _tracing_configured() -> bool:
+    # Until a provider is set (by code or OTEL_PYTHON_TRACER_PROVIDER), spans are no-ops.
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def _response(outcome: Outcome, *, replayed: bool = False) -> pb.InvokeToolResponse:
     if outcome.failure is not None:
         return pb.InvokeToolResponse(error=failure_to_proto(outcome.failure), replayed=replayed)
@@ -181,55 +186,60 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             meta = parse_metadata(
                 cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())
             )
-            carrier = {TRACEPARENT: meta.traceparent} if meta.traceparent else {}
+            if meta.traceparent is None and not _tracing_configured():
+                # No span would be recorded nor a trace continued: skip its cost. A tool sees
+                # the same (invalid) current span either way.
+                return await self._invoke_logged(request, meta, context)
             with _tracer.start_as_current_span(
                 f"agentrt.tool {request.tool}",
-                context=propagate.extract(carrier),
+                context=propagate.extract({TRACEPARENT: meta.traceparent} if meta.traceparent else {}),
                 kind=trace.SpanKind.SERVER,
                 attributes={"agentrt.tool": request.tool, "agentrt.run_id": meta.run_id},
             ):
-                started = time.monotonic()
-                response = await self._invoke(request, meta, context)
-                _log.debug(
-                    "InvokeTool %s key=%s run=%s -> %s%s in %.3fs",
-                    request.tool,
-                    meta.idempotency_key,
-                    meta.run_id,
-                    tool_pb2.ToolErrorCode.Name(response.error.code) if response.HasField("error") else "ok",
-                    " (replayed)" if response.replayed else "",
-                    time.monotonic() - started,
-                )
-                return response
+                return await self._invoke_logged(request, meta, context)
         except RpcFailure as exc:
             await abort_with(context, exc)
         except Exception:
             _log.exception("InvokeTool failed")
             await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
 
+    async def _invoke_logged(
+        self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
+    ) -> pb.InvokeToolResponse:
+        if not _log.isEnabledFor(logging.DEBUG):
+            return await self._invoke(request, meta, context)
+        started = time.monotonic()
+        response = await self._invoke(request, meta, context)
+        _log.debug(
+            "InvokeTool %s key=%s run=%s -> %s%s in %.3fs",
+            request.tool,
+            meta.idempotency_key,
+            meta.run_id,
+            tool_pb2.ToolErrorCode.Name(response.error.code) if response.HasField("error") else "ok",
+            " (replayed)" if response.replayed else "",
+            time.monotonic() - started,
+        )
+        return response
+
     async def _invoke(
         self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
     ) -> pb.InvokeToolResponse:
         self._counters["invocations"] += 1
-        if meta.fencing_token is not None and meta.run_id:
-            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token)
-            if higher is not None:
-                self._counters["fenced"] += 1
-                return _error(
-                    ErrorCode.FENCED,
-                    f"fencing token {meta.fencing_token} is older than {higher}, already seen for this run",
-                    {"run_id": meta.run_id, "fencing_token": meta.fencing_token, "highest_token": higher},
-                )
         tool = self._tools.get(request.tool)
         if tool is None:
-            self._counters["unknown_tool"] += 1
-            return _error(
-                ErrorCode.UNKNOWN_TOOL, f"no tool named {request.tool!r} on this host", {"tool": request.tool}
+            return self._refuse(
+                meta,
+                "unknown_tool",
+                _error(
+                    ErrorCode.UNKNOWN_TOOL,
+                    f"no tool named {request.tool!r} on this host",
+                    {"tool": request.tool},
+                ),
             )
         try:
             args, raw = tool.parse_arguments(request.arguments_json)
         except InvalidInput as exc:
-            self._counters["invalid_input"] += 1
-            return _response(Outcome(failure=Failure.from_error(exc)))
+            return self._refuse(meta, "invalid_input", _response(Outcome(failure=Failure.from_error(exc))))
         input_hash = hashlib.sha256(canonical_json(raw).encode()).hexdigest()
 
         # time_remaining() is None when the caller set no deadline (the stubs say float).
@@ -238,13 +248,19 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             tool_timeout=tool.timeout, time_remaining=remaining, reserve=self._reserve
         )
         if budget <= 0:
-            self._counters["timeout"] += 1
-            return _error(ErrorCode.TRANSIENT, "timeout: the deadline passed before the call started")
+            return self._refuse(
+                meta,
+                "timeout",
+                _error(ErrorCode.TRANSIENT, "timeout: the deadline passed before the call started"),
+            )
         now = time.monotonic()
         deadline = now + budget
         reply_by = None if reply_within is None else now + reply_within
 
+        fencing_token = meta.fencing_token
         while True:
+            # The first begin also checks the fencing token, in the same transaction; the call
+            # is fenced or not once, as it arrives, not again after waiting for a duplicate.
             decision = self._ledger.begin(
                 idempotency_key=meta.idempotency_key,
                 tool=tool.name,
@@ -252,8 +268,12 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 run_id=meta.run_id,
                 call_id=meta.call_id,
                 rerun_after_crash=tool.rerun_after_crash,
+                fencing_token=fencing_token,
             )
+            fencing_token = None
             match decision:
+                case Fenced(highest_token=higher):
+                    return self._fenced_error(meta, higher)
                 case Start():
                     ctx = ToolContext(
                         idempotency_key=meta.idempotency_key,
@@ -300,6 +320,29 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     return self._outcome_unknown(meta)
                 case _:
                     assert_never(decision)
+
+    def _refuse(
+        self, meta: CallMetadata, counter: str, response: pb.InvokeToolResponse
+    ) -> pb.InvokeToolResponse:
+        """Answer a call refused before it reaches :meth:`Ledger.begin`.
+
+        The fencing token is still checked (and remembered) first, on its own, so a stale
+        caller hears FENCED whatever else is wrong with its call.
+        """
+        if meta.fencing_token is not None and meta.run_id:
+            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token)
+            if higher is not None:
+                return self._fenced_error(meta, higher)
+        self._counters[counter] += 1
+        return response
+
+    def _fenced_error(self, meta: CallMetadata, higher: int) -> pb.InvokeToolResponse:
+        self._counters["fenced"] += 1
+        return _error(
+            ErrorCode.FENCED,
+            f"fencing token {meta.fencing_token} is older than {higher}, already seen for this run",
+            {"run_id": meta.run_id, "fencing_token": meta.fencing_token, "highest_token": higher},
+        )
 
     def _outcome_unknown(self, meta: CallMetadata) -> pb.InvokeToolResponse:
         self._counters["outcome_unknown"] += 1

@@ -15,7 +15,14 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-from runtime_server.core import AgentRtError, FailedPrecondition, InvalidRequest, LeaseLost, NotFound
+from runtime_server.core import (
+    AgentRtError,
+    FailedPrecondition,
+    InvalidRequest,
+    LeaseLost,
+    NotFound,
+    StaleRevision,
+)
 
 DOMAIN = "runtime.agentrt"
 log = logging.getLogger("agentrt.api")
@@ -25,6 +32,7 @@ _CODES: list[tuple[type[AgentRtError], grpc.StatusCode]] = [
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseLost, grpc.StatusCode.ABORTED),
+    (StaleRevision, grpc.StatusCode.ABORTED),
 ]
 
 
@@ -52,7 +60,7 @@ def to_status(exc: AgentRtError) -> status_pb2.Status:
             )
         )
         details.append(bad)
-    elif isinstance(exc, FailedPrecondition):
+    elif isinstance(exc, FailedPrecondition | StaleRevision):
         pre = any_pb2.Any()
         pre.Pack(
             error_details_pb2.PreconditionFailure(

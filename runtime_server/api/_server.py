@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,7 +135,9 @@ class RuntimeServer:
             await self.models.aclose()
         if self.store is not None:
             await self.store.close()
-        log.info("stopped; counters %s", self.counters.snapshot())
+        # One machine-readable line: operators and tests read the process's counters from it.
+        counters = json.dumps(self.counters.snapshot(), sort_keys=True)
+        print(f"agentrt-counters {counters}", file=sys.stderr, flush=True)
 
 
 async def serve(settings: Settings, *, announce: Callable[[str], None] = print) -> None:

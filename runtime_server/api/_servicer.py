@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,11 +22,14 @@ from runtime_server.api._errors import abort_internal, abort_with
 from runtime_server.api._streams import follow_events
 from runtime_server.core import (
     AgentRtError,
+    Event,
     FailedPrecondition,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
     Phase,
+    StaleRevision,
+    replay,
 )
 from runtime_server.engine import Engine, ResolvedAgent, StartRequest
 from runtime_server.models import ModelConfigError, ModelSpecData
@@ -229,6 +233,63 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.CancelRunResponse(run=run_to_proto(updated or record))
+
+    async def ResolveOutcome(
+        self, request: runtime_service_pb2.ResolveOutcomeRequest, context: Context
+    ) -> runtime_service_pb2.ResolveOutcomeResponse:
+        try:
+            record = await self._get(request.run_id, context)
+            decision = runtime_service_pb2.OutcomeDecision.Name(request.decision)
+            if request.decision == runtime_service_pb2.OUTCOME_DECISION_UNSPECIFIED:
+                raise InvalidRequest("decision is required", field="decision")
+            if record.phase != Phase.UNKNOWN_OUTCOME.value:
+                raise FailedPrecondition(
+                    f"run {record.run_id} is {record.phase}, not UNKNOWN_OUTCOME",
+                    reason="RUN_NOT_IN_UNKNOWN_OUTCOME",
+                    metadata={"run_id": record.run_id, "phase": record.phase},
+                )
+            if request.expected_revision != record.revision:
+                raise StaleRevision(
+                    f"run {record.run_id} is at revision {record.revision}, not {request.expected_revision}",
+                    metadata={"run_id": record.run_id, "revision": str(record.revision)},
+                )
+            stored = await self.store.read_events(record.run_id, limit=100_000)
+            call = replay(
+                record.run_id, [Event(e.type, json.loads(e.payload)) for e in stored]
+            ).unknown_call()
+            if call is None or call.call_id != request.call_id:
+                raise InvalidRequest(
+                    f"call {request.call_id!r} is not the call whose outcome is unknown",
+                    field="call_id",
+                    reason="UNKNOWN_CALL",
+                )
+            if request.decision == runtime_service_pb2.OUTCOME_DECISION_SUCCEEDED:
+                try:
+                    json.loads(request.result_json or "null")
+                except ValueError as exc:
+                    raise InvalidRequest("result_json is not valid JSON", field="result_json") from exc
+            payload = {
+                "call_id": request.call_id,
+                "decision": decision,
+                "result_json": request.result_json,
+                "comment": request.comment[:400],
+            }
+            queued = await self.store.add_signal(
+                record.run_id,
+                kind="outcome_decision",
+                payload=json.dumps(payload),
+                now_ms=self.engine.now_ms(),
+                expected_revision=request.expected_revision,
+            )
+            if not queued:
+                raise StaleRevision(
+                    f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
+                )
+            await self.engine.wake(record.run_id)
+            record = await self._get(record.run_id, context)
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        return runtime_service_pb2.ResolveOutcomeResponse(run=run_to_proto(record))
 
     async def ResolveApproval(
         self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context

@@ -21,6 +21,8 @@ from runtime_server.core._decide import (
     Decision,
     Idle,
     InvokeTool,
+    Reconcile,
+    WaitUntil,
     decide,
     end_events,
 )
@@ -32,6 +34,7 @@ from runtime_server.core._errors import (
     LeaseLost,
     NotFound,
     PayloadTooLarge,
+    StaleRevision,
 )
 from runtime_server.core._events import Event
 from runtime_server.core._keys import args_hash, canonical_json, idempotency_key
@@ -46,7 +49,7 @@ from runtime_server.core._phases import (
     transition,
 )
 from runtime_server.core._state import CallState, HistoryEntry, RunState, replay
-from runtime_server.core._timefmt import rfc3339
+from runtime_server.core._timefmt import parse_rfc3339_ms, rfc3339
 
 __all__ = [
     "ACTIVE_PHASES",
@@ -70,10 +73,13 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "Phase",
+    "Reconcile",
     "Rule",
     "RunState",
+    "StaleRevision",
     "Trigger",
     "Usage",
+    "WaitUntil",
     "args_hash",
     "backoff_delay_s",
     "call_timeout_s",
@@ -84,6 +90,7 @@ __all__ = [
     "exhausted_before_model_step",
     "exhausted_before_tool_call",
     "idempotency_key",
+    "parse_rfc3339_ms",
     "replay",
     "retry_fits",
     "rfc3339",

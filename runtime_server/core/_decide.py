@@ -40,11 +40,25 @@ class InvokeTool:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitUntil:
+    """Nothing to do before ``due_s`` (a retry's backoff); a restarted worker waits the rest."""
+
+    due_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reconcile:
+    """Learn the outcome of the write ``call`` by querying its tool host's ledger."""
+
+    call: CallState
+
+
+@dataclass(frozen=True, slots=True)
 class Idle:
     """Nothing to do: the run ended or waits for something outside."""
 
 
-Decision = Append | CallModel | InvokeTool | Idle
+Decision = Append | CallModel | InvokeTool | WaitUntil | Reconcile | Idle
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,12 +112,17 @@ def decide(state: RunState, budgets: Budgets, clock: Clock) -> Decision:
     if state.phase.terminal:
         # The closing pair is committed together, but a log cut between them must still end.
         return Idle() if state.ended else Append((_ended(state, state.phase, state.reason),))
-    if state.phase in (Phase.WAITING_APPROVAL, Phase.UNKNOWN_OUTCOME):
+    if state.phase is Phase.UNKNOWN_OUTCOME:
+        call = state.unknown_call()
+        return Reconcile(call) if call is not None else Idle()
+    if state.phase is Phase.WAITING_APPROVAL:
         return Idle()
     if state.phase is Phase.CANCEL_REQUESTED:
         return Append(end_events(state, Phase.CANCELLED, state.cancel_reason or "cancelled"))
     if clock.now_s >= clock.deadline_s - clock.reserve_s:
         return Append(end_events(state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+    if state.phase is Phase.RETRY_WAIT:
+        return _retry(state, clock)
     if state.phase is Phase.TOOL_STEP:
         for call in state.calls:
             if call.finished:
@@ -142,5 +161,23 @@ def _start_call(state: RunState, budgets: Budgets, call: CallState) -> Decision:
         "attempt": 1,
         "usage_before": before,
         "usage_after": after,
+    }
+    return Append((ev.Event(ev.TOOL_STARTED, data),))
+
+
+def _retry(state: RunState, clock: Clock) -> Decision:
+    call = next(c for c in state.calls if c.retry_attempt)
+    if clock.now_s * 1000 < call.retry_due_ms:
+        return WaitUntil(call.retry_due_ms / 1000)
+    usage = state.usage.to_json()  # a retry is the same call: budgets count it once
+    data = {
+        "step": call.step,
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "arguments_json": call.arguments_json,
+        "idempotency_key": call.idempotency_key,
+        "attempt": call.retry_attempt,
+        "usage_before": usage,
+        "usage_after": usage,
     }
     return Append((ev.Event(ev.TOOL_STARTED, data),))

@@ -8,6 +8,7 @@ Tree::
     │   └── PayloadTooLarge           input over a size limit
     ├── NotFound                      unknown run / agent / approval (NOT_FOUND)
     ├── FailedPrecondition            the run's state forbids the request
+    ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
     └── LeaseLost                     this worker no longer owns the run (ABORTED)
 """
 
@@ -75,6 +76,12 @@ class FailedPrecondition(AgentRtError):
     """The run's current state forbids the request."""
 
     reason = "FAILED_PRECONDITION"
+
+
+class StaleRevision(AgentRtError):
+    """The caller's expected revision is not the run's current one; re-read and retry."""
+
+    reason = "STALE_REVISION"
 
 
 class LeaseLost(AgentRtError):

@@ -26,6 +26,7 @@ RUN_COMPLETED = "run.completed"
 RUN_FAILED = "run.failed"
 RUN_CANCELLED = "run.cancelled"
 RUN_ENDED = "run.ended"
+TOOL_OUTCOME_UNKNOWN = "tool.outcome.unknown"
 
 EVENT_TYPES: tuple[str, ...] = (
     RUN_STARTED,
@@ -44,6 +45,7 @@ EVENT_TYPES: tuple[str, ...] = (
     RUN_FAILED,
     RUN_CANCELLED,
     RUN_ENDED,
+    TOOL_OUTCOME_UNKNOWN,
 )
 
 

@@ -126,8 +126,9 @@ RULES: tuple[Rule, ...] = (
         "transient failure; retry fits the deadline",
     ),
     Rule(frozenset({Phase.RETRY_WAIT}), Trigger.RETRY_DUE, Phase.TOOL_STEP, "backoff elapsed"),
+    # Not from UNKNOWN_OUTCOME: the cancel waits until the write's outcome is known (R6.6).
     Rule(
-        _FAILABLE - {Phase.CANCEL_REQUESTED} | {Phase.UNKNOWN_OUTCOME},
+        _FAILABLE - {Phase.CANCEL_REQUESTED},
         Trigger.REQUEST_CANCEL,
         Phase.CANCEL_REQUESTED,
         "cancel asked for",

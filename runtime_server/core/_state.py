@@ -15,6 +15,7 @@ from runtime_server.core import _events as ev
 from runtime_server.core._budgets import Usage
 from runtime_server.core._errors import IllegalTransition
 from runtime_server.core._phases import Phase, Trigger, transition
+from runtime_server.core._timefmt import parse_rfc3339_ms
 
 
 @dataclass(slots=True)
@@ -30,6 +31,10 @@ class CallState:
     attempts: int = 0
     result_json: str | None = None
     error: dict[str, Any] | None = None
+    retry_attempt: int = 0  # attempt a scheduled retry will make
+    retry_due_ms: int = 0
+    unknown: bool = False  # the latest attempt's outcome is not known
+    call_deadline_ms: int = 0  # of the attempt whose outcome is unknown
 
     @property
     def started(self) -> bool:
@@ -112,8 +117,11 @@ class RunState:
                     self._move(Trigger.MODEL_ANSWERED)
                     self.answer = data.get("text", "")
             case ev.TOOL_STARTED:
+                self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_STARTED)
                 call = self._call(data["call_id"])
+                call.unknown = False
+                call.retry_attempt = 0
                 call.idempotency_key = data["idempotency_key"]
                 call.attempts = int(data.get("attempt", call.attempts + 1))
                 self.step = max(self.step, int(data["step"]))
@@ -123,6 +131,7 @@ class RunState:
                 )
                 self.any_tool_started = True
             case ev.TOOL_COMPLETED:
+                self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(data["call_id"])
                 call.result_json = data.get("result_json", "")
@@ -130,6 +139,7 @@ class RunState:
                     HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
                 )
             case ev.TOOL_FAILED:
+                self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(data["call_id"])
                 call.error = dict(data.get("error", {}))
@@ -163,12 +173,33 @@ class RunState:
                     raise IllegalTransition(phase=self.phase.value, trigger=f"end:{phase.value}")
                 self.reason = data.get("reason", self.reason)
                 self.ended = True
-            case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA | ev.RETRY_SCHEDULED:
+            case ev.RETRY_SCHEDULED:
+                self._move(Trigger.SCHEDULE_RETRY)
+                call = self._call(data["call_id"])
+                call.retry_attempt = int(data["attempt"])
+                call.retry_due_ms = parse_rfc3339_ms(data["due_time"])
+            case ev.TOOL_OUTCOME_UNKNOWN:
+                self._move(Trigger.OUTCOME_UNKNOWN)
+                call = self._call(data["call_id"])
+                call.unknown = True
+                call.call_deadline_ms = (
+                    parse_rfc3339_ms(data["call_deadline"]) if data.get("call_deadline") else 0
+                )
+            case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA:
                 pass
             case ev.APPROVAL_REQUESTED | ev.APPROVAL_RESOLVED:
                 raise NotImplementedError(f"{event.type} is not supported yet")
             case _:
                 raise ValueError(f"unknown event type {event.type!r}")
+
+    def _reconcile_if_unknown(self) -> None:
+        # A result, failure or fresh attempt of the unknown write settles UNKNOWN_OUTCOME.
+        if self.phase is Phase.UNKNOWN_OUTCOME:
+            self._move(Trigger.RECONCILE)
+
+    def unknown_call(self) -> CallState | None:
+        """The write whose outcome is not known, while the run is in UNKNOWN_OUTCOME."""
+        return next((c for c in self.calls if c.unknown), None)
 
     def _move(self, trigger: Trigger) -> None:
         self.phase = transition(self.phase, trigger)

@@ -1,18 +1,24 @@
 """Model providers: what the engine asks for the next decision of a run.
 
 Providers are pluggy plugins (hook :func:`~runtime_server.models.hookspecs.agentrt_model_provider`);
-the built-in ones are ``scripted`` (deterministic, for demos, tests and benchmarks) and ``openai``
-(Chat Completions over httpx). The engine uses them through a :class:`ModelRegistry`::
+the built-in ones are ``scripted`` (deterministic, for demos, tests and benchmarks), ``openai``
+(Chat Completions over httpx) and ``anthropic`` (the Messages API over httpx); the HTTP ones stream
+text deltas as they arrive. The engine uses them through a :class:`ModelRegistry`::
 
     registry = ModelRegistry(get_model_plugin_manager())
     provider = registry.provider(spec)
     response = await provider.complete(request, on_text_delta=publish_delta)
     ...
     await registry.aclose()
+
+A ``ModelTransientError`` with ``reason="stream_interrupted"`` means a stream broke off after
+``on_text_delta`` may have received fragments: retry the whole step and drop those fragments.
+:mod:`runtime_server.models.testing` has a local fake model server for tests.
 """
 
 from __future__ import annotations
 
+from ._anthropic import AnthropicProvider
 from ._errors import (
     ModelAuthError,
     ModelConfigError,
@@ -38,6 +44,7 @@ __all__ = [
     "DEFAULT_MODEL_PLUGINS",
     "ENTRYPOINT_GROUP",
     "EXHAUSTED_TEXT",
+    "AnthropicProvider",
     "Message",
     "ModelAuthError",
     "ModelConfigError",

@@ -6,28 +6,28 @@ Options (validated once, when the provider is created; never secrets)::
      "api_key_env": "OPENAI_API_KEY",           # env var holding the key, read at creation
      "organization": null, "headers": {},       # extra non-secret headers
      "timeout_s": 60.0,                         # used when a request has no timeout_s
+     "stream": true,                            # stream when the caller takes text deltas
      "temperature": null, "max_tokens": null}
 
-Calls are non-streaming: ``on_text_delta`` receives the whole text once. Streaming will send
-``"stream": true`` from :meth:`OpenAIProvider._send` and feed deltas while reading the events;
-the request building, parsing and error mapping in ``_openai_wire`` stay as they are.
+A call streams (``"stream": true`` with ``stream_options.include_usage``) when the caller passes
+``on_text_delta`` and ``stream`` is not false: fragments reach ``on_text_delta`` as the events
+arrive (``_openai_stream``). Otherwise the call waits for the whole answer (``_openai_wire``) and
+``on_text_delta`` receives the whole text once. A server that answers a streaming request with
+plain JSON is handled like a non-streaming answer.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from ._errors import ModelConfigError, ModelError, ModelPermanentError, ModelTransientError
-from ._openai_wire import build_chat_request, error_from_response, parse_chat_response, redact
+from ._http import STREAMED, Endpoint, HTTPOptions, parse_options, read_api_key
+from ._openai_stream import ChatStream
+from ._openai_wire import build_chat_request, error_from_response, parse_chat_response
 from ._types import ModelProvider, ModelRequest, ModelResponse
 from .hookspecs import hookimpl
 
@@ -37,41 +37,14 @@ logger = logging.getLogger(__name__)
 
 PROVIDER_NAME = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-# Option names that suggest someone is putting a secret into the (persisted) options.
-_SECRET_OPTIONS = frozenset({"api_key", "apikey", "key", "secret", "token", "password", "authorization"})
-_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 
 
-class _OpenAIOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class _OpenAIOptions(HTTPOptions):
     base_url: str = DEFAULT_BASE_URL
     api_key_env: str = Field(default="OPENAI_API_KEY", min_length=1)
     organization: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
-
-    @pydantic.field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
-
-    @pydantic.field_validator("headers")
-    @classmethod
-    def _no_secret_headers(cls, value: dict[str, str]) -> dict[str, str]:
-        secret = sorted(name for name in value if name.lower() in _SECRET_HEADERS)
-        if secret:
-            raise ValueError(f"{', '.join(secret)} would carry a secret; the key comes from api_key_env")
-        return value
-
-
-def _describe(exc: pydantic.ValidationError) -> str:
-    # Only locations and messages: input values could be secrets put in the wrong place.
-    return "; ".join(f"{'.'.join(str(part) for part in err['loc'])}: {err['msg']}" for err in exc.errors())
 
 
 class OpenAIProvider:
@@ -93,36 +66,19 @@ class OpenAIProvider:
         environ: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        secret_options = sorted(name for name in options if name.lower() in _SECRET_OPTIONS)
-        if secret_options:
-            raise ModelConfigError(
-                f"openai options must not carry secrets ({', '.join(secret_options)}); put the key in "
-                'an environment variable and name it with "api_key_env"',
-                reason="bad_options",
-            )
-        try:
-            self._options = _OpenAIOptions.model_validate(dict(options))
-        except pydantic.ValidationError as exc:
-            raise ModelConfigError(
-                f"invalid options for the openai model provider: {_describe(exc)}", reason="bad_options"
-            ) from None
-        env = os.environ if environ is None else environ
-        api_key = env.get(self._options.api_key_env, "")
-        if not api_key:
-            raise ModelConfigError(
-                f"the API key environment variable {self._options.api_key_env} is not set",
-                reason="missing_api_key",
-            )
+        self._options = parse_options(_OpenAIOptions, options, provider=PROVIDER_NAME)
+        api_key = read_api_key(environ, self._options.api_key_env)
         self._api_key = api_key
         headers = {**self._options.headers, "Authorization": f"Bearer {api_key}"}
         if self._options.organization:
             headers["OpenAI-Organization"] = self._options.organization
-        self._client = httpx.AsyncClient(
-            base_url=self._options.base_url + "/",
+        self._endpoint = Endpoint(
+            base_url=self._options.base_url,
             headers=headers,
-            timeout=self._options.timeout_s,
+            timeout_s=self._options.timeout_s,
             transport=transport,
-            follow_redirects=False,
+            secret=api_key,
+            error_from_response=error_from_response,
         )
 
     def __repr__(self) -> str:
@@ -136,78 +92,55 @@ class OpenAIProvider:
 
         Args:
             request: The call; ``request.spec.name`` is the model, ``request.timeout_s`` bounds the
-                whole call (the ``timeout_s`` option when ``None``).
-            on_text_delta: Receives the whole text once, when there is any (non-streaming).
+                whole call, reading the stream included (the ``timeout_s`` option when ``None``).
+            on_text_delta: Receives text fragments as they arrive (streaming), or the whole text
+                once when the call does not stream.
 
         Returns:
-            The decision, with the token counts the endpoint reported.
+            The decision, with the token counts the endpoint reported (estimates when it did not).
 
         Raises:
-            ModelTransientError: 408/409/429/5xx, connection errors, timeouts.
+            ModelTransientError: 408/409/429/5xx, connection errors, timeouts, and
+                ``stream_interrupted`` when a stream breaks off (after some fragments, maybe).
             ModelPermanentError: Other 4xx (``reason`` ``context_length_exceeded`` among them), or an
                 answer that is not a Chat Completions response.
             ModelAuthError: 401/403.
             ModelConfigError: The base URL cannot be used.
         """
+        options = self._options
         body, tool_names = build_chat_request(
-            request, temperature=self._options.temperature, max_tokens=self._options.max_tokens
+            request, temperature=options.temperature, max_tokens=options.max_tokens
         )
-        answer = await self._send(body, request)
-        response = parse_chat_response(answer, request=request, tool_names=tool_names)
-        if on_text_delta is not None and response.text:
-            on_text_delta(response.text)
-        return response
-
-    async def _send(self, body: dict[str, Any], request: ModelRequest) -> Any:
-        timeout_s = self._options.timeout_s if request.timeout_s is None else request.timeout_s
-        if timeout_s <= 0:
-            raise ModelTransientError("no time left for the model call", reason="timeout")
+        stream = on_text_delta is not None and options.stream
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        timeout_s = options.timeout_s if request.timeout_s is None else request.timeout_s
         logger.debug(
-            "chat completion run_id=%s step=%d model=%s messages=%d tools=%d",
+            "chat completion run_id=%s step=%d model=%s messages=%d tools=%d stream=%s",
             request.run_id,
             request.step,
             request.spec.name,
             len(body["messages"]),
             len(body.get("tools", ())),
+            stream,
         )
-        try:
-            # httpx's timeout bounds each phase (connect, each read); asyncio's bounds the whole call.
-            async with asyncio.timeout(timeout_s):
-                response = await self._client.post(
-                    "chat/completions", json=body, timeout=httpx.Timeout(timeout_s)
-                )
-        except (TimeoutError, httpx.TimeoutException):
-            raise ModelTransientError(
-                f"model call timed out after {timeout_s:g}s", reason="timeout"
-            ) from None
-        except httpx.UnsupportedProtocol as exc:
-            raise ModelConfigError(self._transport_message(exc), reason="bad_options") from None
-        except httpx.DecodingError as exc:
-            raise ModelPermanentError(self._transport_message(exc), reason="bad_response") from None
-        except httpx.RequestError as exc:
-            raise ModelTransientError(self._transport_message(exc), reason="connection") from None
-        if not response.is_success:
-            error: ModelError = error_from_response(
-                response.status_code, response.headers, response.content, secret=self._api_key
-            )
-            raise error
-        try:
-            return json.loads(response.content)
-        except ValueError:
-            raise ModelPermanentError(
-                f"model endpoint returned HTTP {response.status_code} with a body that is not JSON",
-                reason="bad_response",
-                status_code=response.status_code,
-            ) from None
-
-    def _transport_message(self, exc: httpx.RequestError) -> str:
-        detail = str(exc)
-        text = f"cannot reach the model endpoint {self._options.base_url}: {type(exc).__name__}"
-        return redact(text + (f": {detail}" if detail else ""), self._api_key)
+        chat = ChatStream(
+            request=request, tool_names=tool_names, on_text_delta=on_text_delta, secret=self._api_key
+        )
+        answer = await self._endpoint.post(
+            "chat/completions", body, timeout_s=timeout_s, on_event=chat.feed if stream else None
+        )
+        if answer is STREAMED:
+            return chat.response()
+        response = parse_chat_response(answer, request=request, tool_names=tool_names)
+        if on_text_delta is not None and response.text:
+            on_text_delta(response.text)
+        return response
 
     async def aclose(self) -> None:
         """Close the HTTP connections; idempotent."""
-        await self._client.aclose()
+        await self._endpoint.aclose()
 
 
 @hookimpl

@@ -10,13 +10,13 @@ import email.utils
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ._errors import ModelAuthError, ModelError, ModelPermanentError, ModelTransientError
 from ._tokens import estimate_message_tokens, estimate_tokens
-from ._types import Message, ModelRequest, ModelResponse, ModelToolCall
+from ._types import Message, ModelRequest, ModelResponse, ModelToolCall, ToolDef
 
 __all__ = [
     "build_chat_request",
@@ -27,6 +27,7 @@ __all__ = [
     "parse_retry_after",
     "redact",
     "to_wire_tool_name",
+    "wire_tool_names",
 ]
 
 # OpenAI accepts function names matching this; dots, used by our tool names, are not allowed.
@@ -34,6 +35,8 @@ _WIRE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Key-shaped tokens (OpenAI "sk-...", also the partly masked ones its 401 messages echo).
 _KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_\-*]{4,}")
 _MAX_DETAIL = 500
+# 529 is what Anthropic, and some OpenAI-compatible gateways, answer when overloaded.
+_TRANSIENT_REASONS = {408: "timeout", 409: "conflict", 529: "overloaded"}
 
 
 def to_wire_tool_name(name: str) -> str:
@@ -93,6 +96,37 @@ def message_to_wire(message: Message) -> dict[str, Any]:
             raise ModelPermanentError(f"unknown message role {message.role!r}", reason="bad_request")
 
 
+def wire_tool_names(tools: Iterable[ToolDef], *, api: str) -> dict[str, str]:
+    """Map tool names to wire names (``[A-Za-z0-9_-]{1,64}``, which OpenAI and Anthropic share).
+
+    Args:
+        tools: The tools of a request.
+        api: API name for error messages.
+
+    Returns:
+        Wire name -> tool name, in the order of ``tools``.
+
+    Raises:
+        ModelPermanentError: ``invalid_tool_name``: a name the API cannot take, or two tools with the
+            same wire name.
+    """
+    names: dict[str, str] = {}
+    for tool in tools:
+        wire = to_wire_tool_name(tool.name)
+        if not _WIRE_NAME.match(wire):
+            raise ModelPermanentError(
+                f"tool name {tool.name!r} cannot be sent to {api} (letters, digits, '_', '-', '.'; "
+                "at most 64 characters)",
+                reason="invalid_tool_name",
+            )
+        if names.setdefault(wire, tool.name) != tool.name:
+            raise ModelPermanentError(
+                f"tools {names[wire]!r} and {tool.name!r} both map to the function name {wire!r}",
+                reason="invalid_tool_name",
+            )
+    return names
+
+
 def build_chat_request(
     request: ModelRequest, *, temperature: float | None = None, max_tokens: int | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -109,27 +143,18 @@ def build_chat_request(
     Raises:
         ModelPermanentError: A tool name OpenAI cannot accept, or two tools with the same wire name.
     """
-    names: dict[str, str] = {}
-    tools: list[dict[str, Any]] = []
-    for tool in request.tools:
-        wire = to_wire_tool_name(tool.name)
-        if not _WIRE_NAME.match(wire):
-            raise ModelPermanentError(
-                f"tool name {tool.name!r} cannot be sent to OpenAI (letters, digits, '_', '-', '.'; "
-                "at most 64 characters)",
-                reason="invalid_tool_name",
-            )
-        if names.setdefault(wire, tool.name) != tool.name:
-            raise ModelPermanentError(
-                f"tools {names[wire]!r} and {tool.name!r} both map to the function name {wire!r}",
-                reason="invalid_tool_name",
-            )
-        tools.append(
-            {
-                "type": "function",
-                "function": {"name": wire, "description": tool.description, "parameters": tool.input_schema},
-            }
-        )
+    names = wire_tool_names(request.tools, api="OpenAI")
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": to_wire_tool_name(tool.name),
+                "description": tool.description,
+                "parameters": tool.input_schema,
+            },
+        }
+        for tool in request.tools
+    ]
     body: dict[str, Any] = {
         "model": request.spec.name,
         "messages": [message_to_wire(message) for message in request.messages],
@@ -310,8 +335,8 @@ def error_from_response(
         now: Current time, for HTTP-date ``Retry-After`` values.
 
     Returns:
-        Transient for 408, 409, 429 and 5xx; auth for 401/403; permanent otherwise, with
-        ``reason`` ``context_length_exceeded`` when the server says so.
+        Transient for 408, 409, 429 and 5xx (``reason`` ``overloaded`` for 529); auth for 401/403;
+        permanent otherwise, with ``reason`` ``context_length_exceeded`` when the server says so.
     """
     code, detail = _error_detail(body)
     message = f"model endpoint returned HTTP {status_code}" + (f": {detail}" if detail else "")
@@ -328,7 +353,7 @@ def error_from_response(
             message, reason="rate_limited", retry_after_s=retry_after_s, status_code=status_code
         )
     if status_code >= 500 or status_code in (408, 409):
-        reason = "server_error" if status_code >= 500 else ("timeout" if status_code == 408 else "conflict")
+        reason = _TRANSIENT_REASONS.get(status_code, "server_error")
         return ModelTransientError(
             message, reason=reason, retry_after_s=retry_after_s, status_code=status_code
         )

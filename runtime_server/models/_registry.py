@@ -26,6 +26,7 @@ ENTRYPOINT_GROUP = "agentrt.plugins"
 DEFAULT_MODEL_PLUGINS: tuple[str, ...] = (
     "runtime_server.models._scripted",
     "runtime_server.models._openai",
+    "runtime_server.models._anthropic",
 )
 
 # Prefix of the hooks this manager owns. Plugins in the shared entry-point group may implement

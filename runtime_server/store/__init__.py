@@ -10,7 +10,7 @@ from runtime_server.store._db import (
     normalise_url,
     open_database,
 )
-from runtime_server.store._records import Claim, RunRecord, StoredEvent
+from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
 from runtime_server.store._store import Store
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Database",
     "PostgresDatabase",
     "RunRecord",
+    "Signal",
     "SqliteDatabase",
     "Store",
     "StoredEvent",

@@ -33,6 +33,7 @@ class RunRecord:
     lease_generation: int
     cancel_requested_ms: int | None
     cancel_reason: str | None
+    wake_ms: int | None
     state_version: int
     runtime_version: str
     agent_config_hash: str
@@ -51,6 +52,16 @@ class StoredEvent:
     type: str
     payload: str
     created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A queued instruction for a run's next owner (e.g. a person's ResolveOutcome decision)."""
+
+    id: int
+    run_id: str
+    kind: str
+    payload: str
 
 
 @dataclass(frozen=True, slots=True)

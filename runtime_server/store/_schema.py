@@ -43,6 +43,7 @@ runs = Table(
     Column("lease_generation", BigInteger, nullable=False, default=0),  # fencing token sent to tool hosts
     Column("cancel_requested_ms", BigInteger, nullable=True),  # durable cancel intent, set by any replica
     Column("cancel_reason", String(400), nullable=True),
+    Column("wake_ms", BigInteger, nullable=True),  # when a parked run (reconciliation) wants a worker again
     Column("state_version", Integer, nullable=False),
     Column("runtime_version", String(40), nullable=False),
     Column("agent_config_hash", String(64), nullable=False),
@@ -58,6 +59,16 @@ events = Table(
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
     Column("type", String(40), nullable=False),
     Column("payload", Text, nullable=False),  # JSON, proto3 JSON shape of the RunEvent oneof message
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+signals = Table(
+    "run_signals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(40), nullable=False, index=True),
+    Column("kind", String(40), nullable=False),
+    Column("payload", Text, nullable=False),  # JSON
     Column("created_ms", BigInteger, nullable=False),
 )
 

@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runtime_server.core import TERMINAL_PHASES, LeaseLost, Phase
 from runtime_server.store._db import Database, open_database
-from runtime_server.store._records import Claim, RunRecord, StoredEvent
-from runtime_server.store._schema import events, runs
+from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
+from runtime_server.store._schema import events, runs, signals
 
 _TERMINAL = [p.value for p in TERMINAL_PHASES]
 
@@ -38,6 +38,7 @@ class _PendingAppend:
     rows: list[dict[str, Any]]
     values: dict[str, Any]
     future: asyncio.Future[int]
+    consume_signals: Sequence[int] = ()
 
 
 class Store:
@@ -191,8 +192,11 @@ class Store:
         new_events: Sequence[tuple[str, str]],
         values: Mapping[str, Any],
         now_ms: int,
+        consume_signals: Sequence[int] = (),
     ) -> int:
         """Append events and advance the run row in one fenced transaction.
+
+        ``consume_signals`` are deleted in the same transaction: a signal is applied exactly once.
 
         Returns:
             The new revision.
@@ -208,7 +212,9 @@ class Store:
         row_values = dict(values, revision=expected_revision + 1, updated_ms=now_ms)
         if rows:
             row_values["last_seq"] = rows[-1]["seq"]
-        self._pending.append(_PendingAppend(run_id, expected_revision, owner, rows, row_values, future))
+        self._pending.append(
+            _PendingAppend(run_id, expected_revision, owner, rows, row_values, future, consume_signals)
+        )
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         return await future
@@ -259,10 +265,21 @@ class Store:
 
         def write(conn: Connection) -> list[Claim]:
             free = or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms)
+            has_signal = exists(select(signals.c.id).where(signals.c.run_id == runs.c.run_id))
+            due = and_(runs.c.phase == Phase.UNKNOWN_OUTCOME.value, runs.c.wake_ms <= now_ms)
+            awake = or_(runs.c.wake_ms.is_(None), runs.c.wake_ms <= now_ms, has_signal)
             wanted = and_(
                 runs.c.phase.not_in(_TERMINAL),
                 free,
-                or_(runs.c.phase.not_in(paused), runs.c.cancel_requested_ms.is_not(None)),
+                awake,
+                or_(
+                    runs.c.phase.not_in(paused),
+                    due,
+                    has_signal,
+                    and_(
+                        runs.c.phase == Phase.WAITING_APPROVAL.value, runs.c.cancel_requested_ms.is_not(None)
+                    ),
+                ),
             )
             query = select(runs.c.run_id).where(wanted)
             if run_ids:
@@ -314,6 +331,32 @@ class Store:
                 .values(lease_owner=None, lease_expires_ms=None)
             )
         )
+
+    async def read_signals(self, run_id: str) -> list[Signal]:
+        """Queued signals of a run, oldest first."""
+
+        def read(conn: Connection) -> list[Signal]:
+            query = select(signals).where(signals.c.run_id == run_id).order_by(signals.c.id)
+            return [Signal(r.id, r.run_id, r.kind, r.payload) for r in conn.execute(query)]
+
+        return await self.db.transaction(read)
+
+    async def add_signal(
+        self, run_id: str, *, kind: str, payload: str, now_ms: int, expected_revision: int | None = None
+    ) -> bool:
+        """Queue a signal for the run's next owner; False when the run moved past ``expected_revision``."""
+
+        def write(conn: Connection) -> bool:
+            if expected_revision is not None:
+                current = conn.execute(select(runs.c.revision).where(runs.c.run_id == run_id)).scalar()
+                if current != expected_revision:
+                    return False
+            conn.execute(insert(signals).values(run_id=run_id, kind=kind, payload=payload, created_ms=now_ms))
+            # Wake a parked run at once.
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(wake_ms=None))
+            return True
+
+        return await self.db.transaction(write)
 
     async def request_cancel(
         self, run_id: str, *, tenant_id: str, reason: str, now_ms: int
@@ -379,6 +422,8 @@ def _write_batch(conn: Connection, batch: list[_PendingAppend]) -> list[bool]:
         fenced.append(ok)
         if ok:
             rows.extend(item.rows)
+            if item.consume_signals:
+                conn.execute(delete(signals).where(signals.c.id.in_(list(item.consume_signals))))
     if rows:
         conn.exec_driver_sql(_for_paramstyle(_INSERT_EVENT, paramstyle), rows)
     return fenced

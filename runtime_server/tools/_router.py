@@ -56,10 +56,13 @@ class ToolOutcome:
     result_json: str | None
     error: dict[str, str] | None
     replayed: bool = False
+    # The transport failed after the request may have left: the tool host's answer is unknown,
+    # so a write must be looked up before it is sent again.
+    in_doubt: bool = False
 
     @classmethod
-    def failure(cls, code: str, message: str) -> ToolOutcome:
-        return cls(None, {"code": f"TOOL_ERROR_CODE_{code}", "message": message})
+    def failure(cls, code: str, message: str, *, in_doubt: bool = False) -> ToolOutcome:
+        return cls(None, {"code": f"TOOL_ERROR_CODE_{code}", "message": message}, in_doubt=in_doubt)
 
 
 @dataclass(slots=True)
@@ -131,7 +134,7 @@ class ToolRouter:
         return ToolOutcome(reply.result_json, None, reply.replayed)
 
     async def get_operation(
-        self, tool: str, idempotency_key: str, *, timeout_s: float
+        self, tool: str, idempotency_key: str, *, metadata: CallMetadata | None = None, timeout_s: float
     ) -> tool_pb2.Operation | None:
         """The host's ledger entry for a key; None when the host has none.
 
@@ -143,7 +146,9 @@ class ToolRouter:
             return None
         try:
             reply = await found[1].stub.GetOperation(
-                svc.GetOperationRequest(idempotency_key=idempotency_key), timeout=timeout_s
+                svc.GetOperationRequest(idempotency_key=idempotency_key),
+                timeout=timeout_s,
+                metadata=metadata.pairs() if metadata is not None else None,
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
@@ -161,8 +166,10 @@ class ToolRouter:
 def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return ToolOutcome.failure("TRANSIENT", "deadline exceeded before the tool answered")
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED):
+        return ToolOutcome.failure("TRANSIENT", "deadline exceeded before the tool answered", in_doubt=True)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ToolOutcome.failure("TRANSIENT", f"tool host UNAVAILABLE: {exc.details()}", in_doubt=True)
+    if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED):
         return ToolOutcome.failure("TRANSIENT", f"tool host {code.name}: {exc.details()}")
     if code == grpc.StatusCode.CANCELLED:
         return ToolOutcome.failure("CANCELLED", "call cancelled")

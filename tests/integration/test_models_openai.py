@@ -270,6 +270,9 @@ async def test_tool_call_then_final_answer_round_trip(fake: FakeOpenAI, registry
         "tools": tools,
         "tool_choice": "auto",
         "temperature": 0,
+        # A delta callback makes the call stream; this server answers in plain JSON all the same.
+        "stream": True,
+        "stream_options": {"include_usage": True},
     }
     for received in fake.received:
         assert received.headers["authorization"] == f"Bearer {KEY}"

@@ -139,6 +139,14 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         "run.ended  COMPLETED reason=final_answer partial=false retryable=true "
         "usage: model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.0123",
     ),
+    "tool_outcome_unknown": (
+        {
+            "tool_outcome_unknown": run_pb2.ToolOutcomeUnknown(
+                step=4, call_id="call_2", tool="refund.issue", idempotency_key="k1", reason="host unreachable"
+            )
+        },
+        'tool.outcome.unknown  refund.issue ?? outcome unknown call=call_2 key=k1 reason="host unreachable"',
+    ),
 }
 
 ONEOF_FIELDS = [f.name for f in run_pb2.RunEvent.DESCRIPTOR.oneofs_by_name["event"].fields]

@@ -24,6 +24,12 @@ from runtime_server.models import (
 )
 
 
+def _ruff_order(name: str) -> tuple[int, str]:
+    # ruff RUF022 ("isort-style"): CONSTANTS, then Classes, then functions.
+    kind = 0 if name.isupper() else 1 if name[0].isupper() else 2
+    return kind, name
+
+
 def test_all_is_complete_and_sorted() -> None:
     public = {
         name
@@ -31,7 +37,7 @@ def test_all_is_complete_and_sorted() -> None:
         if not name.startswith("_") and not isinstance(value, types.ModuleType) and name != "annotations"
     }
 
-    assert models.__all__ == sorted(models.__all__)
+    assert models.__all__ == sorted(models.__all__, key=_ruff_order)
     assert set(models.__all__) == public
 
 

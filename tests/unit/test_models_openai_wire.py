@@ -346,7 +346,8 @@ def test_redact() -> None:
         ({"timeout_s": 0}, "timeout_s: Input should be greater than 0"),
         ({"temperature": 3}, "temperature: Input should be less than or equal to 2"),
         ({"max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
-        ({"stream": True}, "stream: Extra inputs are not permitted"),
+        ({"streaming": True}, "streaming: Extra inputs are not permitted"),
+        ({"stream": "sometimes"}, "stream: Input should be a valid boolean"),
         ({"api_key_env": ""}, "api_key_env: String should have at least 1 character"),
     ],
 )

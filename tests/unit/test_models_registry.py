@@ -13,6 +13,7 @@ import pytest
 from runtime_server.models import (
     DEFAULT_MODEL_PLUGINS,
     ENTRYPOINT_GROUP,
+    AnthropicProvider,
     ModelConfigError,
     ModelProvider,
     ModelRegistry,
@@ -131,7 +132,7 @@ def pm(echo: EchoPlugin) -> Iterator[pluggy.PluginManager]:
 def test_builtins_are_registered_as_plugins() -> None:
     pm = get_model_plugin_manager(entrypoints=False)
 
-    assert [pm.has_plugin(name) for name in DEFAULT_MODEL_PLUGINS] == [True, True]
+    assert [pm.has_plugin(name) for name in DEFAULT_MODEL_PLUGINS] == [True, True, True]
     assert get_model_plugin_manager(entrypoints=False) is not pm  # a factory, not a global
 
 
@@ -140,9 +141,11 @@ async def test_registry_creates_builtin_providers(monkeypatch: pytest.MonkeyPatc
     async with ModelRegistry(get_model_plugin_manager(entrypoints=False)) as registry:
         scripted = registry.provider(spec())
         openai = registry.provider(spec("openai", "gpt-test", {"api_key_env": "AGENTRT_TEST_KEY"}))
+        anthropic = registry.provider(spec("anthropic", "claude-test", {"api_key_env": "AGENTRT_TEST_KEY"}))
 
         assert isinstance(scripted, ScriptedProvider)
         assert isinstance(openai, OpenAIProvider)
+        assert isinstance(anthropic, AnthropicProvider)
 
 
 async def test_one_provider_per_provider_name_and_options(pm: pluggy.PluginManager, echo: EchoPlugin) -> None:
@@ -220,7 +223,8 @@ async def test_many_equal_options_objects_share_one_provider(
 async def test_unknown_provider_names_the_known_ones(pm: pluggy.PluginManager) -> None:
     async with ModelRegistry(pm) as registry:
         with pytest.raises(
-            ModelConfigError, match="unknown model provider 'nope'; known providers: echo, openai, scripted"
+            ModelConfigError,
+            match="unknown model provider 'nope'; known providers: anthropic, echo, openai, scripted",
         ) as caught:
             registry.provider(spec("nope"))
 
@@ -259,7 +263,7 @@ async def test_a_plugin_returning_something_else_is_a_type_error() -> None:
 async def test_blocked_builtin_is_unknown() -> None:
     pm = get_model_plugin_manager(entrypoints=False, blocked=["runtime_server.models._openai"])
     async with ModelRegistry(pm) as registry:
-        with pytest.raises(ModelConfigError, match=r"'openai'; known providers: scripted$"):
+        with pytest.raises(ModelConfigError, match=r"'openai'; known providers: anthropic, scripted$"):
             registry.provider(spec("openai"))
 
 
@@ -291,7 +295,7 @@ async def test_entry_point_plugins_are_loaded(monkeypatch: pytest.MonkeyPatch) -
     assert pm.has_plugin("echo_models") and pm.has_plugin("tools")
     async with ModelRegistry(pm) as registry:
         assert isinstance(registry.provider(spec("echo")), EchoProvider)
-        assert registry.known_providers() == ["echo", "openai", "scripted"]
+        assert registry.known_providers() == ["anthropic", "echo", "openai", "scripted"]
 
 
 def test_entrypoints_false_loads_none(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,23 @@
 from agentrt.runtime.v1 import run_pb2 as _run_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class OutcomeDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTCOME_DECISION_UNSPECIFIED: _ClassVar[OutcomeDecision]
+    OUTCOME_DECISION_SUCCEEDED: _ClassVar[OutcomeDecision]
+    OUTCOME_DECISION_FAILED: _ClassVar[OutcomeDecision]
+    OUTCOME_DECISION_RETRY: _ClassVar[OutcomeDecision]
+OUTCOME_DECISION_UNSPECIFIED: OutcomeDecision
+OUTCOME_DECISION_SUCCEEDED: OutcomeDecision
+OUTCOME_DECISION_FAILED: OutcomeDecision
+OUTCOME_DECISION_RETRY: OutcomeDecision
 
 class RunAgentRequest(_message.Message):
     __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id")
@@ -150,6 +162,28 @@ class ResolveApprovalRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., decision: _Optional[_Union[_run_pb2.ApprovalDecision, str]] = ..., args_hash: _Optional[str] = ..., expected_revision: _Optional[int] = ..., comment: _Optional[str] = ...) -> None: ...
 
 class ResolveApprovalResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _run_pb2.Run
+    def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class ResolveOutcomeRequest(_message.Message):
+    __slots__ = ("run_id", "call_id", "decision", "result_json", "expected_revision", "comment")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    call_id: str
+    decision: OutcomeDecision
+    result_json: str
+    expected_revision: int
+    comment: str
+    def __init__(self, run_id: _Optional[str] = ..., call_id: _Optional[str] = ..., decision: _Optional[_Union[OutcomeDecision, str]] = ..., result_json: _Optional[str] = ..., expected_revision: _Optional[int] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class ResolveOutcomeResponse(_message.Message):
     __slots__ = ("run",)
     RUN_FIELD_NUMBER: _ClassVar[int]
     run: _run_pb2.Run

@@ -70,6 +70,11 @@ class AgentRuntimeServiceStub:
                 request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveApprovalRequest.SerializeToString,
                 response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveApprovalResponse.FromString,
                 _registered_method=True)
+        self.ResolveOutcome = channel.unary_unary(
+                '/agentrt.runtime.v1.AgentRuntimeService/ResolveOutcome',
+                request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeRequest.SerializeToString,
+                response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeResponse.FromString,
+                _registered_method=True)
 
 
 class AgentRuntimeServiceServicer:
@@ -126,6 +131,13 @@ class AgentRuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResolveOutcome(self, request, context):
+        """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +175,11 @@ def add_AgentRuntimeServiceServicer_to_server(servicer, server):
                     servicer.ResolveApproval,
                     request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveApprovalRequest.FromString,
                     response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveApprovalResponse.SerializeToString,
+            ),
+            'ResolveOutcome': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveOutcome,
+                    request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeRequest.FromString,
+                    response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +372,33 @@ class AgentRuntimeService:
             '/agentrt.runtime.v1.AgentRuntimeService/ResolveApproval',
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveApprovalRequest.SerializeToString,
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveApprovalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveOutcome(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.runtime.v1.AgentRuntimeService/ResolveOutcome',
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeRequest.SerializeToString,
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -49,6 +49,8 @@ class AgentRuntimeServiceStub:
     """Asks a run to stop; in-flight calls are cancelled. Cancellation is not rollback."""
     ResolveApproval: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveApprovalRequest, _runtime_service_pb2.ResolveApprovalResponse]
     """Approves or rejects a call waiting for a person."""
+    ResolveOutcome: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveOutcomeRequest, _runtime_service_pb2.ResolveOutcomeResponse]
+    """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
 
 @_typing.type_check_only
 class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
@@ -71,6 +73,8 @@ class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
     """Asks a run to stop; in-flight calls are cancelled. Cancellation is not rollback."""
     ResolveApproval: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveApprovalRequest, _runtime_service_pb2.ResolveApprovalResponse]  # type: ignore[assignment]
     """Approves or rejects a call waiting for a person."""
+    ResolveOutcome: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveOutcomeRequest, _runtime_service_pb2.ResolveOutcomeResponse]  # type: ignore[assignment]
+    """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
 
 class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     """The agentrt runtime: starts runs, drives their state machines and streams their events."""
@@ -132,5 +136,13 @@ class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_service_pb2.ResolveApprovalResponse, _abc.Awaitable[_runtime_service_pb2.ResolveApprovalResponse]]:
         """Approves or rejects a call waiting for a person."""
+
+    @_abc_1.abstractmethod
+    def ResolveOutcome(
+        self,
+        request: _runtime_service_pb2.ResolveOutcomeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_service_pb2.ResolveOutcomeResponse, _abc.Awaitable[_runtime_service_pb2.ResolveOutcomeResponse]]:
+        """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
 
 def add_AgentRuntimeServiceServicer_to_server(servicer: AgentRuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,376 @@
+"""One ownership period of one run: load, decide, commit, call, record.
+
+The shell around the pure decider: it buffers the events the decider asks for,
+commits them in one fenced transaction right before each model or tool call
+(R5.2), performs the call, and records the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from runtime_server._config import AgentConfig
+from runtime_server.core import (
+    Append,
+    Budgets,
+    CallModel,
+    Clock,
+    Event,
+    Idle,
+    InvokeTool,
+    LeaseLost,
+    Phase,
+    Reconcile,
+    RunState,
+    WaitUntil,
+    backoff_delay_s,
+    call_timeout_s,
+    decide,
+    end_events,
+    replay,
+    retry_fits,
+)
+from runtime_server.core import events as ev
+from runtime_server.engine._agents import ResolvedAgent
+from runtime_server.engine._control import Cancelled, Parked
+from runtime_server.engine._tool_step import ToolStep
+from runtime_server.models import (
+    Message,
+    ModelAuthError,
+    ModelError,
+    ModelRequest,
+    ModelSpecData,
+    ModelToolCall,
+    ModelTransientError,
+    ToolDef,
+)
+from runtime_server.store import RunRecord, StoredEvent
+
+if TYPE_CHECKING:
+    from runtime_server.engine._engine import Engine
+
+log = logging.getLogger("agentrt.engine")
+T = TypeVar("T")
+
+Fresh = tuple[RunRecord, list[StoredEvent]]
+
+
+@dataclass(slots=True)
+class RunHandle:
+    """What the engine keeps about a run it owns."""
+
+    run_id: str
+    generation: int
+    lease_deadline_s: float
+    task: asyncio.Task[None] | None = None
+    io: asyncio.Future[Any] | None = None
+    cancel_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RunDriver:
+    """Drives one run while this worker holds its lease."""
+
+    def __init__(self, engine: Engine, handle: RunHandle):
+        self.engine = engine
+        self.handle = handle
+        self.run_id = handle.run_id
+        self.buffer: list[Event] = []
+        self.revision = 0
+        self.state = RunState(run_id=handle.run_id)
+        self.released = False
+        self.started_here: set[str] = set()  # calls whose latest tool.started this driver wrote
+        self.tools = ToolStep(self)
+
+    async def drive(self, fresh: Fresh | None) -> None:
+        engine = self.engine
+        if fresh is not None:  # just created here: its row and log are known, skip the reads
+            record, stored = fresh
+        else:
+            found = await engine.store.get_run(self.run_id)
+            if found is None or found.lease_owner != engine.owner:
+                return
+            record, stored = found, await self._read_log()
+        self.state = replay(self.run_id, [Event(e.type, json.loads(e.payload)) for e in stored])
+        self.revision = record.revision
+        self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
+        self.budgets = Budgets.from_json(json.loads(record.budgets))
+        self.deadline_s = record.deadline_ms / 1000
+        if record.cancel_requested_ms is not None and self.handle.cancel_reason is None:
+            self.handle.cancel_reason = record.cancel_reason or "cancelled"
+        try:
+            await self._apply_signals()
+            await self._loop()
+        except Parked:
+            return
+        if not self.released:
+            await engine.store.release(self.run_id, owner=engine.owner)
+            self.released = True
+
+    async def _read_log(self) -> list[StoredEvent]:
+        stored: list[StoredEvent] = []
+        while True:
+            page = await self.engine.store.read_events(self.run_id, after_seq=stored[-1].seq if stored else 0)
+            stored.extend(page)
+            if len(page) < 1000:
+                return stored
+
+    async def _apply_signals(self) -> None:
+        """Apply people's decisions queued for this run (ResolveOutcome) in the next commit."""
+        signals = await self.engine.store.read_signals(self.run_id)
+        self.consumed_signals = [s.id for s in signals]
+        for signal in signals:
+            if signal.kind == "outcome_decision":
+                self.tools.apply_outcome_decision(json.loads(signal.payload))
+
+    # -- committing ---------------------------------------------------------------------------------
+
+    def add(self, *events: Event) -> None:
+        for event in events:
+            self.state.apply(event)
+            self.state.seq += 1
+            self.buffer.append(event)
+
+    async def flush(self, **extra_values: Any) -> None:
+        if not self.buffer and not extra_values:
+            return
+        engine = self.engine
+        now_ms = engine.now_ms()
+        first_seq = self.state.seq - len(self.buffer) + 1
+        payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
+        types = [e.type for e in self.buffer]
+        values: dict[str, Any] = {
+            "phase": self.state.phase.value,
+            "usage": json.dumps(self.state.usage.to_json()),
+            "output": self.state.output,
+            "reason": self.state.reason,
+            **extra_values,
+        }
+        if self.state.ended:  # the closing commit also gives the lease back: one commit, not two
+            values.update(lease_owner=None, lease_expires_ms=None)
+        engine.faults.around_commit("before", types)
+        self.revision = await engine.store.append(
+            self.run_id,
+            expected_revision=self.revision,
+            owner=engine.owner,
+            first_seq=first_seq,
+            new_events=payloads,
+            values=values,
+            now_ms=now_ms,
+            consume_signals=self.consumed_signals,
+        )
+        engine.faults.around_commit("after", types)
+        self.consumed_signals = []
+        self.buffer.clear()
+        self.released = self.state.ended or values.get("lease_owner", "") is None
+        engine.bus.publish(
+            self.run_id,
+            [StoredEvent(self.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
+        )
+        if self.state.ended:
+            engine.counters.inc("runs_ended")
+            if self.state.any_tool_started and self.state.phase is not Phase.COMPLETED:
+                engine.counters.inc("partial_run_count")
+
+    async def park(self, wake_ms: int) -> None:
+        """Commit what is buffered, give the lease back and ask to be woken at ``wake_ms``."""
+        await self.flush(wake_ms=wake_ms, lease_owner=None, lease_expires_ms=None)
+        raise Parked()
+
+    def check_lease(self) -> None:
+        """Refuse to start a call once the lease may have passed to another worker (e.g. after a pause)."""
+        if self.engine.clock() >= self.handle.lease_deadline_s:
+            raise LeaseLost(f"lease of run {self.run_id} expired locally; not starting new work")
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        engine = self.engine
+        while True:
+            phase = self.state.phase
+            if (
+                self.handle.cancel_reason is not None
+                and not phase.terminal
+                and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)
+            ):
+                self.add(Event(ev.CANCEL_REQUESTED, {"reason": self.handle.cancel_reason}))
+            clock = Clock(
+                now_s=engine.clock(), deadline_s=self.deadline_s, reserve_s=engine.settings.call_reserve_s
+            )
+            decision = decide(self.state, self.budgets, clock)
+            match decision:
+                case Append(events=events):
+                    for event in events:
+                        if event.type == ev.TOOL_STARTED:
+                            self.started_here.add(event.data["call_id"])
+                    self.add(*events)
+                case CallModel(step=step):
+                    await self.flush()
+                    engine.counters.inc("steps")
+                    await self._model_step(step)
+                case InvokeTool(call=call):
+                    await self.flush()
+                    engine.counters.inc("steps")
+                    await self.tools.run_call(call)
+                case WaitUntil(due_s=due_s):
+                    await self.flush()
+                    with contextlib.suppress(Cancelled):  # the loop appends cancel.requested next
+                        await self.sleep(max(0.0, due_s - engine.clock()))
+                case Reconcile(call=call):
+                    await self.flush()
+                    await self.tools.reconcile(call)
+                case Idle():
+                    await self.flush()
+                    return
+                case _:
+                    raise RuntimeError(f"unrecognised decision {decision!r}")
+
+    def timeout(self, call_timeout: float) -> float:
+        engine = self.engine
+        return call_timeout_s(
+            now_s=engine.clock(),
+            run_deadline_s=self.deadline_s,
+            call_timeout_s=call_timeout,
+            reserve_s=engine.settings.call_reserve_s,
+        )
+
+    async def io(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Run one call so that a cancel request can cancel it (and only it)."""
+        if self.handle.cancel_reason is not None:
+            raise Cancelled()
+        future = asyncio.ensure_future(make())
+        self.handle.io = future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self.handle.cancel_reason is not None and current is not None and not current.cancelling():
+                raise Cancelled() from None
+            raise
+        finally:
+            self.handle.io = None
+
+    async def sleep(self, delay_s: float) -> None:
+        await self.io(lambda: asyncio.sleep(delay_s))
+
+    def backoff(self, attempt: int) -> float:
+        settings = self.engine.settings
+        return backoff_delay_s(
+            attempt=attempt, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s, rand=self.engine.rand()
+        )
+
+    # -- model --------------------------------------------------------------------------------------
+
+    def _model_request(self, timeout_s: float) -> ModelRequest:
+        config: AgentConfig = self.agent.config
+        messages: list[Message] = []
+        if config.instructions:
+            messages.append(Message(role="system", content=config.instructions))
+        for entry in self.state.history:
+            if entry.role == "assistant":
+                calls = tuple(
+                    ModelToolCall(call_id=c, tool=t, arguments_json=a) for c, t, a in entry.tool_calls
+                )
+                messages.append(Message(role="assistant", content=entry.content, tool_calls=calls))
+            elif entry.role == "tool":
+                messages.append(Message(role="tool", content=entry.content, tool_call_id=entry.tool_call_id))
+            else:
+                messages.append(Message(role="user", content=entry.content))
+        tools = []
+        for name in config.tools:
+            spec = self.engine.tools.spec(name)
+            if spec is not None:
+                schema = json.loads(spec.input_schema_json or "{}")
+                tools.append(ToolDef(name=name, description=spec.description, input_schema=schema))
+        model = config.model
+        return ModelRequest(
+            run_id=self.run_id,
+            step=self.state.usage.model_steps + 1,
+            spec=ModelSpecData(provider=model.provider, name=model.name, options=model.options),
+            messages=tuple(messages),
+            tools=tuple(tools),
+            timeout_s=timeout_s,
+        )
+
+    async def _model_step(self, step: int) -> None:
+        engine = self.engine
+        model = self.agent.config.model
+        try:
+            provider = engine.models.provider(
+                ModelSpecData(provider=model.provider, name=model.name, options=model.options)
+            )
+        except ModelError as exc:
+            self.add(*end_events(self.state, Phase.FAILED, f"model_error:{exc.reason}", message=str(exc)))
+            return
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = self.timeout(engine.settings.model_timeout_s)
+            if timeout <= 0:
+                self.add(*end_events(self.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+                return
+            request = self._model_request(timeout)
+            try:
+                sink = self._delta_sink(step)
+                response = await self.io(partial(provider.complete, request, on_text_delta=sink))
+                break
+            except Cancelled:
+                return
+            except ModelTransientError as exc:
+                delay = max(exc.retry_after_s or 0.0, self.backoff(attempt))
+                fits = retry_fits(
+                    now_s=engine.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=self.deadline_s
+                )
+                if attempt >= engine.settings.model_attempts or not fits:
+                    engine.counters.inc("retry_exhausted_count")
+                    reason = "model_unavailable"
+                    self.add(*end_events(self.state, Phase.FAILED, reason, message=str(exc), retryable=True))
+                    return
+                engine.counters.inc("retry_count")
+                try:
+                    await self.sleep(delay)
+                except Cancelled:
+                    return
+            except ModelAuthError as exc:
+                self.add(*end_events(self.state, Phase.FAILED, "model_auth", message=str(exc)))
+                return
+            except ModelError as exc:
+                self.add(*end_events(self.state, Phase.FAILED, f"model_error:{exc.reason}", message=str(exc)))
+                return
+        usage = self.state.usage
+        before = usage.to_json()
+        after = dict(
+            before,
+            model_steps=usage.model_steps + 1,
+            input_tokens=usage.input_tokens + response.input_tokens,
+            output_tokens=usage.output_tokens + response.output_tokens,
+        )
+        calls = [
+            {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
+            for c in response.tool_calls
+        ]
+        data = {
+            "step": step,
+            "text": response.text,
+            "tool_calls": calls,
+            "usage_before": before,
+            "usage_after": after,
+        }
+        self.add(Event(ev.MODEL_COMPLETED, data))
+
+    def _delta_sink(self, step: int) -> Callable[[str], None]:
+        bus = self.engine.bus
+        run_id = self.run_id
+
+        def sink(text: str) -> None:
+            payload = json.dumps({"step": step, "text": text})
+            bus.publish(run_id, [StoredEvent(run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.engine.now_ms())])
+
+        return sink

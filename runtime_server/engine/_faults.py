@@ -1,0 +1,57 @@
+"""Fault injection: a TEST FACILITY that hard-exits the process at a named commit point.
+
+Off unless ``AGENTRT_FAULT_POINT`` is set (a comma-separated list). Each entry is
+``POINT`` or ``POINT@N`` (fire on the N-th time the point is reached, default 1):
+
+- ``before_commit:<event type>`` / ``after_commit:<event type>``: around the commit
+  whose batch carries that event, e.g. ``after_commit:model.completed``;
+- ``tool_request_sent``: a tool call has left (the tool host may be running it);
+- ``tool_response_received``: the tool host answered; nothing is recorded yet.
+
+The exit is ``os._exit(FAULT_EXIT_CODE)``: no cleanup, no flush, no lease release,
+exactly like a crash. Never set this in production.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable
+
+FAULT_ENV = "AGENTRT_FAULT_POINT"
+FAULT_EXIT_CODE = 86
+TOOL_POINTS = ("tool_request_sent", "tool_response_received")
+
+
+class FaultPlan:
+    """Which points crash the process; ``hit`` is a no-op for every other point."""
+
+    def __init__(self, spec: str = ""):
+        self._targets: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            point, _, nth = item.partition("@")
+            self._targets[point] = int(nth or 1)
+        self._seen: Counter[str] = Counter()
+
+    @classmethod
+    def from_env(cls) -> FaultPlan:
+        return cls(os.environ.get(FAULT_ENV, ""))
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._targets)
+
+    def hit(self, point: str) -> None:
+        """Crash here if this point (at this count) is armed."""
+        if point not in self._targets:
+            return
+        self._seen[point] += 1
+        if self._seen[point] == self._targets[point]:
+            print(f"agentrt: fault injection at {point}; exiting", file=sys.stderr, flush=True)
+            os._exit(FAULT_EXIT_CODE)
+
+    def around_commit(self, when: str, event_types: Iterable[str]) -> None:
+        if self._targets:
+            for event_type in dict.fromkeys(event_types):
+                self.hit(f"{when}_commit:{event_type}")

@@ -1,0 +1,260 @@
+"""Tool calls of a run: send, retry, recover, reconcile (R5.3, R6.3 to R6.6).
+
+A write tool (not read-only, not idempotent) is never sent twice on a guess: a
+call found started by an earlier owner is first looked up in its tool host's
+ledger by idempotency key, and a call cut off in flight whose outcome the
+ledger cannot tell becomes UNKNOWN_OUTCOME until a query or a person settles it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import json_format
+
+from agentrt.toolhost.v1 import tool_pb2
+from runtime_server.core import CallState, Event, LeaseLost, Phase, end_events, retry_fits, rfc3339
+from runtime_server.core import events as ev
+from runtime_server.engine._control import Cancelled
+from runtime_server.tools import CallMetadata, ToolOutcome
+
+if TYPE_CHECKING:
+    from runtime_server.engine._driver import RunDriver
+
+QUERY_TIMEOUT_S = 5.0
+RECONCILE_MAX_DELAY_S = 60.0
+_NOT_FOUND = "not_found"
+_UNKNOWN = "unknown"
+
+
+def is_write(spec: tool_pb2.ToolSpec | None) -> bool:
+    """Writes are retried only through their key or after a query (invariant 3)."""
+    return spec is None or (spec.side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY and not spec.idempotent)
+
+
+class ToolStep:
+    """The tool side of one :class:`RunDriver`."""
+
+    def __init__(self, driver: RunDriver):
+        self.d = driver
+        self.engine = driver.engine
+
+    def _metadata(self, call: CallState) -> CallMetadata:
+        return CallMetadata(
+            idempotency_key=call.idempotency_key,
+            run_id=self.d.run_id,
+            call_id=call.call_id,
+            attempt=call.attempts,
+            fencing_token=self.d.handle.generation,
+        )
+
+    def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
+        seconds = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
+        return seconds or self.engine.settings.tool_timeout_s
+
+    # -- one call -----------------------------------------------------------------------------------
+
+    async def run_call(self, call: CallState) -> None:
+        """Send a started call (or, for an inherited write, query first) and record what happened."""
+        d, engine = self.d, self.engine
+        spec = engine.tools.spec(call.tool)
+        if is_write(spec) and call.call_id not in d.started_here:
+            found = await self._query(call)
+            if isinstance(found, ToolOutcome):
+                self.record(call, found)
+                return
+            if found == _UNKNOWN:
+                self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
+                return
+            # Never reached the tool host's ledger: send it now, under the same key.
+            self._restart(call)
+            await d.flush()
+        timeout = d.timeout(self._spec_timeout(spec))
+        if timeout <= 0:
+            d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+            return
+        d.check_lease()
+        call_deadline_ms = engine.now_ms() + math.ceil(timeout * 1000)
+        started = engine.clock()
+        try:
+            outcome = await d.io(lambda: self._send(call, timeout_s=timeout))
+        except Cancelled:
+            settled = await self._query(call) if is_write(spec) else None
+            if settled is None:
+                outcome = ToolOutcome.failure("CANCELLED", "cancelled in flight")
+            elif isinstance(settled, ToolOutcome):
+                outcome = settled
+            elif settled == _NOT_FOUND and engine.now_ms() > call_deadline_ms:
+                outcome = ToolOutcome.failure("CANCELLED", "cancelled before the tool host saw the call")
+            else:
+                self._outcome_unknown(call, "cancelled while the write was in flight", call_deadline_ms)
+                return
+        engine.faults.hit("tool_response_received")
+        if outcome.in_doubt and is_write(spec):
+            # The request may have reached the host: learn what it did before any retry (R5.3).
+            settled = await self._query(call)
+            if isinstance(settled, ToolOutcome):
+                outcome = settled
+            elif settled == _UNKNOWN:
+                self._outcome_unknown(
+                    call, outcome.error["message"] if outcome.error else "", call_deadline_ms
+                )
+                return
+        error = outcome.error or {}
+        if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None:
+            if "deadline" in error.get("message", "") or "timeout" in error.get("message", ""):
+                engine.counters.inc("timeout_count")
+            if self._schedule_retry(call, error, expected_call_s=engine.clock() - started):
+                return
+        self.record(call, outcome)
+
+    async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
+        engine = self.engine
+        sending = asyncio.ensure_future(
+            engine.tools.invoke(
+                call.tool, call.arguments_json, metadata=self._metadata(call), timeout_s=timeout_s
+            )
+        )
+        if engine.faults.armed:
+            # Let the request leave before crashing "between sent and recorded".
+            await asyncio.wait({sending}, timeout=0.05)
+            engine.faults.hit("tool_request_sent")
+        return await sending
+
+    def _schedule_retry(self, call: CallState, error: dict[str, Any], *, expected_call_s: float) -> bool:
+        d, engine = self.d, self.engine
+        delay = d.backoff(call.attempts)
+        fits = retry_fits(
+            now_s=engine.clock(), delay_s=delay, expected_call_s=expected_call_s, deadline_s=d.deadline_s
+        )
+        if call.attempts >= engine.settings.tool_attempts or not fits:
+            engine.counters.inc("retry_exhausted_count")
+            return False
+        engine.counters.inc("retry_count")
+        due_ms = engine.now_ms() + math.ceil(delay * 1000)
+        data = {
+            "call_id": call.call_id,
+            "attempt": call.attempts + 1,
+            "delay": f"{delay:.3f}s",
+            "reason": f"{error.get('code', '')}: {error.get('message', '')}"[:400],
+            "due_time": rfc3339(due_ms),
+        }
+        d.add(Event(ev.RETRY_SCHEDULED, data))
+        return True
+
+    def _restart(self, call: CallState) -> None:
+        """A new attempt of the same call, same key; budgets count the call once."""
+        usage = self.d.state.usage.to_json()
+        data = {
+            "step": call.step,
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "arguments_json": call.arguments_json,
+            "idempotency_key": call.idempotency_key,
+            "attempt": call.attempts + 1,
+            "usage_before": usage,
+            "usage_after": usage,
+        }
+        self.d.add(Event(ev.TOOL_STARTED, data))
+        self.d.started_here.add(call.call_id)
+
+    def record(self, call: CallState, outcome: ToolOutcome) -> None:
+        d, engine = self.d, self.engine
+        if outcome.replayed:
+            engine.counters.inc("duplicate_suppressed_count")
+        base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
+        if outcome.error is None:
+            data = dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed)
+            d.add(Event(ev.TOOL_COMPLETED, data))
+            return
+        code = outcome.error.get("code", "")
+        if code == "TOOL_ERROR_CODE_FENCED":
+            raise LeaseLost(f"tool host refused run {d.run_id}'s fencing token {d.handle.generation}")
+        d.add(Event(ev.TOOL_FAILED, dict(base, error=outcome.error)))
+        message = outcome.error.get("message", "")
+        if code == "TOOL_ERROR_CODE_UNAUTHORIZED":
+            d.add(*end_events(d.state, Phase.FAILED, f"tool_unauthorized:{call.tool}", message=message))
+        elif code == "TOOL_ERROR_CODE_KEY_CONFLICT":
+            d.add(*end_events(d.state, Phase.FAILED, "idempotency_conflict", message=message))
+
+    def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
+        self.engine.counters.inc("unknown_result_count")
+        data: dict[str, Any] = {
+            "step": call.step,
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "idempotency_key": call.idempotency_key,
+            "reason": reason,
+        }
+        if call_deadline_ms:
+            data["call_deadline"] = rfc3339(call_deadline_ms)
+        self.d.add(Event(ev.TOOL_OUTCOME_UNKNOWN, data))
+
+    # -- learning outcomes --------------------------------------------------------------------------
+
+    async def _query(self, call: CallState) -> ToolOutcome | str:
+        """The ledger's word on a call: an outcome, _NOT_FOUND, or _UNKNOWN (running / unreachable)."""
+        try:
+            operation = await self.engine.tools.get_operation(
+                call.tool, call.idempotency_key, metadata=self._metadata(call), timeout_s=QUERY_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError:
+            return _UNKNOWN
+        if operation is None:
+            return _NOT_FOUND
+        if operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED:
+            return ToolOutcome(operation.result_json, None, True)
+        if operation.status == tool_pb2.OPERATION_STATUS_FAILED:
+            error = json_format.MessageToDict(operation.error, preserving_proto_field_name=True)
+            return ToolOutcome(None, error)
+        return _UNKNOWN
+
+    async def reconcile(self, call: CallState) -> None:
+        """The run is in UNKNOWN_OUTCOME: ask again; park with backoff while nobody can tell."""
+        d, engine = self.d, self.engine
+        found = await self._query(call)
+        if isinstance(found, ToolOutcome):
+            error = (found.error or {}).get("code", "")
+            if (
+                error in ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
+                and d.handle.cancel_reason is None
+            ):
+                self._restart(call)  # the ledger says it did not complete: safe to send again, same key
+            else:
+                self.record(call, found)
+            return
+        now_ms = engine.now_ms()
+        if found == _NOT_FOUND:
+            if d.handle.cancel_reason is None:
+                self._restart(call)
+                return
+            settled_ms = call.call_deadline_ms or int(d.deadline_s * 1000)
+            if now_ms > settled_ms:
+                self.record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
+                return
+            await d.park(settled_ms + 1)
+            return
+        await d.park(now_ms + math.ceil(self._reconcile_delay_s() * 1000))
+
+    def _reconcile_delay_s(self) -> float:
+        attempts = int(self.d.handle.extra.get("reconcile_attempts", 0)) + 1
+        self.d.handle.extra["reconcile_attempts"] = attempts
+        return min(RECONCILE_MAX_DELAY_S, max(0.5, self.d.backoff(attempts + 2)))
+
+    def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
+        """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
+        d = self.d
+        call = d.state.unknown_call()
+        if d.state.phase is not Phase.UNKNOWN_OUTCOME or call is None or call.call_id != decision["call_id"]:
+            return
+        kind = decision["decision"]
+        if kind == "OUTCOME_DECISION_SUCCEEDED":
+            self.record(call, ToolOutcome(decision.get("result_json") or "{}", None))
+        elif kind == "OUTCOME_DECISION_FAILED":
+            message = f"decided by a person: {decision.get('comment', '')}".strip()
+            self.record(call, ToolOutcome.failure("PERMANENT", message))
+        else:
+            self._restart(call)
