@@ -74,6 +74,19 @@ def _list_request(
     )
 
 
+def _outcome_request(
+    run_id: str, call_id: str, decision: str, expected_revision: int, result_json: str, comment: str
+) -> runtime_service_pb2.ResolveOutcomeRequest:
+    return runtime_service_pb2.ResolveOutcomeRequest(
+        run_id=run_id,
+        call_id=call_id,
+        decision=f"OUTCOME_DECISION_{decision.upper()}",
+        result_json=result_json,
+        expected_revision=expected_revision,
+        comment=comment,
+    )
+
+
 def _resolve_request(
     run_id: str, approval_id: str, approve: bool, args_hash: str, expected_revision: int, comment: str
 ) -> runtime_service_pb2.ResolveApprovalRequest:
@@ -407,6 +420,27 @@ class AsyncClient:
         )
         return response.run
 
+    async def resolve_outcome(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        decision: str,
+        expected_revision: int,
+        result_json: str = "",
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Settles a run in UNKNOWN_OUTCOME: ``decision`` is "succeeded", "failed" or "retry".
+
+        Raises:
+            RPCError: FAILED_PRECONDITION when the run is not in UNKNOWN_OUTCOME, ABORTED when it moved on.
+        """
+        request = _outcome_request(run_id, call_id, decision, expected_revision, result_json, comment)
+        response = await self._unary(
+            self._stub.ResolveOutcome(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
     @staticmethod
     async def _unary(call: grpc.aio.UnaryUnaryCall[Any, _R]) -> _R:
         try:
@@ -553,5 +587,22 @@ class Client:
         request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
         try:
             return self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc) from exc
+
+    def resolve_outcome(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        decision: str,
+        expected_revision: int,
+        result_json: str = "",
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Settles a run in UNKNOWN_OUTCOME; see :meth:`AsyncClient.resolve_outcome`."""
+        request = _outcome_request(run_id, call_id, decision, expected_revision, result_json, comment)
+        try:
+            return self._stub.ResolveOutcome(request, timeout=self.timeout, metadata=self._metadata).run
         except grpc.RpcError as exc:
             raise _errors.from_call(exc) from exc

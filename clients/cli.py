@@ -133,6 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=_cmd_resolve, approve=approve)
 
     p = sub.add_parser(
+        "resolve", parents=[common], help="settle a run whose write has an unknown outcome (UNKNOWN_OUTCOME)"
+    )
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("call_id", metavar="CALL_ID", help="call_id shown by tool.outcome.unknown")
+    p.add_argument("decision", choices=["succeeded", "failed", "retry"])
+    p.add_argument("--revision", type=int, required=True, help="run revision you saw (agentrt get)")
+    p.add_argument("--result-json", default="", help="the call's result, for succeeded")
+    p.add_argument("--comment", default="")
+    p.set_defaults(func=_cmd_resolve_outcome)
+
+    p = sub.add_parser(
         "demo", parents=[common], help="start a local runtime on demo defaults and run the refund-demo agent"
     )
     p.add_argument("--input", default=_demo.DEMO_INPUT, metavar="TEXT", help="the user's input")
@@ -286,6 +297,20 @@ def _cmd_resolve(ns: argparse.Namespace) -> int:
             approve=ns.approve,
             args_hash=ns.args_hash,
             expected_revision=ns.revision,
+            comment=ns.comment,
+        )
+        _print_run(ns, run)
+    return 0
+
+
+def _cmd_resolve_outcome(ns: argparse.Namespace) -> int:
+    with _client(ns) as client:
+        run = client.resolve_outcome(
+            ns.run_id,
+            ns.call_id,
+            decision=ns.decision,
+            expected_revision=ns.revision,
+            result_json=ns.result_json,
             comment=ns.comment,
         )
         _print_run(ns, run)

@@ -6,6 +6,7 @@ so production hosts never serve it by accident.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pydantic
@@ -20,6 +21,7 @@ class FlakyArgs(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
     note: str = ""
+    delay_s: float = pydantic.Field(0.0, ge=0, le=30, description="How long each attempt takes to fail.")
 
 
 @tool(
@@ -30,7 +32,9 @@ class FlakyArgs(pydantic.BaseModel):
     timeout=5.0,
 )
 async def flaky_transient(args: FlakyArgs, ctx: ToolContext) -> dict[str, Any]:
-    """Raise TransientError every time."""
+    """Raise TransientError every time, after ``delay_s``."""
+    if args.delay_s:
+        await asyncio.sleep(args.delay_s)
     raise TransientError(f"dependency unavailable (attempt {ctx.attempt})")
 
 

@@ -106,6 +106,7 @@ class Settings(_Strict):
     model_timeout_s: float = Field(120.0, gt=0)
     call_reserve_s: float = Field(0.2, ge=0)
     tool_attempts: int = Field(3, ge=1)
+    query_timeout_s: float = Field(5.0, gt=0)
     model_attempts: int = Field(3, ge=1)
     retry_base_s: float = Field(0.2, gt=0)
     retry_cap_s: float = Field(5.0, gt=0)

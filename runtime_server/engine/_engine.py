@@ -263,9 +263,9 @@ class Engine:
     async def _drive_guarded(self, handle: RunHandle, fresh: Fresh | None) -> None:
         try:
             await RunDriver(self, handle).drive(fresh)
-        except LeaseLost:
+        except LeaseLost as exc:
             self.counters.inc("lease_lost_count")
-            log.warning("run %s: lease lost, this worker stops writing", handle.run_id)
+            log.warning("run %s: lease lost (%s); this worker stops writing", handle.run_id, exc.message)
         except asyncio.CancelledError:
             pass
         except Exception:

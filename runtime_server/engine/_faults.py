@@ -5,23 +5,27 @@ Off unless ``AGENTRT_FAULT_POINT`` is set (a comma-separated list). Each entry i
 
 - ``before_commit:<event type>`` / ``after_commit:<event type>``: around the commit
   whose batch carries that event, e.g. ``after_commit:model.completed``;
+- ``tool_before_send``: a call's tool.started is committed and the lease checked; the
+  request has not left;
 - ``tool_request_sent``: a tool call has left (the tool host may be running it);
 - ``tool_response_received``: the tool host answered; nothing is recorded yet.
 
-The exit is ``os._exit(FAULT_EXIT_CODE)``: no cleanup, no flush, no lease release,
-exactly like a crash. Never set this in production.
+The default action is ``os._exit(FAULT_EXIT_CODE)``: no cleanup, no flush, no lease
+release, exactly like a crash. ``POINT=stop`` instead stops the process with SIGSTOP
+(a long GC pause or a frozen VM, from the process's point of view) until someone
+sends SIGCONT. Never set this in production.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections import Counter
 from collections.abc import Iterable
 
 FAULT_ENV = "AGENTRT_FAULT_POINT"
 FAULT_EXIT_CODE = 86
-TOOL_POINTS = ("tool_request_sent", "tool_response_received")
 
 
 class FaultPlan:
@@ -29,9 +33,13 @@ class FaultPlan:
 
     def __init__(self, spec: str = ""):
         self._targets: dict[str, int] = {}
+        self._stop: set[str] = set()
         for item in filter(None, (part.strip() for part in spec.split(","))):
+            item, _, action = item.partition("=")
             point, _, nth = item.partition("@")
             self._targets[point] = int(nth or 1)
+            if action == "stop":
+                self._stop.add(point)
         self._seen: Counter[str] = Counter()
 
     @classmethod
@@ -47,9 +55,14 @@ class FaultPlan:
         if point not in self._targets:
             return
         self._seen[point] += 1
-        if self._seen[point] == self._targets[point]:
-            print(f"agentrt: fault injection at {point}; exiting", file=sys.stderr, flush=True)
-            os._exit(FAULT_EXIT_CODE)
+        if self._seen[point] != self._targets[point]:
+            return
+        if point in self._stop:
+            print(f"agentrt: fault injection at {point}; stopping", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return
+        print(f"agentrt: fault injection at {point}; exiting", file=sys.stderr, flush=True)
+        os._exit(FAULT_EXIT_CODE)
 
     def around_commit(self, when: str, event_types: Iterable[str]) -> None:
         if self._targets:

@@ -24,7 +24,6 @@ from runtime_server.tools import CallMetadata, ToolOutcome
 if TYPE_CHECKING:
     from runtime_server.engine._driver import RunDriver
 
-QUERY_TIMEOUT_S = 5.0
 RECONCILE_MAX_DELAY_S = 60.0
 _NOT_FOUND = "not_found"
 _UNKNOWN = "unknown"
@@ -93,6 +92,9 @@ class ToolStep:
                 self._outcome_unknown(call, "cancelled while the write was in flight", call_deadline_ms)
                 return
         engine.faults.hit("tool_response_received")
+        message = (outcome.error or {}).get("message", "")
+        if outcome.error and ("deadline" in message or "timeout" in message):
+            engine.counters.inc("timeout_count")
         if outcome.in_doubt and is_write(spec):
             # The request may have reached the host: learn what it did before any retry (R5.3).
             settled = await self._query(call)
@@ -104,15 +106,14 @@ class ToolStep:
                 )
                 return
         error = outcome.error or {}
-        if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None:
-            if "deadline" in error.get("message", "") or "timeout" in error.get("message", ""):
-                engine.counters.inc("timeout_count")
-            if self._schedule_retry(call, error, expected_call_s=engine.clock() - started):
-                return
+        retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
+        if retryable and self._schedule_retry(call, error, expected_call_s=engine.clock() - started):
+            return
         self.record(call, outcome)
 
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
         engine = self.engine
+        engine.faults.hit("tool_before_send")
         sending = asyncio.ensure_future(
             engine.tools.invoke(
                 call.tool, call.arguments_json, metadata=self._metadata(call), timeout_s=timeout_s
@@ -199,7 +200,10 @@ class ToolStep:
         """The ledger's word on a call: an outcome, _NOT_FOUND, or _UNKNOWN (running / unreachable)."""
         try:
             operation = await self.engine.tools.get_operation(
-                call.tool, call.idempotency_key, metadata=self._metadata(call), timeout_s=QUERY_TIMEOUT_S
+                call.tool,
+                call.idempotency_key,
+                metadata=self._metadata(call),
+                timeout_s=self.engine.settings.query_timeout_s,
             )
         except grpc.aio.AioRpcError:
             return _UNKNOWN

@@ -434,6 +434,7 @@ class FakeModelServer:
 
     def __init__(self, *responses: FakeResponse, host: str = "127.0.0.1") -> None:
         self._lock = threading.Lock()
+        self._received_one = threading.Condition(self._lock)
         self._queue: list[FakeResponse] = list(responses)
         self._requests: list[RecordedRequest] = []
         self._connections: set[socket.socket] = set()
@@ -461,6 +462,17 @@ class FakeModelServer:
         """Queued responses not served yet."""
         with self._lock:
             return len(self._queue)
+
+    def wait_for_requests(self, count: int, timeout: float) -> list[RecordedRequest]:
+        """Block until ``count`` requests arrived (from async code: ``asyncio.to_thread``).
+
+        Raises:
+            TimeoutError: Fewer requests arrived within ``timeout`` seconds.
+        """
+        with self._received_one:
+            if not self._received_one.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise TimeoutError(f"{len(self._requests)} requests arrived, not {count}")
+            return list(self._requests)
 
     def enqueue(self, *responses: FakeResponse) -> None:
         """Queue answers for the next requests."""
@@ -511,6 +523,7 @@ class FakeModelServer:
     def _received(self, request: RecordedRequest) -> FakeResponse:
         with self._lock:
             self._requests.append(request)
+            self._received_one.notify_all()
             if self._queue:
                 return self._queue.pop(0)
         return FakeResponse.json_body(

@@ -7,6 +7,7 @@ re-asked for a step whose output was already stored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -77,7 +78,14 @@ class FakeOpenAI:
 
 @pytest.fixture
 def fake_model() -> Iterator[tuple[FakeOpenAI, str]]:
-    fake = FakeOpenAI(REFUND_SCRIPT)
+    with serve_fake_openai(REFUND_SCRIPT) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serve_fake_openai(script: dict[int, dict[str, Any]]) -> Iterator[tuple[FakeOpenAI, str]]:
+    """A FakeOpenAI on a real loopback HTTP server; yields it and its base URL."""
+    fake = FakeOpenAI(script)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
