@@ -74,6 +74,8 @@ def test_crash_at_commit_point_recovers_exactly_once(
             # Live text deltas (seq 0) are best-effort and not part of the log.
             events = [e for e in client.stream_events(run_id, follow=True, timeout=60) if e.seq]
             run = client.get_run(run_id)
+        healthy.stop()
+        counters = healthy.counters()
     finally:
         healthy.close()
 
@@ -88,6 +90,13 @@ def test_crash_at_commit_point_recovers_exactly_once(
         stored_at = event.time.ToMilliseconds() / 1000
         assert fake.steps_asked_after(index, stored_at) == 0, f"model re-asked for stored step {index}"
     assert len(model_steps) == 3
+    if point in ("tool_request_sent@2", "tool_response_received@2", "before_commit:tool.completed@2"):
+        # The refund ran before the crash: the restarted runtime learned it from the ledger.
+        assert counters["duplicate_suppressed_count"] == 1
+        replayed = [
+            e.tool_completed for e in events if e.HasField("tool_completed") and e.tool_completed.replayed
+        ]
+        assert [c.tool for c in replayed] == ["refund.issue"]
 
 
 def test_crash_points_are_listed() -> None:

@@ -21,6 +21,7 @@ import pydantic
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from opentelemetry import trace
 
 from agentrt.toolhost.v1 import tool_pb2
 from agentrt.toolhost.v1.tool_host_service_pb2 import (
@@ -58,6 +59,7 @@ class State:
         self.release = asyncio.Event()
         self.thread_release = threading.Event()
         self.contexts: list[ToolContext] = []
+        self.spans: list[trace.SpanContext] = []
         self.hard_cancelled = False
         self.saw_signal = False
 
@@ -78,6 +80,7 @@ class StrictArgs(pydantic.BaseModel):
 @tool(name="probe.context", description="Returns what it sees.", side_effect=SideEffect.READ_ONLY)
 async def probe_context(args: Args, ctx: ToolContext) -> dict[str, Any]:
     STATE.contexts.append(ctx)
+    STATE.spans.append(trace.get_current_span().get_span_context())
     return {"remaining": ctx.remaining()}
 
 
@@ -312,6 +315,37 @@ async def test_the_context_carries_metadata_and_the_capped_deadline(
     assert 29.0 < json.loads(no_deadline.result_json)["remaining"] <= 30.0  # the tool's own timeout
     capped = await _invoke(stub, "probe.short", key="ctx-3", timeout=5.0)
     assert 0.5 < json.loads(capped.result_json)["remaining"] <= 1.0  # the tool's timeout caps the deadline
+
+
+async def test_a_tool_runs_in_the_callers_trace_only_when_there_is_one(stub: ToolHostServiceStub) -> None:
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    await _invoke(stub, "probe.context", key="trace-1", metadata=[("traceparent", traceparent)])
+    await _invoke(stub, "probe.context", key="trace-2")
+    traced, untraced = STATE.spans
+    assert (traced.trace_id, traced.span_id) == (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
+    assert not untraced.is_valid
+
+
+async def test_fencing_is_checked_first_whatever_else_is_wrong(stub: ToolHostServiceStub) -> None:
+    run = ("x-agentrt-run-id", "run-fence")
+    # Refused calls still remember a newer token ...
+    unknown = await _invoke(stub, "no.such.tool", key="f-1", metadata=[run, ("x-agentrt-fencing-token", "7")])
+    assert _error(unknown)[0] == "TOOL_ERROR_CODE_UNKNOWN_TOOL"
+    # ... and a stale caller hears FENCED, not what else is wrong with its call.
+    for tool_name, args in [("no.such.tool", {}), ("strict.args", {"amount": -1}), ("probe.context", {})]:
+        stale = await _invoke(
+            stub, tool_name, args, key="f-2", metadata=[run, ("x-agentrt-fencing-token", "6")]
+        )
+        code, _, details = _error(stale)
+        assert code == "TOOL_ERROR_CODE_FENCED", tool_name
+        assert (details["fencing_token"], details["highest_token"]) == (6, 7)
+    assert not STATE.contexts  # the stale call never ran
+    code_, _ = await _rpc_error(stub.GetOperation(GetOperationRequest(idempotency_key="f-2"), timeout=5))
+    assert code_ == grpc.StatusCode.NOT_FOUND
+    current = await _invoke(
+        stub, "probe.context", key="f-3", metadata=[run, ("x-agentrt-fencing-token", "7")]
+    )
+    assert not current.HasField("error")
 
 
 async def test_an_unexpected_exception_is_permanent_without_a_traceback(stub: ToolHostServiceStub) -> None:

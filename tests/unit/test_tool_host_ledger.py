@@ -12,6 +12,7 @@ import pytest
 from tool_host._errors import ErrorCode
 from tool_host._ledger import (
     Conflict,
+    Fenced,
     InFlight,
     Ledger,
     OperationStatus,
@@ -201,3 +202,38 @@ def test_fencing_survives_a_reopen(path: Path) -> None:
         first.check_fence("run-1", 3)
     with Ledger(path, owner="b") as second:
         assert second.check_fence("run-1", 2) == 3
+
+
+def test_begin_checks_and_remembers_the_fencing_token(ledger: Ledger) -> None:
+    assert isinstance(_begin(ledger, "k1", fencing_token=5), Start)
+    assert ledger.check_fence("run-1", 4) == 5  # begin remembered 5
+    assert _begin(ledger, "k2", fencing_token=4) == Fenced(5)
+    assert ledger.get("k2") is None  # nothing recorded for a fenced call
+    assert isinstance(_begin(ledger, "k3", fencing_token=5), Start)  # the same lease again
+    assert isinstance(_begin(ledger, "k4", fencing_token=6), Start)  # a newer lease
+    assert ledger.check_fence("run-1", 5) == 6
+    assert isinstance(_begin(ledger, "k5", run_id="run-2", fencing_token=1), Start)  # runs are independent
+
+
+def test_the_fence_is_checked_before_the_key(ledger: Ledger) -> None:
+    _begin(ledger, "k1", fencing_token=5)
+    ledger.finish("k1", Outcome.success("1"))
+    assert isinstance(_begin(ledger, "k1", fencing_token=5), Replay)
+    assert ledger.check_fence("run-1", 6) is None
+    assert _begin(ledger, "k1", fencing_token=5) == Fenced(6)  # not a replay
+    assert _begin(ledger, "k1", input_hash="other", fencing_token=5) == Fenced(6)  # not a conflict
+
+
+def test_a_token_is_ignored_without_a_run(ledger: Ledger) -> None:
+    assert isinstance(_begin(ledger, "k1", run_id="", fencing_token=3), Start)
+    assert isinstance(_begin(ledger, "k2", run_id="", fencing_token=1), Start)
+    assert ledger.check_fence("", 1) is None
+
+
+def test_begin_sees_a_token_another_process_raised(path: Path) -> None:
+    with Ledger(path, owner="a") as first, Ledger(path, owner="b") as second:
+        assert isinstance(_begin(first, "k1", fencing_token=1), Start)
+        assert isinstance(_begin(first, "k2", fencing_token=1), Start)  # 1 is known to `first` now
+        assert second.check_fence("run-1", 2) is None
+        assert _begin(first, "k3", fencing_token=1) == Fenced(2)
+        assert first.get("k3") is None
