@@ -7,11 +7,12 @@ each one is a full ledger round: fencing check, RUNNING recorded, tool run,
 outcome recorded. It prints:
 
 - sequential ms/call (mean, p50, p99) and the host process's CPU per call,
-- calls/s with 50 callers at once, each making its calls one after another,
+- calls/s with 50 callers at once, each making 100 calls one after another,
 - the floor: a ``grpc.health.v1.Health/Check`` round trip to the same process on
   the same channel (gRPC only: no ledger, no tool).
 
-Run: ``python bench/tool_call.py`` (or ``python bench/tool_call.py --calls 2000 --concurrent 50``).
+Run: ``python bench/tool_call.py`` (or ``python bench/tool_call.py --calls 2000 --concurrent 50
+--calls-each 100``). Other load on the machine shows in the figures: run it on a quiet one.
 Prints figures; asserts nothing.
 """
 
@@ -106,14 +107,13 @@ async def measure(address: str, pid: int, args: argparse.Namespace) -> None:
         cpu_before = cpu_seconds(pid)
         times = await sequential(stub, args.calls)
         cpu_per_call = (cpu_seconds(pid) - cpu_before) / args.calls
-        calls_each = max(1, args.calls // args.concurrent)
-        burst = await concurrent(stub, args.concurrent, calls_each)
+        burst = await concurrent(stub, args.concurrent, args.calls_each)
 
     ordered = sorted(times)
     mean = statistics.mean(times)
     p50 = statistics.median(ordered)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    total = args.concurrent * calls_each
+    total = args.concurrent * args.calls_each
     print(f"floor: health Check round trip      {floor_s * 1000:8.3f} ms")
     print(
         f"sequential {args.calls} calls:  mean {mean * 1000:7.3f} ms/call   p50 {p50 * 1000:7.3f} ms   "
@@ -121,7 +121,7 @@ async def measure(address: str, pid: int, args: argparse.Namespace) -> None:
     )
     print(f"host CPU per sequential call:      {cpu_per_call * 1000:8.3f} ms")
     print(
-        f"concurrent {args.concurrent} callers x {calls_each} calls: "
+        f"concurrent {args.concurrent} callers x {args.calls_each} calls: "
         f"{total / burst:8.0f} calls/s  ({burst:.2f} s)"
     )
 
@@ -130,10 +130,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--calls", type=int, default=2000, help="sequential calls (and concurrent ones in all)"
-    )
+    parser.add_argument("--calls", type=int, default=2000, help="sequential calls")
     parser.add_argument("--concurrent", type=int, default=50, help="callers at once")
+    parser.add_argument("--calls-each", type=int, default=100, help="calls per concurrent caller")
     parser.add_argument("--warmup", type=int, default=300)
     args = parser.parse_args()
     print(

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runtime_server.core import Budgets
+from runtime_server.core import Budgets, LoopPolicy
 
 
 class ConfigError(Exception):
@@ -52,6 +52,17 @@ class BudgetsConfig(_Strict):
         return Budgets(**self.model_dump())
 
 
+class LoopsConfig(_Strict):
+    """Soft loop exits (R6.2); 0 turns a check off."""
+
+    max_identical_calls: int = Field(3, ge=0)
+    max_repeated_errors: int = Field(3, ge=0)
+    max_steps_without_new_fact: int = Field(6, ge=0)
+
+    def to_policy(self) -> LoopPolicy:
+        return LoopPolicy(**self.model_dump())
+
+
 class AgentConfig(_Strict):
     """An agent configured on the server."""
 
@@ -59,6 +70,7 @@ class AgentConfig(_Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     tools: list[str] = Field(default_factory=list)
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    loops: LoopsConfig = Field(default_factory=LoopsConfig)
 
 
 class ToolHostConfig(_Strict):
@@ -78,6 +90,16 @@ class ToolHostConfig(_Strict):
         if self.address and ":" not in self.address:
             raise ValueError(f"address {self.address!r} is not HOST:PORT")
         return self
+
+
+class PriceConfig(_Strict):
+    """What a model costs, in US dollars per million tokens."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1_000_000
 
 
 class LimitsConfig(_Strict):
@@ -114,6 +136,7 @@ class Settings(_Strict):
     data_dir: str = ".agentrt"
     tool_hosts: list[ToolHostConfig] = Field(default_factory=list)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)  # keyed by model name
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @field_validator("listen")

@@ -9,8 +9,8 @@ A call costs two write transactions, the floor for "RUNNING is durable before th
 tool runs, the outcome after": :meth:`Ledger.begin` checks the fencing token and
 records RUNNING in one, :meth:`Ledger.finish` records the outcome in the other.
 In the usual case each is a single statement, which SQLite runs as its own
-transaction, write-locked from its start just like ``BEGIN IMMEDIATE``; every
-statement costs a round trip through the GIL, which the host's gRPC threads contend for.
+transaction, write-locked from its start just like ``BEGIN IMMEDIATE``. The count of
+statements matters: each one releases and retakes the GIL, which gRPC's threads also want.
 
 Which host process life started a RUNNING entry is stored as ``owner`` (a fresh
 id per start): RUNNING with another owner means the host died while the tool ran.

@@ -60,6 +60,7 @@ async def sleep_wait(args: SleepArgs, ctx: ToolContext) -> dict[str, Any]:
         TransientError: The deadline arrived first ("timeout").
     """
     _log_event(ctx, "started")
+    started_at = time.time()  # wall clock, so callers can compare calls across processes
     end = time.monotonic() + args.seconds
     try:
         while (left := end - time.monotonic()) > 0:
@@ -79,4 +80,4 @@ async def sleep_wait(args: SleepArgs, ctx: ToolContext) -> dict[str, Any]:
         _log_event(ctx, "cancelled")
         raise
     _log_event(ctx, "finished")
-    return {"slept": args.seconds}
+    return {"slept": args.seconds, "started_at": started_at, "finished_at": time.time()}

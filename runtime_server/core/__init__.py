@@ -21,6 +21,8 @@ from runtime_server.core._decide import (
     Decision,
     Idle,
     InvokeTool,
+    InvokeTools,
+    Policy,
     Reconcile,
     WaitUntil,
     decide,
@@ -38,6 +40,7 @@ from runtime_server.core._errors import (
 )
 from runtime_server.core._events import Event
 from runtime_server.core._keys import args_hash, canonical_json, idempotency_key
+from runtime_server.core._loops import LoopPolicy, LoopTracker
 from runtime_server.core._phases import (
     ACTIVE_PHASES,
     RULES,
@@ -69,10 +72,14 @@ __all__ = [
     "IllegalTransition",
     "InvalidRequest",
     "InvokeTool",
+    "InvokeTools",
     "LeaseLost",
+    "LoopPolicy",
+    "LoopTracker",
     "NotFound",
     "PayloadTooLarge",
     "Phase",
+    "Policy",
     "Reconcile",
     "Rule",
     "RunState",

@@ -9,11 +9,17 @@ commit points of R5.2 with one commit per step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime_server.core import _events as ev
-from runtime_server.core._budgets import Budgets, exhausted_before_model_step, exhausted_before_tool_call
+from runtime_server.core._budgets import (
+    Budgets,
+    Usage,
+    exhausted_before_model_step,
+    exhausted_before_tool_call,
+)
 from runtime_server.core._keys import idempotency_key
+from runtime_server.core._loops import LoopPolicy
 from runtime_server.core._phases import Phase
 from runtime_server.core._state import CallState, RunState
 
@@ -40,6 +46,13 @@ class InvokeTool:
 
 
 @dataclass(frozen=True, slots=True)
+class InvokeTools:
+    """Send these started, concurrency-safe calls at once; record their results in call order."""
+
+    calls: tuple[CallState, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class WaitUntil:
     """Nothing to do before ``due_s`` (a retry's backoff); a restarted worker waits the rest."""
 
@@ -58,7 +71,15 @@ class Idle:
     """Nothing to do: the run ended or waits for something outside."""
 
 
-Decision = Append | CallModel | InvokeTool | WaitUntil | Reconcile | Idle
+Decision = Append | CallModel | InvokeTool | InvokeTools | WaitUntil | Reconcile | Idle
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """What the decider needs beyond budgets: loop thresholds and which tools may run in parallel."""
+
+    loops: LoopPolicy = field(default_factory=LoopPolicy)
+    parallel_safe: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,8 +128,9 @@ def _ended(state: RunState, phase: Phase, reason: str, *, retryable: bool = Fals
     )
 
 
-def decide(state: RunState, budgets: Budgets, clock: Clock) -> Decision:
+def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | None = None) -> Decision:
     """Next move of a run. Never asks the model whether to go on (R6.1)."""
+    policy = policy or Policy()
     if state.phase.terminal:
         # The closing pair is committed together, but a log cut between them must still end.
         return Idle() if state.ended else Append((_ended(state, state.phase, state.reason),))
@@ -123,22 +145,80 @@ def decide(state: RunState, budgets: Budgets, clock: Clock) -> Decision:
         return Append(end_events(state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
     if state.phase is Phase.RETRY_WAIT:
         return _retry(state, clock)
+    if state.diagnostic_done:
+        # The one diagnostic step has been paid for; whatever the model said, the run ends here.
+        message = f"{state.diagnostic}; model said: {(state.answer or '')[:300]}"
+        return Append(end_events(state, Phase.FAILED, "loop_detected", message=message))
     if state.phase is Phase.TOOL_STEP:
-        for call in state.calls:
-            if call.finished:
-                continue
-            if call.started:
-                return InvokeTool(call)
-            return _start_call(state, budgets, call)
-        return _start_model_step(state, budgets)
+        return _tool_step(state, budgets, policy)
     if state.answer is not None:
         return Append(end_events(state, Phase.COMPLETED, "final_answer", output=state.answer))
     if state.phase is Phase.MODEL_STEP:
         return CallModel(state.step)
-    return _start_model_step(state, budgets)
+    return _start_model_step(state, budgets, policy)
 
 
-def _start_model_step(state: RunState, budgets: Budgets) -> Decision:
+def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
+    pending = [c for c in state.calls if not c.finished]
+    if not pending:
+        return _start_model_step(state, budgets, policy)
+    in_flight = [c for c in pending if c.started]
+    if in_flight:
+        if len(in_flight) > 1:
+            return InvokeTools(tuple(in_flight))
+        return InvokeTool(in_flight[0])
+    first = pending[0]
+    repeat = state.loops.would_repeat(policy.loops, first.tool, first.arguments_json)
+    if repeat is not None:
+        return _loop_exit(state, repeat)
+    batch = [first]
+    if first.tool in policy.parallel_safe:
+        for call in pending[1 : max(1, budgets.max_parallel_tool_calls)]:
+            if call.tool not in policy.parallel_safe:
+                break
+            batch.append(call)
+    started: list[ev.Event] = []
+    usage = state.usage.copy()
+    for call in batch:
+        exhausted = exhausted_before_tool_call(budgets, usage, call.tool)
+        if exhausted is not None:
+            if started:
+                break
+            return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
+        started.append(_started(state, usage, call))
+        usage.tool_calls += 1
+        usage.calls_per_tool[call.tool] = usage.calls_per_tool.get(call.tool, 0) + 1
+    return Append(tuple(started))
+
+
+def _loop_exit(state: RunState, detail: str) -> Decision:
+    """Skip the rest of the step's calls and spend the one diagnostic step (or end, if spent)."""
+    if state.diagnostic is not None:
+        return Append(end_events(state, Phase.FAILED, "loop_detected", message=detail))
+    skipped = tuple(
+        ev.Event(
+            ev.TOOL_FAILED,
+            {
+                "step": c.step,
+                "call_id": c.call_id,
+                "tool": c.tool,
+                "error": {
+                    "code": "TOOL_ERROR_CODE_CANCELLED",
+                    "message": f"not run: loop detected ({detail})",
+                },
+            },
+        )
+        for c in state.calls
+        if not c.finished and not c.started
+    )
+    data = {"step": state.step + 1, "kind": "diagnostic", "loop": detail, "usage": state.usage.to_json()}
+    return Append((*skipped, ev.Event(ev.STEP_STARTED, data)))
+
+
+def _start_model_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
+    loop = state.loops.detected(policy.loops)
+    if loop is not None:
+        return _loop_exit(state, loop)
     exhausted = exhausted_before_model_step(budgets, state.usage)
     if exhausted is not None:
         return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
@@ -146,12 +226,9 @@ def _start_model_step(state: RunState, budgets: Budgets) -> Decision:
     return Append((ev.Event(ev.STEP_STARTED, data),))
 
 
-def _start_call(state: RunState, budgets: Budgets, call: CallState) -> Decision:
-    exhausted = exhausted_before_tool_call(budgets, state.usage, call.tool)
-    if exhausted is not None:
-        return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
-    before = state.usage.to_json()
-    after = dict(before, tool_calls=state.usage.tool_calls + 1)
+def _started(state: RunState, usage: Usage, call: CallState) -> ev.Event:
+    before = usage.to_json()
+    after = dict(before, tool_calls=usage.tool_calls + 1)
     data = {
         "step": call.step,
         "call_id": call.call_id,
@@ -162,7 +239,7 @@ def _start_call(state: RunState, budgets: Budgets, call: CallState) -> Decision:
         "usage_before": before,
         "usage_after": after,
     }
-    return Append((ev.Event(ev.TOOL_STARTED, data),))
+    return ev.Event(ev.TOOL_STARTED, data)
 
 
 def _retry(state: RunState, clock: Clock) -> Decision:

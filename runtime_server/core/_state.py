@@ -14,8 +14,14 @@ from typing import Any
 from runtime_server.core import _events as ev
 from runtime_server.core._budgets import Usage
 from runtime_server.core._errors import IllegalTransition
+from runtime_server.core._loops import LoopTracker
 from runtime_server.core._phases import Phase, Trigger, transition
 from runtime_server.core._timefmt import parse_rfc3339_ms
+
+DIAGNOSTIC_NOTE = (
+    "[agentrt] A loop was detected ({}). Do not call tools again: answer now with what you know "
+    "and say what blocked you."
+)
 
 
 @dataclass(slots=True)
@@ -73,6 +79,9 @@ class RunState:
     output: str = ""
     reason: str = ""
     ended: bool = False
+    loops: LoopTracker = field(default_factory=LoopTracker)
+    diagnostic: str | None = None  # the loop that earned the run its one diagnostic step
+    diagnostic_done: bool = False
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -87,10 +96,17 @@ class RunState:
                 self.history.append(HistoryEntry(role="user", content=self.input))
             case ev.STEP_STARTED:
                 self._move(Trigger.START_MODEL_STEP)
+                self.loops.on_model_step(first=self.step == 0)
                 self.step = int(data["step"])
                 self.calls = []
                 self.answer = None
+                if data.get("kind") == "diagnostic":
+                    self.diagnostic = str(data.get("loop", "loop"))
+                    self.history.append(
+                        HistoryEntry(role="user", content=DIAGNOSTIC_NOTE.format(self.diagnostic))
+                    )
             case ev.MODEL_COMPLETED:
+                self.diagnostic_done = self.diagnostic is not None
                 self.step = int(data["step"])
                 self._usage_from(data["usage_after"])
                 calls = data.get("tool_calls", [])
@@ -124,6 +140,8 @@ class RunState:
                 call.retry_attempt = 0
                 call.idempotency_key = data["idempotency_key"]
                 call.attempts = int(data.get("attempt", call.attempts + 1))
+                if call.attempts == 1:
+                    self.loops.on_call_started(call.tool, call.arguments_json)
                 self.step = max(self.step, int(data["step"]))
                 self._usage_from(data["usage_after"])
                 self.usage.calls_per_tool[call.tool] = self.usage.calls_per_tool.get(call.tool, 0) + (
@@ -135,6 +153,7 @@ class RunState:
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(data["call_id"])
                 call.result_json = data.get("result_json", "")
+                self.loops.on_result(call.tool, call.result_json)
                 self.history.append(
                     HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
                 )
@@ -143,6 +162,7 @@ class RunState:
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(data["call_id"])
                 call.error = dict(data.get("error", {}))
+                self.loops.on_error(call.tool, call.error.get("code", ""), call.error.get("message", ""))
                 self.history.append(
                     HistoryEntry(
                         role="tool",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentrt.toolhost.v1 import tool_pb2
 from runtime_server._config import AgentConfig
 from runtime_server.core import (
     Append,
@@ -25,8 +26,10 @@ from runtime_server.core import (
     Event,
     Idle,
     InvokeTool,
+    InvokeTools,
     LeaseLost,
     Phase,
+    Policy,
     Reconcile,
     RunState,
     WaitUntil,
@@ -103,6 +106,7 @@ class RunDriver:
         self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
         self.budgets = Budgets.from_json(json.loads(record.budgets))
         self.deadline_s = record.deadline_ms / 1000
+        self.policy = self._policy()
         if record.cancel_requested_ms is not None and self.handle.cancel_reason is None:
             self.handle.cancel_reason = record.cancel_reason or "cancelled"
         try:
@@ -113,6 +117,17 @@ class RunDriver:
         if not self.released:
             await engine.store.release(self.run_id, owner=engine.owner)
             self.released = True
+
+    def _policy(self) -> Policy:
+        """Loop thresholds from the agent; read-only, concurrency-safe tools may run in parallel."""
+        safe = frozenset(
+            name
+            for name in self.agent.config.tools
+            if (spec := self.engine.tools.spec(name)) is not None
+            and spec.side_effect == tool_pb2.SIDE_EFFECT_READ_ONLY
+            and spec.concurrency_safe
+        )
+        return Policy(loops=self.agent.config.loops.to_policy(), parallel_safe=safe)
 
     async def _read_log(self) -> list[StoredEvent]:
         stored: list[StoredEvent] = []
@@ -204,7 +219,7 @@ class RunDriver:
             clock = Clock(
                 now_s=engine.clock(), deadline_s=self.deadline_s, reserve_s=engine.settings.call_reserve_s
             )
-            decision = decide(self.state, self.budgets, clock)
+            decision = decide(self.state, self.budgets, clock, self.policy)
             match decision:
                 case Append(events=events):
                     for event in events:
@@ -219,6 +234,10 @@ class RunDriver:
                     await self.flush()
                     engine.counters.inc("steps")
                     await self.tools.run_call(call)
+                case InvokeTools(calls=calls):
+                    await self.flush()
+                    engine.counters.inc("steps")
+                    await self.tools.run_batch(calls)
                 case WaitUntil(due_s=due_s):
                     await self.flush()
                     with contextlib.suppress(Cancelled):  # the loop appends cancel.requested next
@@ -273,16 +292,30 @@ class RunDriver:
         messages: list[Message] = []
         if config.instructions:
             messages.append(Message(role="system", content=config.instructions))
-        for entry in self.state.history:
+        # Parallel calls finish in any order; the model sees their results in call order.
+        order = {c: i for entry in self.state.history for i, (c, _, _) in enumerate(entry.tool_calls)}
+        history = self.state.history
+        index = 0
+        while index < len(history):
+            entry = history[index]
             if entry.role == "assistant":
                 calls = tuple(
                     ModelToolCall(call_id=c, tool=t, arguments_json=a) for c, t, a in entry.tool_calls
                 )
                 messages.append(Message(role="assistant", content=entry.content, tool_calls=calls))
             elif entry.role == "tool":
-                messages.append(Message(role="tool", content=entry.content, tool_call_id=entry.tool_call_id))
+                end = index
+                while end < len(history) and history[end].role == "tool":
+                    end += 1
+                for result in sorted(history[index:end], key=lambda e: order.get(e.tool_call_id, 0)):
+                    messages.append(
+                        Message(role="tool", content=result.content, tool_call_id=result.tool_call_id)
+                    )
+                index = end
+                continue
             else:
                 messages.append(Message(role="user", content=entry.content))
+            index += 1
         tools = []
         for name in config.tools:
             spec = self.engine.tools.spec(name)
@@ -351,6 +384,7 @@ class RunDriver:
             model_steps=usage.model_steps + 1,
             input_tokens=usage.input_tokens + response.input_tokens,
             output_tokens=usage.output_tokens + response.output_tokens,
+            cost_usd=usage.cost_usd + self._cost(response.input_tokens, response.output_tokens),
         )
         calls = [
             {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
@@ -364,6 +398,11 @@ class RunDriver:
             "usage_after": after,
         }
         self.add(Event(ev.MODEL_COMPLETED, data))
+
+    def _cost(self, input_tokens: int, output_tokens: int) -> float:
+        # Models without a price entry cost 0: the cost budget only binds priced models.
+        price = self.engine.settings.prices.get(self.agent.config.model.name)
+        return price.cost(input_tokens, output_tokens) if price is not None else 0.0
 
     def _delta_sink(self, step: int) -> Callable[[str], None]:
         bus = self.engine.bus

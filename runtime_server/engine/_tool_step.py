@@ -9,6 +9,7 @@ ledger cannot tell becomes UNKNOWN_OUTCOME until a query or a person settles it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -136,17 +137,23 @@ class ToolStep:
             return False
         engine.counters.inc("retry_count")
         due_ms = engine.now_ms() + math.ceil(delay * 1000)
+        d.add(self._retry_event(call, call.attempts + 1, delay, error, due_ms))
+        return True
+
+    @staticmethod
+    def _retry_event(
+        call: CallState, attempt: int, delay: float, error: dict[str, Any], due_ms: int
+    ) -> Event:
         data = {
             "call_id": call.call_id,
-            "attempt": call.attempts + 1,
+            "attempt": attempt,
             "delay": f"{delay:.3f}s",
             "reason": f"{error.get('code', '')}: {error.get('message', '')}"[:400],
             "due_time": rfc3339(due_ms),
         }
-        d.add(Event(ev.RETRY_SCHEDULED, data))
-        return True
+        return Event(ev.RETRY_SCHEDULED, data)
 
-    def _restart(self, call: CallState) -> None:
+    def _attempt_event(self, call: CallState, attempt: int) -> Event:
         """A new attempt of the same call, same key; budgets count the call once."""
         usage = self.d.state.usage.to_json()
         data = {
@@ -155,31 +162,100 @@ class ToolStep:
             "tool": call.tool,
             "arguments_json": call.arguments_json,
             "idempotency_key": call.idempotency_key,
-            "attempt": call.attempts + 1,
+            "attempt": attempt,
             "usage_before": usage,
             "usage_after": usage,
         }
-        self.d.add(Event(ev.TOOL_STARTED, data))
+        return Event(ev.TOOL_STARTED, data)
+
+    def _restart(self, call: CallState) -> None:
+        self.d.add(self._attempt_event(call, call.attempts + 1))
         self.d.started_here.add(call.call_id)
 
     def record(self, call: CallState, outcome: ToolOutcome) -> None:
-        d, engine = self.d, self.engine
+        self._check_fence(outcome)
+        self.d.add(self._result_event(call, outcome))
+        self._end_if_fatal(call, outcome)
+
+    def _check_fence(self, outcome: ToolOutcome) -> None:
+        if (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_FENCED":
+            raise LeaseLost(
+                f"tool host refused run {self.d.run_id}'s fencing token {self.d.handle.generation}"
+            )
+
+    def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed:
-            engine.counters.inc("duplicate_suppressed_count")
+            self.engine.counters.inc("duplicate_suppressed_count")
         base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
         if outcome.error is None:
             data = dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed)
-            d.add(Event(ev.TOOL_COMPLETED, data))
-            return
-        code = outcome.error.get("code", "")
-        if code == "TOOL_ERROR_CODE_FENCED":
-            raise LeaseLost(f"tool host refused run {d.run_id}'s fencing token {d.handle.generation}")
-        d.add(Event(ev.TOOL_FAILED, dict(base, error=outcome.error)))
-        message = outcome.error.get("message", "")
+            return Event(ev.TOOL_COMPLETED, data)
+        return Event(ev.TOOL_FAILED, dict(base, error=outcome.error))
+
+    def _end_if_fatal(self, call: CallState, outcome: ToolOutcome) -> None:
+        d = self.d
+        code = (outcome.error or {}).get("code", "")
+        message = (outcome.error or {}).get("message", "")
         if code == "TOOL_ERROR_CODE_UNAUTHORIZED":
             d.add(*end_events(d.state, Phase.FAILED, f"tool_unauthorized:{call.tool}", message=message))
         elif code == "TOOL_ERROR_CODE_KEY_CONFLICT":
             d.add(*end_events(d.state, Phase.FAILED, "idempotency_conflict", message=message))
+
+    # -- parallel read-only calls -------------------------------------------------------------------
+
+    async def run_batch(self, calls: tuple[CallState, ...]) -> None:
+        """Send concurrency-safe, read-only calls at once; their events enter the log in call order.
+
+        Retries of a batch call wait in memory (a crash re-sends a read-only call, which is safe);
+        a cancel keeps every result that had arrived and marks the rest cancelled.
+        """
+        d = self.d
+        d.check_lease()
+        settled: dict[str, list[tuple[Event | None, ToolOutcome]]] = {c.call_id: [] for c in calls}
+        with contextlib.suppress(Cancelled):  # results that arrived before the cancel are kept below
+            await d.io(lambda: asyncio.gather(*(self._settle_read(c, settled[c.call_id]) for c in calls)))
+        for call in calls:
+            steps = settled[call.call_id]
+            if not steps or steps[-1][0] is not None:  # no outcome yet: cut off by the cancel
+                steps.append((None, ToolOutcome.failure("CANCELLED", "cancelled in flight")))
+            for retry_event, outcome in steps:
+                if retry_event is not None:
+                    d.add(retry_event)
+                    continue
+                self._check_fence(outcome)
+                d.add(self._result_event(call, outcome))
+        for call in calls:
+            outcome = settled[call.call_id][-1][1]
+            self._end_if_fatal(call, outcome)
+
+    async def _settle_read(self, call: CallState, steps: list[tuple[Event | None, ToolOutcome]]) -> None:
+        d, engine = self.d, self.engine
+        spec = engine.tools.spec(call.tool)
+        attempt = call.attempts
+        while True:
+            timeout = d.timeout(self._spec_timeout(spec))
+            if timeout <= 0:
+                steps.append((None, ToolOutcome.failure("TRANSIENT", "the run's deadline left no time")))
+                return
+            began = engine.clock()
+            outcome = await self._send(call, timeout_s=timeout)
+            error = outcome.error or {}
+            if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and attempt < engine.settings.tool_attempts:
+                delay = d.backoff(attempt)
+                expected = engine.clock() - began
+                if retry_fits(
+                    now_s=engine.clock(), delay_s=delay, expected_call_s=expected, deadline_s=d.deadline_s
+                ):
+                    engine.counters.inc("retry_count")
+                    attempt += 1
+                    due_ms = engine.now_ms() + math.ceil(delay * 1000)
+                    steps.append((self._retry_event(call, attempt, delay, error, due_ms), outcome))
+                    steps.append((self._attempt_event(call, attempt), outcome))
+                    await asyncio.sleep(delay)
+                    continue
+                engine.counters.inc("retry_exhausted_count")
+            steps.append((None, outcome))
+            return
 
     def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
         self.engine.counters.inc("unknown_result_count")

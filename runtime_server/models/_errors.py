@@ -4,7 +4,9 @@ The class says what the engine may do about the error; ``reason`` says precisely
 
     ModelError                  kind        engine's reaction
     ├── ModelTransientError     transient   retry by policy, after retry_after_s when set
-    │                                       (429 rate limit, 5xx, connection errors, timeouts)
+    │                                       (429 rate limit, 5xx, 529 overloaded, connection
+    │                                       errors, timeouts; stream_interrupted: a stream broke
+    │                                       off, so the text deltas of the attempt are void)
     ├── ModelPermanentError     permanent   fail the step; retrying the same request cannot help
     │                                       (400, context length exceeded, bad response shape)
     ├── ModelAuthError          auth        fail or pause the run until credentials are fixed

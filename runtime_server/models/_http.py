@@ -18,10 +18,11 @@ retries the whole step and drops what the broken attempt streamed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final, Protocol, TypeVar
 
 import httpx
@@ -48,6 +49,8 @@ _SECRET_OPTIONS = frozenset({"api_key", "apikey", "key", "secret", "token", "pas
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 
 _Options = TypeVar("_Options", bound=BaseModel)
+# How long to wait for the end of a body after the final event (see Endpoint._drain).
+_DRAIN_S = 0.25
 
 
 class _Streamed:
@@ -257,12 +260,12 @@ class Endpoint:
         self, response: httpx.Response, on_event: Callable[[ServerSentEvent], bool]
     ) -> None:
         decoder = SSEDecoder()
+        chunks = response.aiter_bytes()
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in chunks:
                 for event in decoder.feed(chunk):
                     if on_event(event):
-                        # Stop at the final event: a server that keeps the body open afterwards must
-                        # not hold the call until its timeout.
+                        await self._drain(chunks)
                         return
         except httpx.TimeoutException:
             raise
@@ -271,6 +274,16 @@ class Endpoint:
             raise self._interrupted(decoder, type(exc).__name__ + (f": {detail}" if detail else "")) from None
         detail = "in the middle of an event" if decoder.pending else "before its final event"
         raise self._interrupted(decoder, f"the stream ended {detail}")
+
+    @staticmethod
+    async def _drain(chunks: AsyncIterator[bytes]) -> None:
+        # The answer is complete. Reading the end of the body (normally just the last, empty HTTP
+        # chunk) lets the connection go back to the pool for the next step; a server that keeps
+        # the body open must not hold the call, so the wait is short and any failure is ignored.
+        with contextlib.suppress(httpx.HTTPError, TimeoutError):
+            async with asyncio.timeout(_DRAIN_S):
+                async for _ in chunks:
+                    pass
 
     def _interrupted(self, decoder: SSEDecoder, detail: str) -> ModelTransientError:
         message = f"model stream from {self._base_url} broke off after {decoder.received} bytes: {detail}"

@@ -137,7 +137,8 @@ class ModelProvider(Protocol):
         Args:
             request: The call, with its history, tools and timeout.
             on_text_delta: Called with fragments of the answer text as they become known; the
-                fragments concatenate to ``ModelResponse.text``. Must not block.
+                fragments concatenate to ``ModelResponse.text``. Must not block. When the call
+                raises instead, the fragments it passed belong to a failed attempt.
 
         Returns:
             The model's decision.

@@ -1,8 +1,8 @@
 """Hook specifications for model provider plugins.
 
 A plugin is a module (or object) with functions marked by :data:`hookimpl`, registered through
-the ``agentrt.plugins`` entry-point group. The built-in ``scripted`` and ``openai`` providers are
-plugins too. Example::
+the ``agentrt.plugins`` entry-point group. The built-in ``scripted``, ``openai`` and ``anthropic``
+providers are plugins too. Example::
 
     from runtime_server.models import hookimpl
 

@@ -67,6 +67,7 @@ async def test_requests_are_recorded_and_answered_in_order(
     assert [(r.method, r.path) for r in recorded] == [("POST", "/v1/things?x=1"), ("POST", "/v1/more")]
     assert recorded[0].json() == {"q": "é"} and recorded[0].headers["x-test"] == "A"
     assert recorded[1].body == b""
+    assert [r.connection for r in recorded] == [1, 1]  # kept alive
     assert server.pending == 0
 
 

@@ -183,6 +183,34 @@ async def test_crlf_comments_and_keep_alives(server: FakeModelServer, provider: 
     )
 
 
+async def test_streams_reuse_the_kept_alive_connection(
+    server: FakeModelServer, provider: OpenAIProvider
+) -> None:
+    server.enqueue(load("openai_stream_text").response, load("openai_stream_tool_calls").response)
+
+    first, _ = await stream(provider, make_request(AFTER_TOOLS))
+    second, _ = await stream(provider)
+
+    assert isinstance(first, ModelResponse) and isinstance(second, ModelResponse)
+    assert [received.connection for received in server.requests] == [1, 1]
+
+
+async def test_a_body_left_open_after_done_does_not_hold_the_call(
+    server: FakeModelServer, provider: OpenAIProvider
+) -> None:
+    answer = load("openai_stream_text").response
+    answer = answer.with_pause(len(answer.body))  # everything but the end of the chunked body
+    server.enqueue(answer, load("openai_stream_text").response)
+
+    response, deltas = await stream(provider, make_request(AFTER_TOOLS, timeout_s=5))
+    again, _ = await stream(provider, make_request(AFTER_TOOLS))
+
+    assert isinstance(response, ModelResponse) and deltas == TEXT_FRAGMENTS
+    assert answer.paused.is_set() and not answer.finished.is_set()
+    assert isinstance(again, ModelResponse)
+    assert [received.connection for received in server.requests] == [1, 2]  # the open one was given up
+
+
 async def test_first_delta_arrives_before_the_answer_finishes(
     server: FakeModelServer, provider: OpenAIProvider
 ) -> None:

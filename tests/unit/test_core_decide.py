@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +16,10 @@ from runtime_server.core import (
     Event,
     Idle,
     InvokeTool,
+    InvokeTools,
+    LoopPolicy,
     Phase,
+    Policy,
     RunState,
     decide,
     idempotency_key,
@@ -31,6 +35,10 @@ def simulate(
     now_s: float = 0.0,
     deadline_s: float = 100.0,
     cancel_after_events: int | None = None,
+    policy: Policy | None = None,
+    tool: str = "t",
+    args: Callable[[int, int], str] = lambda step, i: json.dumps({"n": f"{step}.{i}"}),
+    fresh_results: bool = True,
 ) -> list[Event]:
     """Run the decider to the end.
 
@@ -53,7 +61,7 @@ def simulate(
             and state.phase is not Phase.CANCEL_REQUESTED
         ):
             add(Event(ev.CANCEL_REQUESTED, {"reason": "user"}))
-        decision = decide(state, budgets, Clock(now_s=now_s, deadline_s=deadline_s))
+        decision = decide(state, budgets, Clock(now_s=now_s, deadline_s=deadline_s), policy)
         if isinstance(decision, Append):
             for event in decision.events:
                 add(event)
@@ -62,7 +70,8 @@ def simulate(
             before = state.usage.to_json()
             after = dict(before, model_steps=state.usage.model_steps + 1)
             calls = [
-                {"call_id": f"c{decision.step}_{i}", "tool": "t", "arguments_json": "{}"} for i in range(n)
+                {"call_id": f"c{decision.step}_{i}", "tool": tool, "arguments_json": args(decision.step, i)}
+                for i in range(n)
             ]
             add(
                 Event(
@@ -84,7 +93,9 @@ def simulate(
                         "step": decision.call.step,
                         "call_id": decision.call.call_id,
                         "tool": "t",
-                        "result_json": json.dumps({"ok": 1}),
+                        "result_json": json.dumps(
+                            {"ok": decision.call.call_id} if fresh_results else {"ok": 1}
+                        ),
                     },
                 )
             )
@@ -185,3 +196,73 @@ def test_a_replayed_partial_log_resumes_with_the_same_next_decision() -> None:
         else:
             assert isinstance(decision, InvokeTool)
             assert nxt.type == ev.TOOL_COMPLETED and nxt.data["call_id"] == decision.call.call_id
+
+
+def test_an_identical_call_loop_gets_one_diagnostic_step_then_ends_loop_detected() -> None:
+    log = simulate([1] * 10, Budgets(), args=lambda step, i: json.dumps({"order_id": "A100"}))
+    started = [e for e in log if e.type == ev.TOOL_STARTED]
+    assert len(started) == 2  # the third identical call is not run
+    skipped = [e for e in log if e.type == ev.TOOL_FAILED]
+    assert len(skipped) == 1 and "loop detected" in skipped[0].data["error"]["message"]
+    diagnostic = [e for e in log if e.type == ev.STEP_STARTED and e.data["kind"] == "diagnostic"]
+    assert len(diagnostic) == 1 and diagnostic[0].data["loop"].startswith("identical_call")
+    assert log[-1].data["phase"] == "RUN_PHASE_FAILED" and log[-1].data["reason"] == "loop_detected"
+    failed = next(e for e in log if e.type == ev.RUN_FAILED)
+    assert "identical_call: t" in failed.data["message"]
+
+
+def test_no_new_fact_for_n_steps_is_a_loop_and_the_diagnostic_step_is_outside_the_budget() -> None:
+    policy = Policy(loops=LoopPolicy(max_identical_calls=0, max_steps_without_new_fact=3))
+    log = simulate([1] * 10, Budgets(max_model_steps=4), policy=policy, fresh_results=False)
+    assert log[-1].data["reason"] == "loop_detected"
+    assert "no_progress" in next(e for e in log if e.type == ev.RUN_FAILED).data["message"]
+    # 4 budgeted model steps would be exhausted next; the diagnostic step came from the reserve.
+    assert sum(1 for e in log if e.type == ev.MODEL_COMPLETED) == 5
+
+
+def test_parallel_safe_calls_start_together_within_the_parallel_budget() -> None:
+    policy = Policy(parallel_safe=frozenset({"t"}))
+    state = RunState(run_id="r")
+    state.apply(Event(ev.RUN_STARTED, {"input": "hi"}))
+    state.apply(Event(ev.STEP_STARTED, {"step": 1, "kind": "model", "usage": {}}))
+    calls = [{"call_id": f"c{i}", "tool": "t", "arguments_json": json.dumps({"i": i})} for i in range(3)]
+    state.apply(
+        Event(
+            ev.MODEL_COMPLETED,
+            {
+                "step": 1,
+                "text": "",
+                "tool_calls": calls,
+                "usage_before": {},
+                "usage_after": {"model_steps": 1},
+            },
+        )
+    )
+    clock = Clock(now_s=0, deadline_s=100)
+    started = decide(state, Budgets(max_parallel_tool_calls=2), clock, policy)
+    assert isinstance(started, Append) and [e.data["call_id"] for e in started.events] == ["c0", "c1"]
+    assert [e.data["usage_after"]["tool_calls"] for e in started.events] == [1, 2]
+    for event in started.events:
+        state.apply(event)
+    batch = decide(state, Budgets(max_parallel_tool_calls=2), clock, policy)
+    assert isinstance(batch, InvokeTools) and [c.call_id for c in batch.calls] == ["c0", "c1"]
+    serial = decide(replay("r", []), Budgets(), clock)
+    assert isinstance(serial, Append)
+    unsafe = RunState(run_id="r")
+    for event in (
+        Event(ev.RUN_STARTED, {"input": "hi"}),
+        Event(ev.STEP_STARTED, {"step": 1, "kind": "model", "usage": {}}),
+        Event(
+            ev.MODEL_COMPLETED,
+            {
+                "step": 1,
+                "text": "",
+                "tool_calls": calls,
+                "usage_before": {},
+                "usage_after": {"model_steps": 1},
+            },
+        ),
+    ):
+        unsafe.apply(event)
+    one = decide(unsafe, Budgets(max_parallel_tool_calls=3), clock, Policy())
+    assert isinstance(one, Append) and len(one.events) == 1  # writes (not parallel-safe) go one at a time
