@@ -138,8 +138,13 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await abort_with(context, exc)
         except Exception as exc:
             await abort_internal(context, exc)
-        async for item in follow_events(self.store, self.engine.bus, record.run_id, after_seq=0, follow=True):
-            yield runtime_service_pb2.RunAgentResponse(event=event_to_proto(item))
+        try:
+            async for item in follow_events(
+                self.store, self.engine.bus, record.run_id, after_seq=0, follow=True
+            ):
+                yield runtime_service_pb2.RunAgentResponse(event=event_to_proto(item))
+        except Exception as exc:
+            await abort_internal(context, exc)
 
     async def StartRun(
         self, request: runtime_service_pb2.StartRunRequest, context: Context
@@ -207,10 +212,17 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await self._get(request.run_id, context)
         except AgentRtError as exc:
             await abort_with(context, exc)
-        async for item in follow_events(
-            self.store, self.engine.bus, request.run_id, after_seq=request.after_seq, follow=request.follow
-        ):
-            yield runtime_service_pb2.StreamRunEventsResponse(event=event_to_proto(item))
+        try:
+            async for item in follow_events(
+                self.store,
+                self.engine.bus,
+                request.run_id,
+                after_seq=request.after_seq,
+                follow=request.follow,
+            ):
+                yield runtime_service_pb2.StreamRunEventsResponse(event=event_to_proto(item))
+        except Exception as exc:
+            await abort_internal(context, exc)
 
     # -- control ------------------------------------------------------------------------------------
 

@@ -211,7 +211,7 @@ def _loop_exit(state: RunState, detail: str) -> Decision:
         for c in state.calls
         if not c.finished and not c.started
     )
-    data = {"step": state.step + 1, "kind": "diagnostic", "loop": detail, "usage": state.usage.to_json()}
+    data = {"step": state.step + 1, "kind": "diagnostic", "reason": detail, "usage": state.usage.to_json()}
     return Append((*skipped, ev.Event(ev.STEP_STARTED, data)))
 
 

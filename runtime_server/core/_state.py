@@ -101,7 +101,7 @@ class RunState:
                 self.calls = []
                 self.answer = None
                 if data.get("kind") == "diagnostic":
-                    self.diagnostic = str(data.get("loop", "loop"))
+                    self.diagnostic = str(data.get("reason", "loop"))
                     self.history.append(
                         HistoryEntry(role="user", content=DIAGNOSTIC_NOTE.format(self.diagnostic))
                     )

@@ -56,3 +56,26 @@ def test_every_event_type_converts_to_its_oneof_field() -> None:
     assert ended.run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
     failed = event_to_proto(StoredEvent("r", 3, ev.TOOL_FAILED, json.dumps(samples[ev.TOOL_FAILED]), 1))
     assert failed.tool_failed.error.code == 1
+
+
+def test_every_event_the_decider_produces_converts_to_proto() -> None:
+    from runtime_server.core import Budgets, LoopPolicy, Policy
+    from tests.unit.test_core_decide import simulate
+
+    logs = [
+        simulate([1, 2, 1], Budgets()),
+        simulate([1] * 8, Budgets(), args=lambda step, i: json.dumps({"same": True})),
+        simulate(
+            [1] * 8,
+            Budgets(),
+            policy=Policy(loops=LoopPolicy(max_identical_calls=0, max_steps_without_new_fact=2)),
+            fresh_results=False,
+        ),
+        simulate([1, 1], Budgets(), cancel_after_events=5),
+        simulate([1], Budgets(), now_s=10, deadline_s=5),
+        simulate([3, 3], Budgets(max_tool_calls=4)),
+    ]
+    for log in logs:
+        for seq, event in enumerate(log, start=1):
+            message = event_to_proto(StoredEvent("r", seq, event.type, json.dumps(event.data), 1000))
+            assert message.WhichOneof("event") == ev.oneof_field(event.type)

@@ -205,7 +205,7 @@ def test_an_identical_call_loop_gets_one_diagnostic_step_then_ends_loop_detected
     skipped = [e for e in log if e.type == ev.TOOL_FAILED]
     assert len(skipped) == 1 and "loop detected" in skipped[0].data["error"]["message"]
     diagnostic = [e for e in log if e.type == ev.STEP_STARTED and e.data["kind"] == "diagnostic"]
-    assert len(diagnostic) == 1 and diagnostic[0].data["loop"].startswith("identical_call")
+    assert len(diagnostic) == 1 and diagnostic[0].data["reason"].startswith("identical_call")
     assert log[-1].data["phase"] == "RUN_PHASE_FAILED" and log[-1].data["reason"] == "loop_detected"
     failed = next(e for e in log if e.type == ev.RUN_FAILED)
     assert "identical_call: t" in failed.data["message"]

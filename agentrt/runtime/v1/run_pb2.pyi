@@ -186,14 +186,16 @@ class RunStarted(_message.Message):
     def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class StepStarted(_message.Message):
-    __slots__ = ("step", "kind", "usage")
+    __slots__ = ("step", "kind", "usage", "reason")
     STEP_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     step: int
     kind: str
     usage: Usage
-    def __init__(self, step: _Optional[int] = ..., kind: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    reason: str
+    def __init__(self, step: _Optional[int] = ..., kind: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ModelTextDelta(_message.Message):
     __slots__ = ("step", "text")
