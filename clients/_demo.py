@@ -178,4 +178,29 @@ def _run_once(client: Client, input_text: str, json_output: bool) -> run_pb2.Run
         for event in stream:
             run_id = event.run_id or run_id
             print(event_to_json(event) if json_output else format_event(event), flush=True)
-    return client.get_run(run_id) if run_id else None
+    if not run_id:
+        return None
+    run = client.get_run(run_id)
+    if run.phase == run_pb2.RUN_PHASE_WAITING_APPROVAL:
+        # The refund is over the policy's limit: the run paused for a person. The demo plays
+        # the approver, presenting the args_hash and revision it was shown.
+        pending = run.pending_approval
+        print(
+            f"agentrt demo: run paused for approval {pending.approval_id} ({pending.impact_summary}); "
+            f"approving as the operator",
+            file=sys.stderr,
+            flush=True,
+        )
+        client.resolve_approval(
+            run_id,
+            pending.approval_id,
+            approve=True,
+            args_hash=pending.args_hash,
+            expected_revision=run.revision,
+            comment="approved in the demo",
+        )
+        with client.stream_events(run_id, after_seq=run.last_seq, follow=True) as stream:
+            for event in stream:
+                print(event_to_json(event) if json_output else format_event(event), flush=True)
+        run = client.get_run(run_id)
+    return run

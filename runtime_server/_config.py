@@ -63,6 +63,14 @@ class LoopsConfig(_Strict):
         return LoopPolicy(**self.model_dump())
 
 
+class ApprovalsConfig(_Strict):
+    """How an agent's calls wait for people (DESIGN §7)."""
+
+    timeout_s: float = Field(86400.0, gt=0)  # an approval is executable this long
+    on_expiry: Literal["reask", "fail"] = "reask"
+    options: dict[str, Any] = Field(default_factory=dict)  # handed to approval policy hooks
+
+
 class AgentConfig(_Strict):
     """An agent configured on the server."""
 
@@ -71,6 +79,7 @@ class AgentConfig(_Strict):
     tools: list[str] = Field(default_factory=list)
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
     loops: LoopsConfig = Field(default_factory=LoopsConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
 
 
 class ToolHostConfig(_Strict):
@@ -137,6 +146,7 @@ class Settings(_Strict):
     tool_hosts: list[ToolHostConfig] = Field(default_factory=list)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)  # keyed by model name
+    approvers: list[str] = Field(default_factory=list)  # who may resolve approvals; empty: anyone
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @field_validator("listen")

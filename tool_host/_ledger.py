@@ -156,6 +156,11 @@ _FINISH = (
     "UPDATE operations SET status = ?, result_json = ?, error_code = ?, error_message = ?,"
     " error_details_json = ?, update_time_ns = ? WHERE idempotency_key = ? AND owner = ?"
 )
+_SETTLE_ORPHAN = (
+    "UPDATE operations SET status = ?, result_json = ?, error_code = ?, error_message = ?,"
+    " error_details_json = ?, update_time_ns = ? WHERE idempotency_key = ? AND status = 'RUNNING'"
+    " AND owner != ?"
+)
 # Runs whose remembered token this process knows; beyond this many it forgets them all.
 _MAX_KNOWN_FENCES = 10_000
 
@@ -371,6 +376,22 @@ class Ledger:
         else:
             # One statement: its own transaction.
             self._db.execute(_FINISH, params)
+
+    def settle_orphan(self, idempotency_key: str, outcome: Outcome) -> None:
+        """Record the outcome of a call an earlier host life left RUNNING, as its tool reported it."""
+        failure = outcome.failure
+        params = (
+            OperationStatus.FAILED.value if failure else OperationStatus.SUCCEEDED.value,
+            outcome.result_json,
+            failure.code.value if failure else None,
+            failure.message if failure else None,
+            failure.details_json if failure else None,
+            time.time_ns(),
+            idempotency_key,
+            self.owner,
+        )
+        with self._transaction() as db:
+            db.execute(_SETTLE_ORPHAN, params)
 
     def check_fence(self, run_id: str, token: int) -> int | None:
         """Remember the highest fencing token per run and refuse older ones.

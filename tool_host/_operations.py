@@ -19,6 +19,7 @@ import pydantic
 
 from tool_host._context import ToolContext
 from tool_host._errors import ErrorCode, ToolError
+from tool_host._faults import crash_after_effect
 from tool_host._ledger import Ledger
 from tool_host._outcome import Failure, Outcome
 from tool_host._sdk import Tool
@@ -84,6 +85,7 @@ class Operations:
             try:
                 result = await op.tool.invoke(op.args, op.ctx)
                 outcome = Outcome.success(Tool.serialise_result(result))
+                crash_after_effect(op.tool.name)
             except asyncio.CancelledError:
                 # Only the host cancels this task (see stop()); it is not the RPC's cancellation.
                 outcome = self._stopped_outcome(op)

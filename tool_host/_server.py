@@ -6,6 +6,7 @@ import asyncio
 import collections
 import dataclasses
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -23,7 +24,17 @@ from agentrt.toolhost.v1 import tool_pb2
 from tool_host._context import ToolContext
 from tool_host._convert import failure_to_proto, operation_to_proto, tool_to_spec
 from tool_host._errors import ErrorCode, InvalidInput
-from tool_host._ledger import Conflict, Fenced, InFlight, Ledger, OutcomeUnknown, Replay, Start
+from tool_host._ledger import (
+    Conflict,
+    Fenced,
+    InFlight,
+    Ledger,
+    OperationRecord,
+    OperationStatus,
+    OutcomeUnknown,
+    Replay,
+    Start,
+)
 from tool_host._operations import Operations
 from tool_host._outcome import Failure, Outcome
 from tool_host._plugins import preview
@@ -371,12 +382,35 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     reason="OPERATION_NOT_FOUND",
                     metadata={"idempotency_key": request.idempotency_key},
                 )
+            if record.status is OperationStatus.RUNNING and record.owner != self._ledger.owner:
+                record = await self._settle_from_tool(record)
             return pb.GetOperationResponse(operation=operation_to_proto(record))
         except RpcFailure as exc:
             await abort_with(context, exc)
         except Exception:
             _log.exception("GetOperation failed")
             await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
+
+    async def _settle_from_tool(self, record: OperationRecord) -> OperationRecord:
+        """An earlier host life died while this call ran: ask the tool's own store (supports_query)."""
+        answer = await asyncio.to_thread(
+            self._pm.hook.agentrt_query_operation,
+            tool=record.tool,
+            idempotency_key=record.idempotency_key,
+            data_dir=self._data_dir,
+        )
+        if not isinstance(answer, dict):
+            return record
+        if answer.get("status") == "succeeded":
+            outcome = Outcome.success(json.dumps(answer.get("result")))
+        elif answer.get("status") == "absent":
+            outcome = Outcome.error(
+                ErrorCode.TRANSIENT, "interrupted before its effect: the tool has no trace of it"
+            )
+        else:
+            return record
+        self._ledger.settle_orphan(record.idempotency_key, outcome)
+        return self._ledger.get(record.idempotency_key) or record
 
     async def PreviewTool(
         self, request: pb.PreviewToolRequest, context: ServicerContext

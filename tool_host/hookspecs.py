@@ -16,6 +16,7 @@ of them, so new arguments can be added later without breaking plugins.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -24,7 +25,13 @@ if TYPE_CHECKING:
     from tool_host._config import ToolHostConfig
     from tool_host._sdk import Tool
 
-__all__ = ["agentrt_preview_tool", "agentrt_register_tools", "hookimpl", "hookspec"]
+__all__ = [
+    "agentrt_preview_tool",
+    "agentrt_query_operation",
+    "agentrt_register_tools",
+    "hookimpl",
+    "hookspec",
+]
 
 PROJECT_NAME = "agentrt"
 
@@ -52,6 +59,24 @@ def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
     :return: The plugin's tools (an empty list is fine).
     """
     raise NotImplementedError  # pragma: no cover - specs have no body
+
+
+@hookspec(firstresult=True)
+def agentrt_query_operation(tool: str, idempotency_key: str, data_dir: Path) -> dict[str, Any] | None:
+    """Say whether a write with this idempotency key took effect, from the tool's own store.
+
+    Asked only when the ledger cannot tell: its entry is RUNNING from an earlier host
+    life that died while the tool ran. This is what ``supports_query`` promises: a
+    tool that keeps its effects keyed by idempotency key can settle the question.
+
+    Stops at first non-None result.
+
+    :param tool: Tool name.
+    :param idempotency_key: The call's key.
+    :param data_dir: The host's data directory.
+    :return: ``{"status": "succeeded", "result": <JSON value>}``, ``{"status": "absent"}``
+        (no effect happened), or ``None`` when this plugin cannot tell.
+    """
 
 
 @hookspec(firstresult=True)

@@ -13,13 +13,14 @@ Tools:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tool_host import Tool, ToolHostConfig, hookimpl
 
 from ._echo import EchoArgs, echo
 from ._orders import ORDERS, LookupArgs, Order, lookup_order
-from ._refunds import REFUNDS_FILE, RefundArgs, count_refunds, describe_refund, issue_refund
+from ._refunds import REFUNDS_FILE, RefundArgs, count_refunds, describe_refund, issue_refund, query_refund
 from ._sleep import SLEEP_LOG_FILE, SleepArgs, sleep_wait
 
 __all__ = [
@@ -32,11 +33,13 @@ __all__ = [
     "RefundArgs",
     "SleepArgs",
     "agentrt_preview_tool",
+    "agentrt_query_operation",
     "agentrt_register_tools",
     "count_refunds",
     "echo",
     "issue_refund",
     "lookup_order",
+    "query_refund",
     "sleep_wait",
 ]
 
@@ -53,3 +56,11 @@ def agentrt_preview_tool(tool: str, arguments: dict[str, Any]) -> str | None:
     if tool == issue_refund.name:
         return describe_refund(arguments)
     return None
+
+
+@hookimpl
+def agentrt_query_operation(tool: str, idempotency_key: str, data_dir: Path) -> dict[str, Any] | None:
+    """Settle a refund whose host died mid-call from the refund ledger itself."""
+    if tool != "refund.issue":
+        return None
+    return query_refund(idempotency_key, data_dir)

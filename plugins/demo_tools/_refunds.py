@@ -131,6 +131,29 @@ def issue_refund(args: RefundArgs, ctx: ToolContext) -> dict[str, Any]:
     }
 
 
+def query_refund(idempotency_key: str, data_dir: Path) -> dict[str, Any]:
+    """What the refund ledger says about a key: the recorded refund, or that none happened."""
+    path = data_dir / REFUNDS_FILE
+    if not path.exists():
+        return {"status": "absent"}
+    with _connect(path) as db:
+        row = db.execute(
+            "SELECT refund_id, order_id, amount_cents FROM refunds WHERE idempotency_key = ?",
+            (idempotency_key,),
+        ).fetchone()
+    if row is None:
+        return {"status": "absent"}
+    order = ORDERS.get(row[1])
+    result = {
+        "refund_id": row[0],
+        "order_id": row[1],
+        "amount": row[2] / 100,
+        "currency": order.currency if order is not None else "",
+        "status": "issued",
+    }
+    return {"status": "succeeded", "result": result}
+
+
 def count_refunds(path: Path | str) -> int:
     """Count the refunds recorded in a refund ledger file (0 if it does not exist).
 

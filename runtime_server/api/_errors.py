@@ -21,6 +21,7 @@ from runtime_server.core import (
     InvalidRequest,
     LeaseLost,
     NotFound,
+    PermissionDenied,
     StaleRevision,
 )
 
@@ -33,6 +34,7 @@ _CODES: list[tuple[type[AgentRtError], grpc.StatusCode]] = [
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseLost, grpc.StatusCode.ABORTED),
     (StaleRevision, grpc.StatusCode.ABORTED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 ]
 
 

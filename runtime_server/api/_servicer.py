@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 from pydantic import ValidationError
 
-from agentrt.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 from runtime_server._config import AgentConfig, Settings
 from runtime_server.api._convert import (
     agent_from_proto,
@@ -27,8 +27,10 @@ from runtime_server.core import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    PermissionDenied,
     Phase,
     StaleRevision,
+    parse_rfc3339_ms,
     replay,
 )
 from runtime_server.engine import Engine, ResolvedAgent, StartRequest
@@ -140,7 +142,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await abort_internal(context, exc)
         try:
             async for item in follow_events(
-                self.store, self.engine.bus, record.run_id, after_seq=0, follow=True
+                self.store, self.engine.bus, record.run_id, after_seq=0, follow=True, stop_on_pause=True
             ):
                 yield runtime_service_pb2.RunAgentResponse(event=event_to_proto(item))
         except Exception as exc:
@@ -306,5 +308,74 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     async def ResolveApproval(
         self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context
     ) -> runtime_service_pb2.ResolveApprovalResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "approvals are not implemented yet")
-        raise AssertionError("unreachable")
+        try:
+            record = await self._get(request.run_id, context)
+            if request.decision == run_pb2.APPROVAL_DECISION_UNSPECIFIED:
+                raise InvalidRequest("decision is required", field="decision")
+            approver = _caller(context, "x-agentrt-approver")
+            if self.settings.approvers and approver not in self.settings.approvers:
+                raise PermissionDenied(
+                    f"{approver or 'an anonymous caller'} may not resolve approvals",
+                    reason="NOT_APPROVER",
+                    metadata={"approver": approver},
+                )
+            if record.phase != Phase.WAITING_APPROVAL.value or not record.pending_approval:
+                raise FailedPrecondition(
+                    f"run {record.run_id} is {record.phase}, not waiting for an approval",
+                    reason="RUN_NOT_WAITING_APPROVAL",
+                    metadata={"run_id": record.run_id, "phase": record.phase},
+                )
+            pending = json.loads(record.pending_approval)
+            if request.approval_id != pending["approval_id"]:
+                raise NotFound(
+                    f"no pending approval {request.approval_id!r} on run {record.run_id}",
+                    reason="APPROVAL_NOT_FOUND",
+                    metadata={"run_id": record.run_id},
+                )
+            if request.args_hash != pending["args_hash"]:
+                raise FailedPrecondition(
+                    "args_hash does not match the arguments waiting for approval",
+                    reason="ARGS_HASH_MISMATCH",
+                    metadata={"run_id": record.run_id, "approval_id": request.approval_id},
+                )
+            if request.expected_revision != record.revision:
+                raise StaleRevision(
+                    f"run {record.run_id} is at revision {record.revision}, not {request.expected_revision}",
+                    metadata={"run_id": record.run_id, "revision": str(record.revision)},
+                )
+            if self.engine.now_ms() >= parse_rfc3339_ms(pending["expire_time"]):
+                raise FailedPrecondition(
+                    f"approval {request.approval_id} expired at {pending['expire_time']}",
+                    reason="APPROVAL_EXPIRED",
+                    metadata={"run_id": record.run_id, "approval_id": request.approval_id},
+                )
+            payload = {
+                "approval_id": request.approval_id,
+                "decision": run_pb2.ApprovalDecision.Name(request.decision),
+                "approver": approver,
+                "comment": request.comment[:400],
+            }
+            queued = await self.store.add_signal(
+                record.run_id,
+                kind="approval_decision",
+                payload=json.dumps(payload),
+                now_ms=self.engine.now_ms(),
+                expected_revision=request.expected_revision,
+            )
+            if not queued:
+                raise StaleRevision(
+                    f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
+                )
+            await self.engine.wake(record.run_id)
+            record = await self._get(record.run_id, context)
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        return runtime_service_pb2.ResolveApprovalResponse(run=run_to_proto(record))
+
+
+def _caller(context: Context, key: str) -> str:
+    """A caller-supplied identity from call metadata (authenticated identities come with R10.2)."""
+    for name, value in context.invocation_metadata() or ():
+        if name == key:
+            return str(value)[:200]
+    return ""

@@ -19,12 +19,21 @@ _PAGE = 500
 
 
 async def follow_events(
-    store: Store, bus: EventBus, run_id: str, *, after_seq: int, follow: bool, idle_recheck_s: float = 1.0
+    store: Store,
+    bus: EventBus,
+    run_id: str,
+    *,
+    after_seq: int,
+    follow: bool,
+    idle_recheck_s: float = 1.0,
+    stop_on_pause: bool = False,
 ) -> AsyncIterator[StoredEvent]:
     """Yield persisted events after ``after_seq``; with ``follow``, live ones too until run.ended.
 
-    Live text deltas (seq 0) pass through as they come and are never replayed.
+    With ``stop_on_pause`` the stream also ends at approval.requested: RunAgent ends when the
+    run pauses for a person. Live text deltas (seq 0) pass through and are never replayed.
     """
+    last_types = {ev.RUN_ENDED, ev.APPROVAL_REQUESTED} if stop_on_pause else {ev.RUN_ENDED}
     sub = bus.subscribe(run_id) if follow else None
     last = after_seq
     try:
@@ -33,7 +42,7 @@ async def follow_events(
             for item in page:
                 yield item
                 last = item.seq
-                if item.type == ev.RUN_ENDED:
+                if item.type in last_types:
                     return
             if len(page) == _PAGE:
                 continue
@@ -57,7 +66,7 @@ async def follow_events(
                     break
                 yield item
                 last = item.seq
-                if item.type == ev.RUN_ENDED:
+                if item.type in last_types:
                     return
                 if sub.lagged:
                     break

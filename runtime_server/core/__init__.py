@@ -24,6 +24,7 @@ from runtime_server.core._decide import (
     InvokeTools,
     Policy,
     Reconcile,
+    RequestApproval,
     WaitUntil,
     decide,
     end_events,
@@ -36,6 +37,7 @@ from runtime_server.core._errors import (
     LeaseLost,
     NotFound,
     PayloadTooLarge,
+    PermissionDenied,
     StaleRevision,
 )
 from runtime_server.core._events import Event
@@ -78,9 +80,11 @@ __all__ = [
     "LoopTracker",
     "NotFound",
     "PayloadTooLarge",
+    "PermissionDenied",
     "Phase",
     "Policy",
     "Reconcile",
+    "RequestApproval",
     "Rule",
     "RunState",
     "StaleRevision",

@@ -53,6 +53,13 @@ class InvokeTools:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestApproval:
+    """Ask a person about ``call`` (preview its impact, persist WAITING_APPROVAL, pause)."""
+
+    call: CallState
+
+
+@dataclass(frozen=True, slots=True)
 class WaitUntil:
     """Nothing to do before ``due_s`` (a retry's backoff); a restarted worker waits the rest."""
 
@@ -71,7 +78,7 @@ class Idle:
     """Nothing to do: the run ended or waits for something outside."""
 
 
-Decision = Append | CallModel | InvokeTool | InvokeTools | WaitUntil | Reconcile | Idle
+Decision = Append | CallModel | InvokeTool | InvokeTools | RequestApproval | WaitUntil | Reconcile | Idle
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +87,8 @@ class Policy:
 
     loops: LoopPolicy = field(default_factory=LoopPolicy)
     parallel_safe: frozenset[str] = frozenset()
+    needs_approval: frozenset[str] = frozenset()  # call ids a person must approve before they run
+    fail_expired_approvals: bool = False  # else an expired approval is re-previewed and asked again
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,7 +147,12 @@ def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | Non
         call = state.unknown_call()
         return Reconcile(call) if call is not None else Idle()
     if state.phase is Phase.WAITING_APPROVAL:
-        return Idle()
+        pending = state.pending_approval
+        if pending is None or clock.now_s * 1000 < pending["expire_ms"]:
+            return Idle()
+        if policy.fail_expired_approvals:
+            return Append(end_events(state, Phase.FAILED, "approval_expired"))
+        return RequestApproval(next(c for c in state.calls if c.call_id == pending["call_id"]))
     if state.phase is Phase.CANCEL_REQUESTED:
         return Append(end_events(state, Phase.CANCELLED, state.cancel_reason or "cancelled"))
     if clock.now_s >= clock.deadline_s - clock.reserve_s:
@@ -171,10 +185,12 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
     repeat = state.loops.would_repeat(policy.loops, first.tool, first.arguments_json)
     if repeat is not None:
         return _loop_exit(state, repeat)
+    if first.call_id in policy.needs_approval and not first.approved:
+        return RequestApproval(first)
     batch = [first]
     if first.tool in policy.parallel_safe:
         for call in pending[1 : max(1, budgets.max_parallel_tool_calls)]:
-            if call.tool not in policy.parallel_safe:
+            if call.tool not in policy.parallel_safe or call.call_id in policy.needs_approval:
                 break
             batch.append(call)
     started: list[ev.Event] = []

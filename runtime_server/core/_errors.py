@@ -9,6 +9,7 @@ Tree::
     ├── NotFound                      unknown run / agent / approval (NOT_FOUND)
     ├── FailedPrecondition            the run's state forbids the request
     ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
+    ├── PermissionDenied              the caller may not do this (PERMISSION_DENIED)
     └── LeaseLost                     this worker no longer owns the run (ABORTED)
 """
 
@@ -82,6 +83,12 @@ class StaleRevision(AgentRtError):
     """The caller's expected revision is not the run's current one; re-read and retry."""
 
     reason = "STALE_REVISION"
+
+
+class PermissionDenied(AgentRtError):
+    """The caller lacks the role the request needs (e.g. approver)."""
+
+    reason = "PERMISSION_DENIED"
 
 
 class LeaseLost(AgentRtError):

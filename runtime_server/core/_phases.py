@@ -107,8 +107,9 @@ RULES: tuple[Rule, ...] = (
         Phase.CANCEL_REQUESTED,
         "a started call has its result",
     ),
+    # From WAITING_APPROVAL too: an expired approval is re-previewed and asked again.
     Rule(
-        frozenset({Phase.TOOL_STEP}),
+        frozenset({Phase.TOOL_STEP, Phase.WAITING_APPROVAL}),
         Trigger.AWAIT_APPROVAL,
         Phase.WAITING_APPROVAL,
         "call needs a person's approval",

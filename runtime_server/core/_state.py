@@ -39,6 +39,7 @@ class CallState:
     error: dict[str, Any] | None = None
     retry_attempt: int = 0  # attempt a scheduled retry will make
     retry_due_ms: int = 0
+    approved: bool = False  # a person approved this call
     unknown: bool = False  # the latest attempt's outcome is not known
     call_deadline_ms: int = 0  # of the attempt whose outcome is unknown
 
@@ -82,6 +83,7 @@ class RunState:
     loops: LoopTracker = field(default_factory=LoopTracker)
     diagnostic: str | None = None  # the loop that earned the run its one diagnostic step
     diagnostic_done: bool = False
+    pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -207,8 +209,18 @@ class RunState:
                 )
             case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA:
                 pass
-            case ev.APPROVAL_REQUESTED | ev.APPROVAL_RESOLVED:
-                raise NotImplementedError(f"{event.type} is not supported yet")
+            case ev.APPROVAL_REQUESTED:
+                self._move(Trigger.AWAIT_APPROVAL)
+                self._call(data["call_id"])  # must name a call of this step
+                self.pending_approval = dict(data, expire_ms=parse_rfc3339_ms(data["expire_time"]))
+            case ev.APPROVAL_RESOLVED:
+                pending = self.pending_approval
+                if pending is None or pending["approval_id"] != data["approval_id"]:
+                    raise ValueError(f"approval {data['approval_id']!r} is not the pending one")
+                self._move(Trigger.RESOLVE_APPROVAL)
+                if data.get("decision") == "APPROVAL_DECISION_APPROVE":
+                    self._call(pending["call_id"]).approved = True
+                self.pending_approval = None
             case _:
                 raise ValueError(f"unknown event type {event.type!r}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ from runtime_server.core import (
     Phase,
     Policy,
     Reconcile,
+    RequestApproval,
     RunState,
     WaitUntil,
     backoff_delay_s,
@@ -42,6 +44,7 @@ from runtime_server.core import (
 )
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import ResolvedAgent
+from runtime_server.engine._approval_step import ApprovalStep
 from runtime_server.engine._control import Cancelled, Parked
 from runtime_server.engine._tool_step import ToolStep
 from runtime_server.models import (
@@ -91,6 +94,9 @@ class RunDriver:
         self.released = False
         self.started_here: set[str] = set()  # calls whose latest tool.started this driver wrote
         self.tools = ToolStep(self)
+        self.approvals = ApprovalStep(self)
+        self.consumed_signals: list[int] = []
+        self.pending_values: dict[str, Any] = {}
 
     async def drive(self, fresh: Fresh | None) -> None:
         engine = self.engine
@@ -127,7 +133,12 @@ class RunDriver:
             and spec.side_effect == tool_pb2.SIDE_EFFECT_READ_ONLY
             and spec.concurrency_safe
         )
-        return Policy(loops=self.agent.config.loops.to_policy(), parallel_safe=safe)
+        config = self.agent.config
+        return Policy(
+            loops=config.loops.to_policy(),
+            parallel_safe=safe,
+            fail_expired_approvals=config.approvals.on_expiry == "fail",
+        )
 
     async def _read_log(self) -> list[StoredEvent]:
         stored: list[StoredEvent] = []
@@ -138,12 +149,19 @@ class RunDriver:
                 return stored
 
     async def _apply_signals(self) -> None:
-        """Apply people's decisions queued for this run (ResolveOutcome) in the next commit."""
+        """Apply people's decisions queued for this run; they are deleted in the next commit."""
         signals = await self.engine.store.read_signals(self.run_id)
         self.consumed_signals = [s.id for s in signals]
         for signal in signals:
             if signal.kind == "outcome_decision":
                 self.tools.apply_outcome_decision(json.loads(signal.payload))
+            elif signal.kind == "approval_decision":
+                self.approvals.apply_decision(json.loads(signal.payload))
+
+    def extend_deadline(self, by_ms: int) -> None:
+        """Move the run's deadline later (time spent waiting for a person); persisted next commit."""
+        self.deadline_s += by_ms / 1000
+        self.pending_values["deadline_ms"] = round(self.deadline_s * 1000)
 
     # -- committing ---------------------------------------------------------------------------------
 
@@ -154,7 +172,7 @@ class RunDriver:
             self.buffer.append(event)
 
     async def flush(self, **extra_values: Any) -> None:
-        if not self.buffer and not extra_values:
+        if not self.buffer and not extra_values and not self.consumed_signals and not self.pending_values:
             return
         engine = self.engine
         now_ms = engine.now_ms()
@@ -166,6 +184,8 @@ class RunDriver:
             "usage": json.dumps(self.state.usage.to_json()),
             "output": self.state.output,
             "reason": self.state.reason,
+            "pending_approval": _pending_json(self.state.pending_approval),
+            **self.pending_values,
             **extra_values,
         }
         if self.state.ended:  # the closing commit also gives the lease back: one commit, not two
@@ -183,6 +203,7 @@ class RunDriver:
         )
         engine.faults.around_commit("after", types)
         self.consumed_signals = []
+        self.pending_values = {}
         self.buffer.clear()
         self.released = self.state.ended or values.get("lease_owner", "") is None
         engine.bus.publish(
@@ -219,7 +240,10 @@ class RunDriver:
             clock = Clock(
                 now_s=engine.clock(), deadline_s=self.deadline_s, reserve_s=engine.settings.call_reserve_s
             )
-            decision = decide(self.state, self.budgets, clock, self.policy)
+            policy = self.policy
+            if self.state.phase is Phase.TOOL_STEP:
+                policy = dataclasses.replace(policy, needs_approval=self.approvals.needing_approval())
+            decision = decide(self.state, self.budgets, clock, policy)
             match decision:
                 case Append(events=events):
                     for event in events:
@@ -242,6 +266,9 @@ class RunDriver:
                     await self.flush()
                     with contextlib.suppress(Cancelled):  # the loop appends cancel.requested next
                         await self.sleep(max(0.0, due_s - engine.clock()))
+                case RequestApproval(call=call):
+                    await self.flush()
+                    await self.approvals.request(call)
                 case Reconcile(call=call):
                     await self.flush()
                     await self.tools.reconcile(call)
@@ -413,3 +440,9 @@ class RunDriver:
             bus.publish(run_id, [StoredEvent(run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.engine.now_ms())])
 
         return sink
+
+
+def _pending_json(pending: dict[str, Any] | None) -> str | None:
+    if pending is None:
+        return None
+    return json.dumps({k: v for k, v in pending.items() if k != "expire_ms"})

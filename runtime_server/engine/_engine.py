@@ -25,6 +25,7 @@ from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
 from runtime_server.engine._faults import FaultPlan
 from runtime_server.events import EventBus
 from runtime_server.models import ModelRegistry
+from runtime_server.policies import Policies, get_policy_plugin_manager
 from runtime_server.store import RunRecord, Store, StoredEvent
 from runtime_server.telemetry import Counters
 from runtime_server.tools import ToolRouter
@@ -65,6 +66,7 @@ class Engine:
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         faults: FaultPlan | None = None,
+        policies: Policies | None = None,
     ):
         self.store = store
         self.bus = bus
@@ -75,6 +77,7 @@ class Engine:
         self.clock = clock
         self.rand = rand
         self.faults = faults or FaultPlan.from_env()
+        self.policies = policies or Policies(get_policy_plugin_manager())
         self.owner = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._runs: dict[str, RunHandle] = {}
         self._background: list[asyncio.Task[None]] = []

@@ -34,6 +34,7 @@ class RunRecord:
     cancel_requested_ms: int | None
     cancel_reason: str | None
     wake_ms: int | None
+    pending_approval: str | None
     state_version: int
     runtime_version: str
     agent_config_hash: str

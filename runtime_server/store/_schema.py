@@ -43,7 +43,10 @@ runs = Table(
     Column("lease_generation", BigInteger, nullable=False, default=0),  # fencing token sent to tool hosts
     Column("cancel_requested_ms", BigInteger, nullable=True),  # durable cancel intent, set by any replica
     Column("cancel_reason", String(400), nullable=True),
-    Column("wake_ms", BigInteger, nullable=True),  # when a parked run (reconciliation) wants a worker again
+    Column("wake_ms", BigInteger, nullable=True),
+    Column(
+        "pending_approval", Text, nullable=True
+    ),  # JSON of the approval.requested payload  # when a parked run (reconciliation) wants a worker again
     Column("state_version", Integer, nullable=False),
     Column("runtime_version", String(40), nullable=False),
     Column("agent_config_hash", String(64), nullable=False),

@@ -266,16 +266,15 @@ class Store:
         def write(conn: Connection) -> list[Claim]:
             free = or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms)
             has_signal = exists(select(signals.c.id).where(signals.c.run_id == runs.c.run_id))
-            due = and_(runs.c.phase == Phase.UNKNOWN_OUTCOME.value, runs.c.wake_ms <= now_ms)
-            awake = or_(runs.c.wake_ms.is_(None), runs.c.wake_ms <= now_ms, has_signal)
+            # Parked runs come back when their wake time is due: a reconciliation retry, or an
+            # approval that expires (to be asked again or failed, per the agent's policy).
+            due = or_(runs.c.wake_ms.is_(None), runs.c.wake_ms <= now_ms)
             wanted = and_(
                 runs.c.phase.not_in(_TERMINAL),
                 free,
-                awake,
                 or_(
-                    runs.c.phase.not_in(paused),
-                    due,
-                    has_signal,
+                    and_(runs.c.phase.not_in(paused), due),
+                    and_(runs.c.phase.in_(paused), or_(runs.c.wake_ms <= now_ms, has_signal)),
                     and_(
                         runs.c.phase == Phase.WAITING_APPROVAL.value, runs.c.cancel_requested_ms.is_not(None)
                     ),

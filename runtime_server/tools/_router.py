@@ -156,6 +156,19 @@ class ToolRouter:
             raise
         return reply.operation
 
+    async def preview(self, tool: str, arguments_json: str, *, timeout_s: float) -> str:
+        """The tool host's impact summary for approvers; a plain fallback when it cannot give one."""
+        found = self._specs.get(tool)
+        if found is None:
+            return f"{tool} is not served by any tool host"
+        try:
+            reply = await found[1].stub.PreviewTool(
+                svc.PreviewToolRequest(tool=tool, arguments_json=arguments_json), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            return f"Would call {tool} with {arguments_json} (no preview: {exc.code().name})"
+        return str(reply.impact_summary)
+
     async def close(self) -> None:
         for host in self._hosts.values():
             await host.channel.close(None)

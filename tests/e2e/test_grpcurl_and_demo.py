@@ -36,9 +36,43 @@ def test_grpcurl_lists_both_services_and_streams_a_demo_run(tmp_path: Path) -> N
             "agentrt.runtime.v1.AgentRuntimeService/RunAgent",
         )
         events = [json.loads(chunk)["event"] for chunk in _json_objects(out)]
-        assert [int(e["seq"]) for e in events] == list(range(1, len(events) + 1))
-        assert events[-1]["run_ended"]["phase"] == "RUN_PHASE_COMPLETED"
-        run_id = events[0]["run_id"]
+        persisted = [e for e in events if int(e.get("seq", 0))]
+        assert [int(e["seq"]) for e in persisted] == list(range(1, len(persisted) + 1))
+        # The refund is over the demo policy's limit: RunAgent ends where the run pauses.
+        pending = persisted[-1]["approval_requested"]
+        run_id = persisted[0]["run_id"]
+        run = json.loads(
+            grpcurl(
+                "-d",
+                json.dumps({"run_id": run_id}),
+                runtime.address,
+                "agentrt.runtime.v1.AgentRuntimeService/GetRun",
+            )
+        )["run"]
+        assert run["phase"] == "RUN_PHASE_WAITING_APPROVAL"
+        approve = {
+            "run_id": run_id,
+            "approval_id": pending["approval_id"],
+            "decision": "APPROVAL_DECISION_APPROVE",
+            "args_hash": pending["args_hash"],
+            "expected_revision": run["revision"],
+        }
+        grpcurl(
+            "-d",
+            json.dumps(approve),
+            runtime.address,
+            "agentrt.runtime.v1.AgentRuntimeService/ResolveApproval",
+        )
+        rest = grpcurl(
+            "-d",
+            json.dumps({"run_id": run_id, "after_seq": len(persisted), "follow": True}),
+            runtime.address,
+            "agentrt.runtime.v1.AgentRuntimeService/StreamRunEvents",
+        )
+        tail = [json.loads(c)["event"] for c in _json_objects(rest)]
+        tail = [e for e in tail if int(e.get("seq", 0))]
+        assert int(tail[0]["seq"]) == len(persisted) + 1
+        assert tail[-1]["run_ended"]["phase"] == "RUN_PHASE_COMPLETED"
         replay = grpcurl(
             "-d",
             json.dumps({"run_id": run_id, "after_seq": 10}),
@@ -46,7 +80,7 @@ def test_grpcurl_lists_both_services_and_streams_a_demo_run(tmp_path: Path) -> N
             "agentrt.runtime.v1.AgentRuntimeService/StreamRunEvents",
         )
         assert [int(json.loads(c)["event"]["seq"]) for c in _json_objects(replay)] == list(
-            range(11, len(events) + 1)
+            range(11, int(tail[-1]["seq"]) + 1)
         )
     with spawn_tool_host(tmp_path / "host", plugins=["plugins.demo_tools"]) as host:
         services = grpcurl(host.address, "list").split()

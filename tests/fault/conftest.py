@@ -142,6 +142,8 @@ def runtime_env(
             "options": {"base_url": model_url, "api_key_env": "FAKE_KEY"},
         },
         "budgets": {"max_model_steps": 8, "timeout_s": settings.pop("timeout_s", 60)},
+        # The shipped refund policy asks a person above 25.00; these scenarios are about faults.
+        "approvals": {"options": {"refund_limit": 1000}},
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
     env.update(

@@ -440,7 +440,11 @@ def _hookspecs() -> list[Any]:
 
 def test_every_hook_is_documented_with_its_parameters() -> None:
     specs = _hookspecs()
-    assert {f.__name__ for f in specs} == {"agentrt_register_tools", "agentrt_preview_tool"}
+    assert {f.__name__ for f in specs} == {
+        "agentrt_register_tools",
+        "agentrt_preview_tool",
+        "agentrt_query_operation",
+    }
     for spec in specs:
         doc = inspect.getdoc(spec) or ""
         assert doc, spec.__name__

@@ -119,7 +119,7 @@ class AgentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline")
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +144,7 @@ class Run(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     tenant_id: str
     agent_name: str
@@ -161,7 +162,8 @@ class Run(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    pending_approval: ApprovalRequested
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("call_id", "tool", "arguments_json")
@@ -266,7 +268,7 @@ class ToolFailed(_message.Message):
     def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ...) -> None: ...
 
 class ApprovalRequested(_message.Message):
-    __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "args_hash", "impact_summary", "policy_version", "expire_time")
+    __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "args_hash", "impact_summary", "policy_version", "expire_time", "request_time")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
@@ -275,6 +277,7 @@ class ApprovalRequested(_message.Message):
     IMPACT_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_TIME_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     call_id: str
     tool: str
@@ -283,7 +286,8 @@ class ApprovalRequested(_message.Message):
     impact_summary: str
     policy_version: str
     expire_time: _timestamp_pb2.Timestamp
-    def __init__(self, approval_id: _Optional[str] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_hash: _Optional[str] = ..., impact_summary: _Optional[str] = ..., policy_version: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    request_time: _timestamp_pb2.Timestamp
+    def __init__(self, approval_id: _Optional[str] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_hash: _Optional[str] = ..., impact_summary: _Optional[str] = ..., policy_version: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ApprovalResolved(_message.Message):
     __slots__ = ("approval_id", "decision", "approver", "comment")

@@ -1,0 +1,109 @@
+"""Calls that wait for a person (DESIGN §7): ask, pause, and apply the answer.
+
+The run pauses in WAITING_APPROVAL with the canonical arguments, their sha256, the
+tool host's impact preview, the policy version and an expiry, then gives its lease
+back. ResolveApproval queues a signal; the next owner applies it: approve runs the
+very same call (same idempotency key), reject shows the model a rejection and the
+tool never runs. Waiting does not spend the run's wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from runtime_server.core import CallState, Event, Phase, canonical_json, parse_rfc3339_ms, rfc3339
+from runtime_server.core import events as ev
+from runtime_server.policies import ApprovalRequirement
+
+if TYPE_CHECKING:
+    from runtime_server.engine._driver import RunDriver
+
+PREVIEW_TIMEOUT_S = 5.0
+
+
+class ApprovalStep:
+    """The approval side of one :class:`RunDriver`."""
+
+    def __init__(self, driver: RunDriver):
+        self.d = driver
+        self.engine = driver.engine
+        self._requirements: dict[str, ApprovalRequirement] = {}
+
+    def needing_approval(self) -> frozenset[str]:
+        """Ids of this step's calls that need a person, asking the policy hooks once per call."""
+        config = self.d.agent.config
+        for call in self.d.state.calls:
+            if call.call_id not in self._requirements:
+                spec = self.engine.tools.spec(call.tool)
+                self._requirements[call.call_id] = self.engine.policies.approval(
+                    tool=call.tool,
+                    arguments_json=call.arguments_json,
+                    agent_name=self.d.agent.name,
+                    options=config.approvals.options,
+                    flagged=bool(spec is not None and spec.requires_approval),
+                )
+        return frozenset(c for c, r in self._requirements.items() if r.required)
+
+    async def request(self, call: CallState) -> None:
+        """Persist WAITING_APPROVAL for ``call`` and park the run until its expiry."""
+        d, engine = self.d, self.engine
+        try:
+            canonical = canonical_json(json.loads(call.arguments_json or "{}"))
+        except ValueError:
+            canonical = call.arguments_json
+        impact = await engine.tools.preview(call.tool, canonical, timeout_s=PREVIEW_TIMEOUT_S)
+        requirement = self._requirements.get(call.call_id)
+        now_ms = engine.now_ms()
+        expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
+        data = {
+            "approval_id": uuid.uuid4().hex,
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "arguments_json": canonical,
+            "args_hash": hashlib.sha256(canonical.encode()).hexdigest(),  # = core.args_hash for JSON
+            "impact_summary": impact,
+            "policy_version": requirement.policy_version if requirement else "1",
+            "expire_time": rfc3339(expire_ms),
+            "request_time": rfc3339(now_ms),
+        }
+        d.add(Event(ev.APPROVAL_REQUESTED, data))
+        await d.park(expire_ms)
+
+    def apply_decision(self, decision: dict[str, Any]) -> None:
+        """A person's answer from ResolveApproval; a stale or expired one changes nothing."""
+        d, engine = self.d, self.engine
+        pending = d.state.pending_approval
+        if d.state.phase is not Phase.WAITING_APPROVAL or pending is None:
+            return
+        if pending["approval_id"] != decision["approval_id"] or engine.now_ms() >= pending["expire_ms"]:
+            return
+        approve = decision["decision"] == "APPROVAL_DECISION_APPROVE"
+        d.add(
+            Event(
+                ev.APPROVAL_RESOLVED,
+                {
+                    "approval_id": pending["approval_id"],
+                    "decision": decision["decision"],
+                    "approver": decision.get("approver", ""),
+                    "comment": decision.get("comment", ""),
+                },
+            )
+        )
+        # The wait for a person does not count against the run's wall-clock budget.
+        waited_ms = max(0, engine.now_ms() - parse_rfc3339_ms(pending["request_time"]))
+        d.extend_deadline(waited_ms)
+        if not approve:
+            call = next(c for c in d.state.calls if c.call_id == pending["call_id"])
+            who = decision.get("approver") or "a person"
+            message = f"rejected by {who}" + (f": {decision['comment']}" if decision.get("comment") else "")
+            error = {"code": "TOOL_ERROR_CODE_PERMANENT", "message": message}
+            d.add(
+                Event(
+                    ev.TOOL_FAILED,
+                    {"step": call.step, "call_id": call.call_id, "tool": call.tool, "error": error},
+                )
+            )

@@ -1,0 +1,25 @@
+"""The pending approval of a paused run, readable without replaying its log.
+
+Revision ID: 0003
+Revises: 0002
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.add_column(sa.Column("pending_approval", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("runs") as batch:
+        batch.drop_column("pending_approval")
