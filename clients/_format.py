@@ -119,6 +119,8 @@ def _step_started(e: run_pb2.StepStarted) -> str:
 
 
 def _model_text_delta(e: run_pb2.ModelTextDelta) -> str:
+    if e.superseded:
+        return f"step={e.step} attempt={e.attempt} superseded: drop its deltas"
     return f"step={e.step} {_quote(e.text)}"
 
 

@@ -195,6 +195,8 @@ class RunState:
                     raise IllegalTransition(phase=self.phase.value, trigger=f"end:{phase.value}")
                 self.reason = data.get("reason", self.reason)
                 self.ended = True
+            case ev.RETRY_SCHEDULED if not data.get("call_id"):
+                pass  # a model step retried as a whole: it stays the same MODEL_STEP
             case ev.RETRY_SCHEDULED:
                 self._move(Trigger.SCHEDULE_RETRY)
                 call = self._call(data["call_id"])

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,6 +42,7 @@ from runtime_server.core import (
     end_events,
     replay,
     retry_fits,
+    rfc3339,
 )
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import ResolvedAgent
@@ -377,13 +379,16 @@ class RunDriver:
                 self.add(*end_events(self.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
                 return
             request = self._model_request(timeout)
+            sink = self._delta_sink(step, attempt)
             try:
-                sink = self._delta_sink(step)
                 response = await self.io(partial(provider.complete, request, on_text_delta=sink))
                 break
             except Cancelled:
                 return
             except ModelTransientError as exc:
+                if sink.sent:
+                    # Clients drop what this attempt streamed; the step is retried as a whole.
+                    self._publish_delta({"step": step, "attempt": attempt, "superseded": True})
                 delay = max(exc.retry_after_s or 0.0, self.backoff(attempt))
                 fits = retry_fits(
                     now_s=engine.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=self.deadline_s
@@ -394,6 +399,17 @@ class RunDriver:
                     self.add(*end_events(self.state, Phase.FAILED, reason, message=str(exc), retryable=True))
                     return
                 engine.counters.inc("retry_count")
+                # The incomplete step is a fact of the log, like a tool call's retry.
+                data = {
+                    "call_id": "",
+                    "step": step,
+                    "attempt": attempt + 1,
+                    "delay": f"{delay:.3f}s",
+                    "reason": f"model {exc.reason}: {exc.message}"[:400],
+                    "due_time": rfc3339(engine.now_ms() + math.ceil(delay * 1000)),
+                }
+                self.add(Event(ev.RETRY_SCHEDULED, data))
+                await self.flush()
                 try:
                     await self.sleep(delay)
                 except Cancelled:
@@ -431,18 +447,32 @@ class RunDriver:
         price = self.engine.settings.prices.get(self.agent.config.model.name)
         return price.cost(input_tokens, output_tokens) if price is not None else 0.0
 
-    def _delta_sink(self, step: int) -> Callable[[str], None]:
-        bus = self.engine.bus
-        run_id = self.run_id
+    def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:
+        return _DeltaSink(self, step, attempt)
 
-        def sink(text: str) -> None:
-            payload = json.dumps({"step": step, "text": text})
-            bus.publish(run_id, [StoredEvent(run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.engine.now_ms())])
-
-        return sink
+    def _publish_delta(self, data: dict[str, Any]) -> None:
+        """Live only (R8.1: deltas are best-effort and never persisted one by one)."""
+        payload = json.dumps(data)
+        self.engine.bus.publish(
+            self.run_id, [StoredEvent(self.run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.engine.now_ms())]
+        )
 
 
 def _pending_json(pending: dict[str, Any] | None) -> str | None:
     if pending is None:
         return None
     return json.dumps({k: v for k, v in pending.items() if k != "expire_ms"})
+
+
+class _DeltaSink:
+    """Forwards one model attempt's text fragments to stream readers, and remembers if it did."""
+
+    def __init__(self, driver: RunDriver, step: int, attempt: int):
+        self.driver = driver
+        self.step = step
+        self.attempt = attempt
+        self.sent = False
+
+    def __call__(self, text: str) -> None:
+        self.sent = True
+        self.driver._publish_delta({"step": self.step, "attempt": self.attempt, "text": text})

@@ -200,12 +200,16 @@ class StepStarted(_message.Message):
     def __init__(self, step: _Optional[int] = ..., kind: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ModelTextDelta(_message.Message):
-    __slots__ = ("step", "text")
+    __slots__ = ("step", "text", "attempt", "superseded")
     STEP_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
     step: int
     text: str
-    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    attempt: int
+    superseded: bool
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., attempt: _Optional[int] = ..., superseded: _Optional[bool] = ...) -> None: ...
 
 class ModelCompleted(_message.Message):
     __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after")
@@ -302,18 +306,20 @@ class ApprovalResolved(_message.Message):
     def __init__(self, approval_id: _Optional[str] = ..., decision: _Optional[_Union[ApprovalDecision, str]] = ..., approver: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
 
 class RetryScheduled(_message.Message):
-    __slots__ = ("call_id", "attempt", "delay", "reason", "due_time")
+    __slots__ = ("call_id", "attempt", "delay", "reason", "due_time", "step")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     attempt: int
     delay: _duration_pb2.Duration
     reason: str
     due_time: _timestamp_pb2.Timestamp
-    def __init__(self, call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    step: int
+    def __init__(self, call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ToolOutcomeUnknown(_message.Message):
     __slots__ = ("step", "call_id", "tool", "idempotency_key", "reason", "call_deadline")
