@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -66,9 +66,15 @@ class Usage:
 
     def to_json(self) -> dict[str, Any]:
         """Proto3 JSON shape of ``agentrt.runtime.v1.Usage`` (per-tool counts stay internal)."""
-        data = asdict(self)
-        del data["calls_per_tool"]
-        return data
+        # Built by hand: dataclasses.asdict showed up in step-loop profiles.
+        return {
+            "model_steps": self.model_steps,
+            "tool_calls": self.tool_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "handoffs": self.handoffs,
+        }
 
     def copy(self) -> Usage:
         return Usage(

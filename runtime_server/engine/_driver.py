@@ -118,7 +118,8 @@ class RunDriver:
         if record.cancel_requested_ms is not None and self.handle.cancel_reason is None:
             self.handle.cancel_reason = record.cancel_reason or "cancelled"
         try:
-            await self._apply_signals()
+            if fresh is None:  # nobody can have queued a signal for a run created a moment ago
+                await self._apply_signals()
             await self._loop()
         except Parked:
             return

@@ -65,6 +65,7 @@ class PostgresDatabase:
     dialect = "postgresql"
 
     def __init__(self, url: str, *, pool_size: int = 10):
+        self.url = url
         self.engine: AsyncEngine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
 
     async def transaction(self, fn: Callable[[Connection], T]) -> T:

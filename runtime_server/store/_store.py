@@ -23,7 +23,8 @@ from sqlalchemy import Connection, and_, delete, exists, func, insert, or_, sele
 from sqlalchemy.exc import IntegrityError
 
 from runtime_server.core import TERMINAL_PHASES, LeaseLost, Phase
-from runtime_server.store._db import Database, open_database
+from runtime_server.store._db import Database, PostgresDatabase, open_database
+from runtime_server.store._pg_appends import PgAppender
 from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
 from runtime_server.store._schema import events, runs, signals
 
@@ -46,6 +47,7 @@ class Store:
 
     def __init__(self, db: Database):
         self.db = db
+        self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
         self._pending: list[_PendingAppend] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -61,6 +63,8 @@ class Store:
     async def close(self) -> None:
         if self._flusher is not None:
             await asyncio.shield(self._flusher)
+        if self._pg is not None:
+            await self._pg.close()
         await self.db.dispose()
 
     # -- runs ---------------------------------------------------------------------------------------
@@ -97,8 +101,9 @@ class Store:
                     for i, (t, p) in enumerate(first_events, start=1)
                 ],
             )
-            created = conn.execute(select(runs).where(runs.c.run_id == row["run_id"])).one()
-            return RunRecord.from_row(created), True
+            # Every column is known here; reading the row back would cost a round trip.
+            known = {c.name: None for c in runs.c} | row
+            return RunRecord(**known), True
 
         try:
             return await self.db.transaction(write)
@@ -224,7 +229,10 @@ class Store:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    fenced = await self.db.transaction(lambda conn, b=batch: _write_batch(conn, b))  # type: ignore[misc]
+                    if self._pg is not None and self._pg.handles(batch):
+                        fenced = await self._pg.write(batch)
+                    else:
+                        fenced = await self.db.transaction(lambda conn, b=batch: _write_batch(conn, b))  # type: ignore[misc]
                 except BaseException as exc:  # one failed transaction fails every caller in it
                     for item in batch:
                         if not item.future.done():
