@@ -67,7 +67,7 @@ class AnthropicProvider:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._options = parse_options(_AnthropicOptions, options, provider=PROVIDER_NAME)
-        api_key = read_api_key(environ, self._options.api_key_env)
+        api_key = read_api_key(environ, self._options.api_key_env, self._options.api_key_file)
         self._api_key = api_key
         headers = httpx.Headers({"anthropic-version": ANTHROPIC_VERSION})
         headers.update(self._options.headers)  # case-insensitive: may replace anthropic-version

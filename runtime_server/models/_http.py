@@ -23,6 +23,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 import httpx
@@ -77,6 +78,8 @@ class HTTPOptions(BaseModel):
 
     base_url: str
     api_key_env: str = Field(min_length=1)
+    # A file holding the key (a mounted secret); when set it wins over api_key_env.
+    api_key_file: str = ""
     headers: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     stream: bool = True
@@ -123,12 +126,23 @@ def parse_options(model: type[_Options], options: Mapping[str, Any], *, provider
         ) from None
 
 
-def read_api_key(environ: Mapping[str, str] | None, variable: str) -> str:
-    """Return the key in ``variable`` of ``environ`` (default ``os.environ``).
+def read_api_key(environ: Mapping[str, str] | None, variable: str, key_file: str = "") -> str:
+    """The key from ``key_file`` if given, else from ``variable`` of ``environ`` (or ``os.environ``).
 
     Raises:
-        ModelConfigError: ``missing_api_key`` when the variable is unset or empty.
+        ModelConfigError: ``missing_api_key`` when the file is unreadable or empty, or the
+            variable is unset or empty. The message names the place, never the key.
     """
+    if key_file:
+        try:
+            api_key = Path(key_file).read_text().strip()
+        except OSError as exc:
+            raise ModelConfigError(
+                f"cannot read the API key file {key_file}: {exc.strerror}", reason="missing_api_key"
+            ) from None
+        if not api_key:
+            raise ModelConfigError(f"the API key file {key_file} is empty", reason="missing_api_key")
+        return api_key
     env = os.environ if environ is None else environ
     api_key = env.get(variable, "")
     if not api_key:

@@ -67,7 +67,7 @@ class OpenAIProvider:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._options = parse_options(_OpenAIOptions, options, provider=PROVIDER_NAME)
-        api_key = read_api_key(environ, self._options.api_key_env)
+        api_key = read_api_key(environ, self._options.api_key_env, self._options.api_key_file)
         self._api_key = api_key
         headers = {**self._options.headers, "Authorization": f"Bearer {api_key}"}
         if self._options.organization:

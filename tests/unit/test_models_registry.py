@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -320,3 +321,18 @@ def test_plugin_that_fails_to_import_fails_fast_unless_blocked(monkeypatch: pyte
     with pytest.raises(ModuleNotFoundError):
         get_model_plugin_manager()
     assert not get_model_plugin_manager(blocked=["broken"]).has_plugin("broken")
+
+
+def test_the_api_key_can_come_from_a_secrets_file(tmp_path: Path) -> None:
+    from runtime_server.models import ModelConfigError, OpenAIProvider
+
+    key_file = tmp_path / "openai.key"
+    key_file.write_text("sk-from-file\n")
+    provider = OpenAIProvider(options={"api_key_file": str(key_file)}, environ={})
+    assert "sk-from-file" not in repr(provider)
+    with pytest.raises(ModelConfigError) as info:
+        OpenAIProvider(options={"api_key_file": str(tmp_path / "missing.key")}, environ={})
+    assert info.value.reason == "missing_api_key" and "missing.key" in str(info.value)
+    (tmp_path / "empty.key").write_text("\n")
+    with pytest.raises(ModelConfigError, match="empty"):
+        OpenAIProvider(options={"api_key_file": str(tmp_path / "empty.key")}, environ={})
