@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=100)
     parser.add_argument("--floor-commits", type=int, default=2000)
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--skip-sqlite", action="store_true")
     args = parser.parse_args()
     print(
         f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "
@@ -146,10 +147,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="agentrt-bench-") as tmp:
         work = Path(tmp)
-        floor = floor_sqlite(work / "floor.sqlite", args.floor_commits)
-        bench_backend(
-            "sqlite (WAL, synchronous=FULL)", f"sqlite:///{work / 'bench.sqlite'}", floor, work, args
-        )
+        if not args.skip_sqlite:
+            floor = floor_sqlite(work / "floor.sqlite", args.floor_commits)
+            bench_backend(
+                "sqlite (WAL, synchronous=FULL)", f"sqlite:///{work / 'bench.sqlite'}", floor, work, args
+            )
         if args.skip_postgres:
             return
         name = f"agentrt_bench_{uuid.uuid4().hex[:8]}"

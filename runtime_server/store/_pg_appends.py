@@ -61,14 +61,18 @@ class PgAppender:
         conn = await self._connection()
         try:
             if len(batch) == 1:
-                return [await self._one(conn, batch[0])]
-            async with conn.transaction():
-                return [await self._one(conn, item) for item in batch]
+                cursor = await self._send(conn, batch[0])
+                return [cursor.rowcount == len(batch[0].rows)]
+            # Pipeline mode: every statement of the batch leaves in one flight, then one sync.
+            async with conn.transaction(), conn.pipeline() as pipeline:
+                cursors = [await self._send(conn, item) for item in batch]
+                await pipeline.sync()
+            return [c.rowcount == len(item.rows) for c, item in zip(cursors, batch, strict=True)]
         except psycopg.OperationalError:
             await self.close()  # a broken connection is replaced on the next batch
             raise
 
-    async def _one(self, conn: psycopg.AsyncConnection[Any], item: _Append) -> bool:
+    async def _send(self, conn: psycopg.AsyncConnection[Any], item: _Append) -> psycopg.AsyncCursor[Any]:
         params = dict(item.values)
         params.update(
             w_run_id=item.run_id,
@@ -79,8 +83,9 @@ class PgAppender:
             e_payload=[r["payload"] for r in item.rows],
             e_created=[r["created_ms"] for r in item.rows],
         )
-        cursor = await conn.execute(_statement(tuple(sorted(item.values))), params)
-        return cursor.rowcount == len(item.rows)
+        cursor = conn.cursor()
+        await cursor.execute(_statement(tuple(sorted(item.values))), params)
+        return cursor
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
