@@ -127,10 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=f"{name} a tool call waiting for a person")
         p.add_argument("run_id", metavar="RUN_ID")
         p.add_argument("approval_id", metavar="APPROVAL_ID")
-        p.add_argument("--args-hash", required=True, help="args_hash shown by approval.requested")
-        p.add_argument("--revision", type=int, required=True, help="run revision you saw (agentrt get)")
+        p.add_argument(
+            "--args-hash", help="args_hash you were shown (default: the pending approval's, printed first)"
+        )
+        p.add_argument("--revision", type=int, help="run revision you saw (default: the current one)")
         p.add_argument("--comment", default="")
         p.set_defaults(func=_cmd_resolve, approve=approve)
+
+    p = sub.add_parser("approvals", parents=[common], help="list the calls waiting for a person")
+    p.add_argument("--limit", type=int, default=50, metavar="N")
+    p.set_defaults(func=_cmd_approvals)
 
     p = sub.add_parser(
         "resolve", parents=[common], help="settle a run whose write has an unknown outcome (UNKNOWN_OUTCOME)"
@@ -289,14 +295,41 @@ def _cmd_cancel(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_approvals(ns: argparse.Namespace) -> int:
+    with _client(ns) as client:
+        page = client.list_runs(page_size=ns.limit, phases=[run_pb2.RUN_PHASE_WAITING_APPROVAL])
+    for run in page.runs:
+        pending = run.pending_approval
+        if ns.json:
+            print(run_to_json(run))
+            continue
+        print(
+            f"{run.run_id}  approval={pending.approval_id}  revision={run.revision}  "
+            f"{pending.tool} {pending.arguments_json}\n    args_hash={pending.args_hash}  "
+            f"expires={pending.expire_time.ToJsonString()}\n    impact: {pending.impact_summary}"
+        )
+    return 0
+
+
 def _cmd_resolve(ns: argparse.Namespace) -> int:
     with _client(ns) as client:
+        args_hash, revision = ns.args_hash, ns.revision
+        if args_hash is None or revision is None:
+            # Fill in what the person did not pass from the run as it is now, and show it.
+            current = client.get_run(ns.run_id)
+            pending = current.pending_approval
+            args_hash = pending.args_hash if args_hash is None else args_hash
+            revision = current.revision if revision is None else revision
+            print(
+                f"{pending.tool} {pending.arguments_json} args_hash={args_hash} revision={revision}",
+                file=sys.stderr,
+            )
         run = client.resolve_approval(
             ns.run_id,
             ns.approval_id,
             approve=ns.approve,
-            args_hash=ns.args_hash,
-            expected_revision=ns.revision,
+            args_hash=args_hash,
+            expected_revision=revision,
             comment=ns.comment,
         )
         _print_run(ns, run)

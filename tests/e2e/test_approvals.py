@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, event_type
+from clients import Client, RPCError, cli, event_type
 from plugins.demo_tools import count_refunds
 from runtime_server.testing import spawn_runtime
 from tests.e2e.conftest import agent_toml
@@ -122,7 +122,7 @@ def test_an_approval_pause_survives_a_restart_and_resumes_the_same_run(
 
 
 def test_a_rejected_call_never_runs_and_the_model_sees_the_rejection(
-    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = config(tmp_path, sqlite_url, tool_host)
     with (
@@ -130,22 +130,24 @@ def test_a_rejected_call_never_runs_and_the_model_sees_the_rejection(
         Client(runtime.address) as client,
     ):
         run_id, approval = start_until_paused(client, "refunder")
-        revision = client.get_run(run_id).revision
-        client.resolve_approval(
+        # An operator finds the pause and rejects it from the CLI.
+        assert cli.main(["--target", runtime.address, "approvals"]) == 0
+        listed = capsys.readouterr().out
+        assert run_id in listed and approval.approval_id in listed and approval.args_hash in listed
+        reject = [
+            "--target",
+            runtime.address,
+            "reject",
             run_id,
             approval.approval_id,
-            approve=False,
-            args_hash=approval.args_hash,
-            expected_revision=revision,
-            comment="not eligible",
-        )
+            "--comment",
+            "not eligible",
+        ]
+        assert cli.main(reject) == 0
         events = [e for e in client.stream_events(run_id, follow=True, timeout=60) if e.seq]
         failed = [e.tool_failed for e in events if e.HasField("tool_failed")]
-        assert (
-            len(failed) == 1
-            and "rejected" in failed[0].error.message
-            and "not eligible" in failed[0].error.message
-        )
+        assert len(failed) == 1
+        assert "rejected" in failed[0].error.message and "not eligible" in failed[0].error.message
         assert not any(e.HasField("tool_started") and e.tool_started.tool == "refund.issue" for e in events)
         assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
         assert refunds(tool_host) == 0

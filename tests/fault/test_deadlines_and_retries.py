@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, event_type
+from clients import Client, RPCError, cli, event_type
 from plugins.demo_tools import count_refunds
 from runtime_server.testing import RuntimeProcess
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
@@ -247,14 +247,11 @@ def test_a_person_settles_an_unknown_outcome_and_bad_decisions_change_nothing(tm
                         call()
                     assert info.value.reason == reason
                     assert client.get_run(run_id).revision == run.revision
-                settled = client.resolve_outcome(
-                    run_id,
-                    call_id,
-                    decision="failed",
-                    expected_revision=run.revision,
-                    comment="checked the bank",
+                # A person settles it from the CLI.
+                args = ["--target", runtime.address, "resolve", run_id, call_id, "failed"]
+                assert (
+                    cli.main([*args, "--revision", str(run.revision), "--comment", "checked the bank"]) == 0
                 )
-                assert settled.run_id == run_id
             events = persisted(runtime.address, run_id)
             failed = [e.tool_failed for e in events if e.HasField("tool_failed")]
             assert failed and "decided by a person" in failed[0].error.message
