@@ -215,4 +215,12 @@ def load_settings(
 
 
 # Variables the client and test tooling read; not server settings.
-_CLIENT_ENV = frozenset({"AGENTRT_TARGET", "AGENTRT_TEST_DB_URL", "AGENTRT_FAULT_POINT"})
+_CLIENT_ENV = frozenset(
+    {
+        "AGENTRT_TARGET",
+        "AGENTRT_FAULT_POINT",
+        "AGENTRT_TOOLHOST_FAULT",
+        "AGENTRT_TEST_PG",
+        "AGENTRT_BENCH_PG",
+    }
+)
