@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runtime_server.core import Budgets, LoopPolicy
@@ -71,6 +72,26 @@ class ApprovalsConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)  # handed to approval policy hooks
 
 
+class OutputConfig(_Strict):
+    """What a final answer must satisfy before the run completes (R4.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_: dict[str, Any] | None = Field(None, alias="schema")  # JSON Schema the answer (JSON) must match
+    on_failure: Literal["fail", "correct"] = "fail"  # "correct": one corrective model step first
+    options: dict[str, Any] = Field(default_factory=dict)  # handed to guardrail/postcondition hooks
+
+    @field_validator("schema_")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(value)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+        return value
+
+
 class AgentConfig(_Strict):
     """An agent configured on the server."""
 
@@ -80,6 +101,7 @@ class AgentConfig(_Strict):
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
     loops: LoopsConfig = Field(default_factory=LoopsConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
 
 
 class ToolHostConfig(_Strict):

@@ -74,11 +74,21 @@ class Reconcile:
 
 
 @dataclass(frozen=True, slots=True)
+class Finalize:
+    """The model gave a final answer: validate it (schema, guardrails, postconditions) before COMPLETED."""
+
+    answer: str
+    corrected: bool  # the one corrective step was already spent
+
+
+@dataclass(frozen=True, slots=True)
 class Idle:
     """Nothing to do: the run ended or waits for something outside."""
 
 
-Decision = Append | CallModel | InvokeTool | InvokeTools | RequestApproval | WaitUntil | Reconcile | Idle
+Decision = (
+    Append | CallModel | InvokeTool | InvokeTools | RequestApproval | WaitUntil | Reconcile | Finalize | Idle
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,7 +176,7 @@ def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | Non
     if state.phase is Phase.TOOL_STEP:
         return _tool_step(state, budgets, policy)
     if state.answer is not None:
-        return Append(end_events(state, Phase.COMPLETED, "final_answer", output=state.answer))
+        return Finalize(state.answer, corrected=state.corrective is not None)
     if state.phase is Phase.MODEL_STEP:
         return CallModel(state.step)
     return _start_model_step(state, budgets, policy)
@@ -274,3 +284,9 @@ def _retry(state: RunState, clock: Clock) -> Decision:
         "usage_after": usage,
     }
     return Append((ev.Event(ev.TOOL_STARTED, data),))
+
+
+def corrective_step(state: RunState, reason: str) -> ev.Event:
+    """The one extra model step a rejected final answer may get to correct itself (R4.3)."""
+    data = {"step": state.step + 1, "kind": "corrective", "reason": reason, "usage": state.usage.to_json()}
+    return ev.Event(ev.STEP_STARTED, data)

@@ -18,6 +18,7 @@ from runtime_server.core._loops import LoopTracker
 from runtime_server.core._phases import Phase, Trigger, transition
 from runtime_server.core._timefmt import parse_rfc3339_ms
 
+CORRECTIVE_NOTE = "[agentrt] Your final answer was not accepted: {}. Answer again, correcting it."
 DIAGNOSTIC_NOTE = (
     "[agentrt] A loop was detected ({}). Do not call tools again: answer now with what you know "
     "and say what blocked you."
@@ -60,6 +61,7 @@ class HistoryEntry:
     content: str = ""
     tool_calls: tuple[tuple[str, str, str], ...] = ()  # (call_id, tool, arguments_json)
     tool_call_id: str = ""
+    failed: bool = False  # a tool result that is an error
 
 
 @dataclass(slots=True)
@@ -83,6 +85,7 @@ class RunState:
     loops: LoopTracker = field(default_factory=LoopTracker)
     diagnostic: str | None = None  # the loop that earned the run its one diagnostic step
     diagnostic_done: bool = False
+    corrective: str | None = None  # why the final answer was sent back once for correction
     pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
 
     def apply(self, event: ev.Event) -> None:
@@ -102,6 +105,11 @@ class RunState:
                 self.step = int(data["step"])
                 self.calls = []
                 self.answer = None
+                if data.get("kind") == "corrective":
+                    self.corrective = str(data.get("reason", ""))
+                    self.history.append(
+                        HistoryEntry(role="user", content=CORRECTIVE_NOTE.format(self.corrective))
+                    )
                 if data.get("kind") == "diagnostic":
                     self.diagnostic = str(data.get("reason", "loop"))
                     self.history.append(
@@ -169,6 +177,7 @@ class RunState:
                     HistoryEntry(
                         role="tool",
                         tool_call_id=call.call_id,
+                        failed=True,
                         content=json.dumps(
                             {"error": call.error.get("code", ""), "message": call.error.get("message", "")}
                         ),

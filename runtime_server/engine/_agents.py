@@ -23,7 +23,9 @@ class ResolvedAgent:
     config: AgentConfig
 
     def snapshot_json(self) -> str:
-        return canonical_json({"name": self.name, "config": self.config.model_dump(mode="json")})
+        return canonical_json(
+            {"name": self.name, "config": self.config.model_dump(mode="json", by_alias=True)}
+        )
 
     def config_hash(self) -> str:
         return hashlib.sha256(self.snapshot_json().encode()).hexdigest()

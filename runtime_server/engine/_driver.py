@@ -26,6 +26,7 @@ from runtime_server.core import (
     CallModel,
     Clock,
     Event,
+    Finalize,
     Idle,
     InvokeTool,
     InvokeTools,
@@ -48,6 +49,7 @@ from runtime_server.core import events as ev
 from runtime_server.engine._agents import ResolvedAgent
 from runtime_server.engine._approval_step import ApprovalStep
 from runtime_server.engine._control import Cancelled, Parked
+from runtime_server.engine._finalize import finalize
 from runtime_server.engine._tool_step import ToolStep
 from runtime_server.models import (
     Message,
@@ -275,6 +277,8 @@ class RunDriver:
                 case Reconcile(call=call):
                     await self.flush()
                     await self.tools.reconcile(call)
+                case Finalize(answer=answer, corrected=corrected):
+                    finalize(self, answer, corrected=corrected)
                 case Idle():
                     await self.flush()
                     return

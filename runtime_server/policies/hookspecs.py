@@ -6,7 +6,7 @@ which loads the same entry-point group, does not reject them as unknown hooks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -31,4 +31,37 @@ def agentrt_approval_policy(
     :param agent_name: The agent making the call.
     :param options: The agent's ``approvals.options`` from the runtime config.
     :return: An :class:`ApprovalRequirement`, or None to leave the decision to others.
+    """
+
+
+@hookspec
+def agentrt_output_guardrail(
+    agent_name: str, input: str, output: str, options: Mapping[str, Any]
+) -> str | None:
+    """Check a final answer before the run may complete (R4.3). Every implementation is asked.
+
+    :param agent_name: The agent that answered.
+    :param input: The run's input.
+    :param output: The final answer.
+    :param options: The agent's ``output.options`` from the runtime config.
+    :return: Why the answer must not be accepted, or None to accept it.
+    """
+
+
+@hookspec
+def agentrt_postcondition(
+    agent_name: str,
+    input: str,
+    output: str,
+    tool_results: Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any],
+) -> str | None:
+    """Check that the world is as the answer claims before the run may complete. Every one is asked.
+
+    :param agent_name: The agent that answered.
+    :param input: The run's input.
+    :param output: The final answer.
+    :param tool_results: The run's tool results in order: ``{"tool", "call_id", "ok", "result_json"}``.
+    :param options: The agent's ``output.options`` from the runtime config.
+    :return: Which condition does not hold, or None.
     """
