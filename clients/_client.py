@@ -49,9 +49,10 @@ def _start_fields(
     request_key: str,
     metadata: Mapping[str, str] | None,
     session_id: str,
+    session_policy: str = "",
 ) -> dict[str, Any]:
     # RunAgentRequest and StartRunRequest have the same fields.
-    return {
+    fields: dict[str, Any] = {
         "agent_name": agent_name,
         "input": input,
         "agent": agent,
@@ -60,6 +61,9 @@ def _start_fields(
         "metadata": dict(metadata or {}),
         "session_id": session_id,
     }
+    if session_policy:  # "reject" | "enqueue" | "interrupt"
+        fields["session_policy"] = f"SESSION_POLICY_{session_policy.upper()}"
+    return fields
 
 
 def _list_request(
@@ -254,6 +258,7 @@ class AsyncClient:
         request_key: str = "",
         metadata: Mapping[str, str] | None = None,
         session_id: str = "",
+        session_policy: str = "",
         timeout: float | None = None,
     ) -> AsyncEventStream:
         """Starts a run (or attaches to the one ``request_key`` started) and streams its events.
@@ -274,7 +279,7 @@ class AsyncClient:
             An async iterator of the run's events.
         """
         request = runtime_service_pb2.RunAgentRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
         )
         return AsyncEventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
 
@@ -288,6 +293,7 @@ class AsyncClient:
         request_key: str = "",
         metadata: Mapping[str, str] | None = None,
         session_id: str = "",
+        session_policy: str = "",
     ) -> run_pb2.Run:
         """Starts a run (or returns the one ``request_key`` started) without streaming.
 
@@ -307,7 +313,7 @@ class AsyncClient:
             RPCError: The server refused (e.g. unknown agent: NOT_FOUND).
         """
         request = runtime_service_pb2.StartRunRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
         )
         response = await self._unary(
             self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata)
@@ -504,11 +510,12 @@ class Client:
         request_key: str = "",
         metadata: Mapping[str, str] | None = None,
         session_id: str = "",
+        session_policy: str = "",
         timeout: float | None = None,
     ) -> EventStream:
         """Starts a run and streams its events; see :meth:`AsyncClient.run_agent`."""
         request = runtime_service_pb2.RunAgentRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
         )
         return EventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
 
@@ -522,10 +529,11 @@ class Client:
         request_key: str = "",
         metadata: Mapping[str, str] | None = None,
         session_id: str = "",
+        session_policy: str = "",
     ) -> run_pb2.Run:
         """Starts a run without streaming; see :meth:`AsyncClient.start_run`."""
         request = runtime_service_pb2.StartRunRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id)
+            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
         )
         try:
             return self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata).run

@@ -129,6 +129,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             request_key=request.request_key,
             metadata=dict(request.metadata),
             session_id=request.session_id,
+            session_policy=_session_policy(request.session_policy),
         )
 
     async def RunAgent(
@@ -379,3 +380,8 @@ def _caller(context: Context, key: str) -> str:
         if name == key:
             return str(value)[:200]
     return ""
+
+
+def _session_policy(value: int) -> str:
+    name = runtime_service_pb2.SessionPolicy.Name(value).removeprefix("SESSION_POLICY_").lower()
+    return "reject" if name == "unspecified" else name

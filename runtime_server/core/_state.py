@@ -97,6 +97,9 @@ class RunState:
         data = event.data
         match event.type:
             case ev.RUN_STARTED:
+                for turn in data.get("session_history", []):
+                    self.history.append(HistoryEntry(role="user", content=turn.get("input", "")))
+                    self.history.append(HistoryEntry(role="assistant", content=turn.get("output", "")))
                 self.input = data.get("input", "")
                 self.history.append(HistoryEntry(role="user", content=self.input))
             case ev.STEP_STARTED:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime_server._config import Settings
-from runtime_server.core import LeaseLost, Phase, rfc3339
+from runtime_server.core import FailedPrecondition, LeaseLost, Phase, rfc3339
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import RUNTIME_VERSION, STATE_VERSION, ResolvedAgent, effective_budgets
 from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
@@ -31,6 +31,7 @@ from runtime_server.telemetry import Counters
 from runtime_server.tools import ToolRouter
 
 log = logging.getLogger("agentrt.engine")
+SESSION_HISTORY_TURNS = 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +45,7 @@ class StartRequest:
     request_key: str = ""
     metadata: Mapping[str, str] = field(default_factory=dict)
     session_id: str = ""
+    session_policy: str = "reject"  # reject | enqueue | interrupt (R8.3)
 
 
 def new_run_id(now_ms: int) -> str:
@@ -129,9 +131,24 @@ class Engine:
         """Persist a new run (or find the one its request_key started) and start driving it."""
         now_ms = self.now_ms()
         budgets = effective_budgets(request.agent.config, request.budget_overrides, self.settings.limits)
+        waits_for_turn = False
+        history: list[dict[str, str]] = []
+        if request.session_id:
+            if request.request_key:
+                found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
+                if found is not None:
+                    return found, False
+            waits_for_turn = await self._session_gate(request)
+            turns = await self.store.session_turns(
+                tenant_id=request.tenant_id, session_id=request.session_id, limit=SESSION_HISTORY_TURNS
+            )
+            history = [{"run_id": t.run_id, "input": t.input, "output": t.output} for t in turns]
+        now_ms = self.now_ms()
         run_id = new_run_id(now_ms)
         deadline_ms = now_ms + int(budgets.timeout_s * 1000)
-        own = not self._stopping and len(self._runs) < self.settings.max_concurrent_runs
+        own = (
+            not self._stopping and not waits_for_turn and len(self._runs) < self.settings.max_concurrent_runs
+        )
         values = {
             "run_id": run_id,
             "tenant_id": request.tenant_id,
@@ -156,12 +173,14 @@ class Engine:
             "runtime_version": RUNTIME_VERSION,
             "agent_config_hash": request.agent.config_hash(),
         }
-        started = {
+        started: dict[str, Any] = {
             "agent_name": request.agent.name,
             "input": request.input,
             "budgets": budgets.to_json(),
             "deadline": rfc3339(deadline_ms),
         }
+        if history:
+            started["session_history"] = history
         record, created = await self.store.create_run(values, [(ev.RUN_STARTED, json.dumps(started))], now_ms)
         if created:
             self.counters.inc("runs_started")
@@ -169,6 +188,29 @@ class Engine:
                 first = StoredEvent(record.run_id, 1, ev.RUN_STARTED, json.dumps(started), now_ms)
                 self._launch(record.run_id, record.lease_generation, (record, [first]))
         return record, created
+
+    async def _session_gate(self, request: StartRequest) -> bool:
+        """Apply the session policy; True when the new turn must wait for an earlier one to end.
+
+        Raises:
+            FailedPrecondition: ``SESSION_BUSY`` under the reject policy (nothing is written).
+        """
+        active = await self.store.active_session_run(
+            tenant_id=request.tenant_id, session_id=request.session_id
+        )
+        if active is None:
+            return False
+        if request.session_policy == "reject":
+            raise FailedPrecondition(
+                f"session {request.session_id!r} has an active run {active.run_id}",
+                reason="SESSION_BUSY",
+                metadata={"session_id": request.session_id, "active_run_id": active.run_id},
+            )
+        if request.session_policy == "interrupt":
+            await self.request_cancel(
+                active.run_id, tenant_id=request.tenant_id, reason="interrupted by a new turn"
+            )
+        return True
 
     async def request_cancel(self, run_id: str, *, tenant_id: str, reason: str) -> RunRecord | None:
         """Persist the cancel intent and signal the owner; unowned runs are claimed and ended here."""
@@ -279,3 +321,12 @@ class Engine:
             self._runs.pop(handle.run_id, None)
             if not self._runs:
                 self._idle.set()
+            if not self._stopping:
+                # A waiting turn of the same session (or a queued run) may start now.
+                self._background.append(asyncio.get_running_loop().create_task(self._claim_soon()))
+
+    async def _claim_soon(self) -> None:
+        try:
+            await self._claim_and_launch()
+        except Exception:
+            log.exception("claiming runs failed")

@@ -114,6 +114,53 @@ class Store:
                 raise
             return found, False
 
+    async def find_by_request_key(self, tenant_id: str, request_key: str) -> RunRecord | None:
+        """The run a request key started, if any."""
+
+        def read(conn: Connection) -> RunRecord | None:
+            query = select(runs).where(runs.c.tenant_id == tenant_id, runs.c.request_key == request_key)
+            row = conn.execute(query).first()
+            return RunRecord.from_row(row) if row else None
+
+        return await self.db.transaction(read)
+
+    async def active_session_run(self, *, tenant_id: str, session_id: str) -> RunRecord | None:
+        """The session's oldest run that has not ended, if any."""
+
+        def read(conn: Connection) -> RunRecord | None:
+            row = conn.execute(
+                select(runs)
+                .where(
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.session_id == session_id,
+                    runs.c.phase.not_in(_TERMINAL),
+                )
+                .order_by(runs.c.created_ms)
+                .limit(1)
+            ).first()
+            return RunRecord.from_row(row) if row else None
+
+        return await self.db.transaction(read)
+
+    async def session_turns(self, *, tenant_id: str, session_id: str, limit: int) -> list[RunRecord]:
+        """The session's ended runs that have an output, oldest first (at most ``limit``, the newest)."""
+
+        def read(conn: Connection) -> list[RunRecord]:
+            query = (
+                select(runs)
+                .where(
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.session_id == session_id,
+                    runs.c.phase.in_(_TERMINAL),
+                    runs.c.output != "",
+                )
+                .order_by(runs.c.created_ms.desc())
+                .limit(limit)
+            )
+            return [RunRecord.from_row(r) for r in conn.execute(query)][::-1]
+
+        return await self.db.transaction(read)
+
     async def get_run(self, run_id: str, *, tenant_id: str | None = None) -> RunRecord | None:
         """The run, or None (also when it belongs to another tenant)."""
 
@@ -277,7 +324,21 @@ class Store:
             # Parked runs come back when their wake time is due: a reconciliation retry, or an
             # approval that expires (to be asked again or failed, per the agent's policy).
             due = or_(runs.c.wake_ms.is_(None), runs.c.wake_ms <= now_ms)
+            # A session's turns run one at a time, in the order they were accepted (R8.3).
+            earlier = runs.alias("earlier")
+            turn_is_next = or_(
+                runs.c.session_id.is_(None),
+                ~exists(
+                    select(earlier.c.run_id).where(
+                        earlier.c.tenant_id == runs.c.tenant_id,
+                        earlier.c.session_id == runs.c.session_id,
+                        earlier.c.phase.not_in(_TERMINAL),
+                        earlier.c.run_id < runs.c.run_id,  # run ids sort by creation time
+                    )
+                ),
+            )
             wanted = and_(
+                turn_is_next,
                 runs.c.phase.not_in(_TERMINAL),
                 free,
                 or_(

@@ -175,17 +175,29 @@ class ToolCall(_message.Message):
     arguments_json: str
     def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
+class SessionTurn(_message.Message):
+    __slots__ = ("run_id", "input", "output")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    input: str
+    output: str
+    def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
+
 class RunStarted(_message.Message):
-    __slots__ = ("agent_name", "input", "budgets", "deadline")
+    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history")
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_HISTORY_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     input: str
     budgets: Budgets
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    session_history: _containers.RepeatedCompositeFieldContainer[SessionTurn]
+    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ...) -> None: ...
 
 class StepStarted(_message.Message):
     __slots__ = ("step", "kind", "usage", "reason")

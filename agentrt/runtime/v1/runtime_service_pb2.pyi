@@ -14,13 +14,24 @@ class OutcomeDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_DECISION_SUCCEEDED: _ClassVar[OutcomeDecision]
     OUTCOME_DECISION_FAILED: _ClassVar[OutcomeDecision]
     OUTCOME_DECISION_RETRY: _ClassVar[OutcomeDecision]
+
+class SessionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_POLICY_UNSPECIFIED: _ClassVar[SessionPolicy]
+    SESSION_POLICY_REJECT: _ClassVar[SessionPolicy]
+    SESSION_POLICY_ENQUEUE: _ClassVar[SessionPolicy]
+    SESSION_POLICY_INTERRUPT: _ClassVar[SessionPolicy]
 OUTCOME_DECISION_UNSPECIFIED: OutcomeDecision
 OUTCOME_DECISION_SUCCEEDED: OutcomeDecision
 OUTCOME_DECISION_FAILED: OutcomeDecision
 OUTCOME_DECISION_RETRY: OutcomeDecision
+SESSION_POLICY_UNSPECIFIED: SessionPolicy
+SESSION_POLICY_REJECT: SessionPolicy
+SESSION_POLICY_ENQUEUE: SessionPolicy
+SESSION_POLICY_INTERRUPT: SessionPolicy
 
 class RunAgentRequest(_message.Message):
-    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id")
+    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +46,7 @@ class RunAgentRequest(_message.Message):
     REQUEST_KEY_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_POLICY_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     agent: _run_pb2.AgentSpec
     input: str
@@ -42,7 +54,8 @@ class RunAgentRequest(_message.Message):
     request_key: str
     metadata: _containers.ScalarMap[str, str]
     session_id: str
-    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    session_policy: SessionPolicy
+    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., session_policy: _Optional[_Union[SessionPolicy, str]] = ...) -> None: ...
 
 class RunAgentResponse(_message.Message):
     __slots__ = ("event",)
@@ -51,7 +64,7 @@ class RunAgentResponse(_message.Message):
     def __init__(self, event: _Optional[_Union[_run_pb2.RunEvent, _Mapping]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
-    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id")
+    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +79,7 @@ class StartRunRequest(_message.Message):
     REQUEST_KEY_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_POLICY_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     agent: _run_pb2.AgentSpec
     input: str
@@ -73,7 +87,8 @@ class StartRunRequest(_message.Message):
     request_key: str
     metadata: _containers.ScalarMap[str, str]
     session_id: str
-    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    session_policy: SessionPolicy
+    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., session_policy: _Optional[_Union[SessionPolicy, str]] = ...) -> None: ...
 
 class StartRunResponse(_message.Message):
     __slots__ = ("run",)
