@@ -279,7 +279,9 @@ class AsyncClient:
             An async iterator of the run's events.
         """
         request = runtime_service_pb2.RunAgentRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
         )
         return AsyncEventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
 
@@ -313,7 +315,9 @@ class AsyncClient:
             RPCError: The server refused (e.g. unknown agent: NOT_FOUND).
         """
         request = runtime_service_pb2.StartRunRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
         )
         response = await self._unary(
             self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata)
@@ -515,7 +519,9 @@ class Client:
     ) -> EventStream:
         """Starts a run and streams its events; see :meth:`AsyncClient.run_agent`."""
         request = runtime_service_pb2.RunAgentRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
         )
         return EventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
 
@@ -533,7 +539,9 @@ class Client:
     ) -> run_pb2.Run:
         """Starts a run without streaming; see :meth:`AsyncClient.start_run`."""
         request = runtime_service_pb2.StartRunRequest(
-            **_start_fields(agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy)
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
         )
         try:
             return self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata).run

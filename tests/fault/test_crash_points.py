@@ -7,7 +7,6 @@ model was never re-asked for a step whose output was already stored.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
