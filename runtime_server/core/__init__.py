@@ -57,11 +57,20 @@ from runtime_server.core._phases import (
 )
 from runtime_server.core._state import CallState, HistoryEntry, RunState, replay
 from runtime_server.core._timefmt import parse_rfc3339_ms, rfc3339
+from runtime_server.core._upgrade import (
+    STATE_VERSION,
+    UPGRADERS,
+    IncompatibleVersion,
+    compatible_tool_versions,
+    upgrade,
+)
 
 __all__ = [
     "ACTIVE_PHASES",
     "RULES",
+    "STATE_VERSION",
     "TERMINAL_PHASES",
+    "UPGRADERS",
     "AgentRtError",
     "Append",
     "Budgets",
@@ -75,6 +84,7 @@ __all__ = [
     "HistoryEntry",
     "Idle",
     "IllegalTransition",
+    "IncompatibleVersion",
     "InvalidRequest",
     "InvokeTool",
     "InvokeTools",
@@ -98,6 +108,7 @@ __all__ = [
     "backoff_delay_s",
     "call_timeout_s",
     "canonical_json",
+    "compatible_tool_versions",
     "corrective_step",
     "decide",
     "end_events",
@@ -111,4 +122,5 @@ __all__ = [
     "rfc3339",
     "rule_for",
     "transition",
+    "upgrade",
 ]

@@ -9,6 +9,7 @@ commit points of R5.2 with one commit per step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from runtime_server.core import _events as ev
@@ -98,6 +99,7 @@ class Policy:
     loops: LoopPolicy = field(default_factory=LoopPolicy)
     parallel_safe: frozenset[str] = frozenset()
     needs_approval: frozenset[str] = frozenset()  # call ids a person must approve before they run
+    tool_versions: Mapping[str, str] = field(default_factory=dict)  # tool -> contract version
     fail_expired_approvals: bool = False  # else an expired approval is re-previewed and asked again
 
 
@@ -211,7 +213,7 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
             if started:
                 break
             return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
-        started.append(_started(state, usage, call))
+        started.append(_started(state, usage, call, policy.tool_versions.get(call.tool, "")))
         usage.tool_calls += 1
         usage.calls_per_tool[call.tool] = usage.calls_per_tool.get(call.tool, 0) + 1
     return Append(tuple(started))
@@ -252,7 +254,7 @@ def _start_model_step(state: RunState, budgets: Budgets, policy: Policy) -> Deci
     return Append((ev.Event(ev.STEP_STARTED, data),))
 
 
-def _started(state: RunState, usage: Usage, call: CallState) -> ev.Event:
+def _started(state: RunState, usage: Usage, call: CallState, tool_version: str) -> ev.Event:
     before = usage.to_json()
     after = dict(before, tool_calls=usage.tool_calls + 1)
     data = {
@@ -265,6 +267,8 @@ def _started(state: RunState, usage: Usage, call: CallState) -> ev.Event:
         "usage_before": before,
         "usage_after": after,
     }
+    if tool_version:
+        data["tool_version"] = tool_version
     return ev.Event(ev.TOOL_STARTED, data)
 
 

@@ -41,6 +41,7 @@ class CallState:
     retry_attempt: int = 0  # attempt a scheduled retry will make
     retry_due_ms: int = 0
     approved: bool = False  # a person approved this call
+    tool_version: str = ""  # contract version when the call started (or was put to a person)
     unknown: bool = False  # the latest attempt's outcome is not known
     call_deadline_ms: int = 0  # of the attempt whose outcome is unknown
 
@@ -152,6 +153,7 @@ class RunState:
                 call.unknown = False
                 call.retry_attempt = 0
                 call.idempotency_key = data["idempotency_key"]
+                call.tool_version = data.get("tool_version", call.tool_version)
                 call.attempts = int(data.get("attempt", call.attempts + 1))
                 if call.attempts == 1:
                     self.loops.on_call_started(call.tool, call.arguments_json)
@@ -225,7 +227,7 @@ class RunState:
                 pass
             case ev.APPROVAL_REQUESTED:
                 self._move(Trigger.AWAIT_APPROVAL)
-                self._call(data["call_id"])  # must name a call of this step
+                self._call(data["call_id"]).tool_version = data.get("tool_version", "")
                 self.pending_approval = dict(data, expire_ms=parse_rfc3339_ms(data["expire_time"]))
             case ev.APPROVAL_RESOLVED:
                 pending = self.pending_approval

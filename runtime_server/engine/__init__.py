@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from runtime_server.engine._agents import RUNTIME_VERSION, STATE_VERSION, ResolvedAgent, effective_budgets
+from runtime_server.core import STATE_VERSION
+from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
 from runtime_server.engine._engine import Engine, StartRequest, new_run_id
 
 __all__ = [

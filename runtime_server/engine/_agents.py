@@ -11,7 +11,6 @@ from typing import Any
 from runtime_server._config import AgentConfig, LimitsConfig
 from runtime_server.core import Budgets, InvalidRequest, canonical_json
 
-STATE_VERSION = 1
 RUNTIME_VERSION = "0.1.0"
 
 

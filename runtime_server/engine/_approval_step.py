@@ -70,6 +70,9 @@ class ApprovalStep:
             "expire_time": rfc3339(expire_ms),
             "request_time": rfc3339(now_ms),
         }
+        spec = engine.tools.spec(call.tool)
+        if spec is not None and spec.version:
+            data["tool_version"] = spec.version
         d.add(Event(ev.APPROVAL_REQUESTED, data))
         await d.park(expire_ms)
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentrt.toolhost.v1 import tool_pb2
 from runtime_server._config import AgentConfig
 from runtime_server.core import (
+    STATE_VERSION,
     Append,
     Budgets,
     CallModel,
@@ -28,6 +29,7 @@ from runtime_server.core import (
     Event,
     Finalize,
     Idle,
+    IncompatibleVersion,
     InvokeTool,
     InvokeTools,
     LeaseLost,
@@ -39,11 +41,13 @@ from runtime_server.core import (
     WaitUntil,
     backoff_delay_s,
     call_timeout_s,
+    compatible_tool_versions,
     decide,
     end_events,
     replay,
     retry_fits,
     rfc3339,
+    upgrade,
 )
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import ResolvedAgent
@@ -111,8 +115,16 @@ class RunDriver:
             if found is None or found.lease_owner != engine.owner:
                 return
             record, stored = found, await self._read_log()
-        self.state = replay(self.run_id, [Event(e.type, json.loads(e.payload)) for e in stored])
+        events = [Event(e.type, json.loads(e.payload)) for e in stored]
         self.revision = record.revision
+        if record.state_version != STATE_VERSION:
+            try:
+                events = upgrade(events, from_version=record.state_version)
+            except IncompatibleVersion as exc:
+                await self._end_incompatible(record, events, str(exc))
+                return
+            self.pending_values["state_version"] = STATE_VERSION
+        self.state = replay(self.run_id, events)
         self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
         self.budgets = Budgets.from_json(json.loads(record.budgets))
         self.deadline_s = record.deadline_ms / 1000
@@ -121,6 +133,11 @@ class RunDriver:
             self.handle.cancel_reason = record.cancel_reason or "cancelled"
         try:
             if fresh is None:  # nobody can have queued a signal for a run created a moment ago
+                changed = self._changed_tool_contract()
+                if changed is not None:
+                    self.add(*end_events(self.state, Phase.FAILED, "incompatible_version", message=changed))
+                    await self.flush()
+                    return
                 await self._apply_signals()
             await self._loop()
         except Parked:
@@ -128,6 +145,36 @@ class RunDriver:
         if not self.released:
             await engine.store.release(self.run_id, owner=engine.owner)
             self.released = True
+
+    async def _end_incompatible(self, record: RunRecord, events: list[Event], why: str) -> None:
+        """No upgrader: end the run safely if this runtime is newer; leave a newer runtime's run alone."""
+        if record.state_version > STATE_VERSION:
+            log.warning(
+                "run %s has state version %s, newer than ours; leaving it", self.run_id, record.state_version
+            )
+            return
+        # The old log cannot be folded; end it from the row alone, without replaying it.
+        self.state = RunState(run_id=self.run_id, phase=Phase(record.phase), seq=record.last_seq)
+        self.state.any_tool_started = any(e.type == ev.TOOL_STARTED for e in events)
+        if self.state.phase.terminal:
+            return
+        if self.state.phase is Phase.UNKNOWN_OUTCOME:
+            return  # never collapsed into FAILED (R4.4): a person settles it with an older runtime
+        self.add(*end_events(self.state, Phase.FAILED, "incompatible_version", message=why))
+        self.pending_values["state_version"] = STATE_VERSION
+        await self.flush()
+
+    def _changed_tool_contract(self) -> str | None:
+        """A pending call whose tool changed its contract incompatibly since it was started or shown."""
+        for call in self.state.calls:
+            pending = (call.started and not call.finished) or (
+                self.state.pending_approval is not None
+                and self.state.pending_approval["call_id"] == call.call_id
+            )
+            spec = self.engine.tools.spec(call.tool)
+            if pending and spec is not None and not compatible_tool_versions(call.tool_version, spec.version):
+                return f"{call.tool} went from version {call.tool_version} to {spec.version} while it waited"
+        return None
 
     def _policy(self) -> Policy:
         """Loop thresholds from the agent; read-only, concurrency-safe tools may run in parallel."""
@@ -139,7 +186,11 @@ class RunDriver:
             and spec.concurrency_safe
         )
         config = self.agent.config
+        versions = {
+            name: spec.version for name in config.tools if (spec := self.engine.tools.spec(name)) is not None
+        }
         return Policy(
+            tool_versions=versions,
             loops=config.loops.to_policy(),
             parallel_safe=safe,
             fail_expired_approvals=config.approvals.on_expiry == "fail",

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime_server._config import Settings
-from runtime_server.core import FailedPrecondition, LeaseLost, Phase, rfc3339
+from runtime_server.core import STATE_VERSION, FailedPrecondition, LeaseLost, Phase, rfc3339
 from runtime_server.core import events as ev
-from runtime_server.engine._agents import RUNTIME_VERSION, STATE_VERSION, ResolvedAgent, effective_budgets
+from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
 from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
 from runtime_server.engine._faults import FaultPlan
 from runtime_server.events import EventBus

@@ -238,7 +238,7 @@ class ModelCompleted(_message.Message):
     def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class ToolStarted(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "arguments_json", "idempotency_key", "attempt", "usage_before", "usage_after")
+    __slots__ = ("step", "call_id", "tool", "arguments_json", "idempotency_key", "attempt", "usage_before", "usage_after", "tool_version")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +247,7 @@ class ToolStarted(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     USAGE_BEFORE_FIELD_NUMBER: _ClassVar[int]
     USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     step: int
     call_id: str
     tool: str
@@ -255,7 +256,8 @@ class ToolStarted(_message.Message):
     attempt: int
     usage_before: Usage
     usage_after: Usage
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    tool_version: str
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., tool_version: _Optional[str] = ...) -> None: ...
 
 class ToolCompleted(_message.Message):
     __slots__ = ("step", "call_id", "tool", "result_json", "replayed")
@@ -284,7 +286,7 @@ class ToolFailed(_message.Message):
     def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ...) -> None: ...
 
 class ApprovalRequested(_message.Message):
-    __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "args_hash", "impact_summary", "policy_version", "expire_time", "request_time")
+    __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "args_hash", "impact_summary", "policy_version", "expire_time", "request_time", "tool_version")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +296,7 @@ class ApprovalRequested(_message.Message):
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TIME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     call_id: str
     tool: str
@@ -303,7 +306,8 @@ class ApprovalRequested(_message.Message):
     policy_version: str
     expire_time: _timestamp_pb2.Timestamp
     request_time: _timestamp_pb2.Timestamp
-    def __init__(self, approval_id: _Optional[str] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_hash: _Optional[str] = ..., impact_summary: _Optional[str] = ..., policy_version: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    tool_version: str
+    def __init__(self, approval_id: _Optional[str] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_hash: _Optional[str] = ..., impact_summary: _Optional[str] = ..., policy_version: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tool_version: _Optional[str] = ...) -> None: ...
 
 class ApprovalResolved(_message.Message):
     __slots__ = ("approval_id", "decision", "approver", "comment")
