@@ -201,6 +201,11 @@ def _tool_outcome_unknown(e: run_pb2.ToolOutcomeUnknown) -> str:
     return f"{e.tool} ?? outcome unknown call={e.call_id} key={e.idempotency_key} reason={_quote(e.reason)}"
 
 
+def _handoff(e: run_pb2.Handoff) -> str:
+    reason = f" reason={_quote(e.reason)}" if e.reason else ""
+    return f"{e.from_agent} -> {e.to_agent}{reason}"
+
+
 _RENDERERS: dict[str, Callable[[Any], str]] = {
     "run_started": _run_started,
     "step_started": _step_started,
@@ -219,6 +224,7 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "run_cancelled": _run_cancelled,
     "run_ended": _run_ended,
     "tool_outcome_unknown": _tool_outcome_unknown,
+    "handoff": _handoff,
 }
 
 

@@ -102,6 +102,8 @@ class AgentConfig(_Strict):
     loops: LoopsConfig = Field(default_factory=LoopsConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    handoffs: list[str] = Field(default_factory=list)  # agents this one may hand the run to (R9.1)
+    agent_tools: list[str] = Field(default_factory=list)  # agents this one may call as tools (child runs)
 
 
 class ToolHostConfig(_Strict):
@@ -184,6 +186,10 @@ class Settings(_Strict):
         names = [h.name for h in self.tool_hosts]
         if len(names) != len(set(names)):
             raise ValueError(f"tool host names repeat: {names}")
+        for name, agent in self.agents.items():
+            unknown = [a for a in (*agent.handoffs, *agent.agent_tools) if a not in self.agents]
+            if unknown:
+                raise ValueError(f"agent {name!r} names agents that are not configured: {unknown}")
         return self
 
 

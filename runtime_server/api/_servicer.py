@@ -79,7 +79,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 )
             config, name = found, request.agent_name
         self._check_agent(config)
-        return ResolvedAgent(name=name, config=config)
+        return ResolvedAgent.resolve(name, config, self.settings.agents)
 
     def _check_agent(self, config: AgentConfig) -> None:
         known = set(self.engine.tools.tool_names())

@@ -9,6 +9,7 @@ commit points of R5.2 with one commit per step.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -100,6 +101,8 @@ class Policy:
     parallel_safe: frozenset[str] = frozenset()
     needs_approval: frozenset[str] = frozenset()  # call ids a person must approve before they run
     tool_versions: Mapping[str, str] = field(default_factory=dict)  # tool -> contract version
+    handoffs: Mapping[str, str] = field(default_factory=dict)  # pseudo-tool name -> agent it hands to
+    agent_name: str = ""  # the agent in control
     fail_expired_approvals: bool = False  # else an expired approval is re-previewed and asked again
 
 
@@ -199,6 +202,8 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
         return _loop_exit(state, repeat)
     if first.call_id in policy.needs_approval and not first.approved:
         return RequestApproval(first)
+    if first.tool in policy.handoffs:
+        return _handoff(state, budgets, policy, first)
     batch = [first]
     if first.tool in policy.parallel_safe:
         for call in pending[1 : max(1, budgets.max_parallel_tool_calls)]:
@@ -294,3 +299,36 @@ def corrective_step(state: RunState, reason: str) -> ev.Event:
     """The one extra model step a rejected final answer may get to correct itself (R4.3)."""
     data = {"step": state.step + 1, "kind": "corrective", "reason": reason, "usage": state.usage.to_json()}
     return ev.Event(ev.STEP_STARTED, data)
+
+
+def _handoff(state: RunState, budgets: Budgets, policy: Policy, call: CallState) -> Decision:
+    """Control passes to another agent; the step's other calls are not run (R9.1)."""
+    if budgets.max_handoffs and state.usage.handoffs >= budgets.max_handoffs:
+        return Append(end_events(state, Phase.FAILED, "budget_exhausted:handoffs"))
+    try:
+        reason = str(json.loads(call.arguments_json or "{}").get("reason", ""))
+    except (ValueError, AttributeError):
+        reason = ""
+    after = dict(state.usage.to_json(), handoffs=state.usage.handoffs + 1)
+    data = {
+        "step": call.step,
+        "call_id": call.call_id,
+        "from_agent": policy.agent_name,
+        "to_agent": policy.handoffs[call.tool],
+        "reason": reason[:400],
+        "usage_after": after,
+    }
+    skipped = tuple(
+        ev.Event(
+            ev.TOOL_FAILED,
+            {
+                "step": c.step,
+                "call_id": c.call_id,
+                "tool": c.tool,
+                "error": {"code": "TOOL_ERROR_CODE_CANCELLED", "message": "not run: the run was handed off"},
+            },
+        )
+        for c in state.calls
+        if c is not call and not c.finished and not c.started
+    )
+    return Append((ev.Event(ev.HANDOFF, data), *skipped))

@@ -27,6 +27,7 @@ RUN_FAILED = "run.failed"
 RUN_CANCELLED = "run.cancelled"
 RUN_ENDED = "run.ended"
 TOOL_OUTCOME_UNKNOWN = "tool.outcome.unknown"
+HANDOFF = "handoff"
 
 EVENT_TYPES: tuple[str, ...] = (
     RUN_STARTED,
@@ -46,6 +47,7 @@ EVENT_TYPES: tuple[str, ...] = (
     RUN_CANCELLED,
     RUN_ENDED,
     TOOL_OUTCOME_UNKNOWN,
+    HANDOFF,
 )
 
 

@@ -86,6 +86,7 @@ class RunState:
     loops: LoopTracker = field(default_factory=LoopTracker)
     diagnostic: str | None = None  # the loop that earned the run its one diagnostic step
     diagnostic_done: bool = False
+    active_agent: str | None = None  # set by a handoff; None: the agent the run started with
     corrective: str | None = None  # why the final answer was sent back once for correction
     pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
 
@@ -188,6 +189,15 @@ class RunState:
                         ),
                     )
                 )
+            case ev.HANDOFF:
+                self._move(Trigger.TOOL_FINISHED)
+                call = self._call(data["call_id"])
+                call.result_json = json.dumps({"handed_off_to": data["to_agent"]})
+                self.history.append(
+                    HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
+                )
+                self._usage_from(data["usage_after"])
+                self.active_agent = data["to_agent"]
             case ev.CANCEL_REQUESTED:
                 self._move(Trigger.REQUEST_CANCEL)
                 self.cancel_reason = data.get("reason", "")

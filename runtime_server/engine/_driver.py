@@ -52,7 +52,7 @@ from runtime_server.core import (
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import ResolvedAgent
 from runtime_server.engine._approval_step import ApprovalStep
-from runtime_server.engine._control import Cancelled, Parked
+from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from runtime_server.engine._finalize import finalize
 from runtime_server.engine._tool_step import ToolStep
 from runtime_server.models import (
@@ -125,7 +125,10 @@ class RunDriver:
                 return
             self.pending_values["state_version"] = STATE_VERSION
         self.state = replay(self.run_id, events)
+        self.tenant_id = record.tenant_id
         self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
+        if self.state.active_agent is not None:  # handed off earlier in this run
+            self.agent = self.agent.switch(self.state.active_agent)
         self.budgets = Budgets.from_json(json.loads(record.budgets))
         self.deadline_s = record.deadline_ms / 1000
         self.policy = self._policy()
@@ -190,6 +193,8 @@ class RunDriver:
             name: spec.version for name in config.tools if (spec := self.engine.tools.spec(name)) is not None
         }
         return Policy(
+            agent_name=self.agent.name,
+            handoffs={f"{HANDOFF_PREFIX}{a}": a for a in config.handoffs},
             tool_versions=versions,
             loops=config.loops.to_policy(),
             parallel_safe=safe,
@@ -306,6 +311,10 @@ class RunDriver:
                         if event.type == ev.TOOL_STARTED:
                             self.started_here.add(event.data["call_id"])
                     self.add(*events)
+                    handoff = next((e for e in events if e.type == ev.HANDOFF), None)
+                    if handoff is not None:
+                        self.agent = self.agent.switch(handoff.data["to_agent"])
+                        self.policy = self._policy()
                 case CallModel(step=step):
                     await self.flush()
                     engine.counters.inc("steps")
@@ -407,6 +416,27 @@ class RunDriver:
             if spec is not None:
                 schema = json.loads(spec.input_schema_json or "{}")
                 tools.append(ToolDef(name=name, description=spec.description, input_schema=schema))
+        for peer in config.handoffs:
+            tools.append(
+                ToolDef(
+                    name=f"{HANDOFF_PREFIX}{peer}",
+                    description=f"Hand this conversation over to the {peer} agent, which continues it.",
+                    input_schema={"type": "object", "properties": {"reason": {"type": "string"}}},
+                )
+            )
+        for peer in config.agent_tools:
+            about = self.agent.peers[peer].instructions[:300] if peer in self.agent.peers else ""
+            tools.append(
+                ToolDef(
+                    name=f"{AGENT_TOOL_PREFIX}{peer}",
+                    description=f"Ask the {peer} agent and get its final answer. {about}".strip(),
+                    input_schema={
+                        "type": "object",
+                        "properties": {"input": {"type": "string"}},
+                        "required": ["input"],
+                    },
+                )
+            )
         model = config.model
         return ModelRequest(
             run_id=self.run_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,8 @@ from google.protobuf import json_format
 from agentrt.toolhost.v1 import tool_pb2
 from runtime_server.core import CallState, Event, LeaseLost, Phase, end_events, retry_fits, rfc3339
 from runtime_server.core import events as ev
-from runtime_server.engine._control import Cancelled
+from runtime_server.engine._control import AGENT_TOOL_PREFIX, Cancelled
+from runtime_server.store import RunRecord
 from runtime_server.tools import CallMetadata, ToolOutcome
 
 if TYPE_CHECKING:
@@ -60,6 +62,9 @@ class ToolStep:
     async def run_call(self, call: CallState) -> None:
         """Send a started call (or, for an inherited write, query first) and record what happened."""
         d, engine = self.d, self.engine
+        if call.tool.startswith(AGENT_TOOL_PREFIX):
+            self.record(call, await self._child_run(call))
+            return
         spec = engine.tools.spec(call.tool)
         if is_write(spec) and call.call_id not in d.started_here:
             found = await self._query(call)
@@ -269,6 +274,67 @@ class ToolStep:
         if call_deadline_ms:
             data["call_deadline"] = rfc3339(call_deadline_ms)
         self.d.add(Event(ev.TOOL_OUTCOME_UNKNOWN, data))
+
+    # -- agents as tools ----------------------------------------------------------------------------
+
+    async def _child_run(self, call: CallState) -> ToolOutcome:
+        """Run another agent as a child run and return its final answer (R9.1).
+
+        The child's deadline is the parent's remaining time; its request key is the call's
+        idempotency key, so a recovered parent re-attaches to the same child instead of starting
+        another. Cancelling the parent cancels the child.
+        """
+        from runtime_server.engine._engine import StartRequest  # the engine module imports this one
+
+        d, engine = self.d, self.engine
+        target = call.tool.removeprefix(AGENT_TOOL_PREFIX)
+        if target not in d.agent.config.agent_tools or target not in d.agent.peers:
+            return ToolOutcome.failure("UNKNOWN_TOOL", f"agent {target!r} is not available to {d.agent.name}")
+        try:
+            question = str(json.loads(call.arguments_json or "{}").get("input", ""))
+        except (ValueError, AttributeError):
+            question = ""
+        if not question.strip():
+            return ToolOutcome.failure("INVALID_INPUT", "an agent tool needs a non-empty 'input'")
+        remaining = d.deadline_s - engine.clock() - engine.settings.call_reserve_s
+        if remaining <= 0:
+            return ToolOutcome.failure("TRANSIENT", "no time left for a child run")
+        child_agent = d.agent.switch(target)
+        request = StartRequest(
+            tenant_id=d.tenant_id,
+            agent=child_agent,
+            input=question,
+            budget_overrides={"timeout_s": min(child_agent.config.budgets.timeout_s, remaining)},
+            request_key=f"child:{call.idempotency_key}",
+            metadata={"parent_run_id": d.run_id, "parent_call_id": call.call_id},
+        )
+        child, _ = await engine.start_run(request)
+        try:
+            ended = await d.io(lambda: self._wait_for_end(child.run_id))
+        except Cancelled:
+            await engine.request_cancel(
+                child.run_id, tenant_id=d.tenant_id, reason=f"parent run {d.run_id} cancelled"
+            )
+            return ToolOutcome.failure("CANCELLED", f"cancelled; child run {child.run_id} was cancelled too")
+        if ended.phase == Phase.COMPLETED.value:
+            return ToolOutcome(json.dumps({"run_id": ended.run_id, "output": ended.output}), None)
+        return ToolOutcome.failure(
+            "PERMANENT", f"child run {ended.run_id} ended {ended.phase}: {ended.reason}"
+        )
+
+    async def _wait_for_end(self, run_id: str) -> RunRecord:
+        """Until the child ends: woken by its events on this replica, re-checked in the store."""
+        engine = self.engine
+        subscription = engine.bus.subscribe(run_id)
+        try:
+            while True:
+                record = await engine.store.get_run(run_id)
+                if record is not None and Phase(record.phase).terminal:
+                    return record
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(subscription.queue.get(), timeout=0.5)
+        finally:
+            engine.bus.unsubscribe(subscription)
 
     # -- learning outcomes --------------------------------------------------------------------------
 

@@ -139,6 +139,14 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         "run.ended  COMPLETED reason=final_answer partial=false retryable=true "
         "usage: model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.0123",
     ),
+    "handoff": (
+        {
+            "handoff": run_pb2.Handoff(
+                step=2, call_id="c1", from_agent="triage", to_agent="refunds", reason="money"
+            )
+        },
+        'handoff  triage -> refunds reason="money"',
+    ),
     "tool_outcome_unknown": (
         {
             "tool_outcome_unknown": run_pb2.ToolOutcomeUnknown(

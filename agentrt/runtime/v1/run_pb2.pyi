@@ -105,18 +105,22 @@ class ModelSpec(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., name: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
-    __slots__ = ("name", "instructions", "model", "tools", "budgets")
+    __slots__ = ("name", "instructions", "model", "tools", "budgets", "handoffs", "agent_tools")
     NAME_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFFS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_TOOLS_FIELD_NUMBER: _ClassVar[int]
     name: str
     instructions: str
     model: ModelSpec
     tools: _containers.RepeatedScalarFieldContainer[str]
     budgets: Budgets
-    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ...) -> None: ...
+    handoffs: _containers.RepeatedScalarFieldContainer[str]
+    agent_tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval")
@@ -353,6 +357,22 @@ class ToolOutcomeUnknown(_message.Message):
     call_deadline: _timestamp_pb2.Timestamp
     def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., reason: _Optional[str] = ..., call_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class Handoff(_message.Message):
+    __slots__ = ("step", "call_id", "from_agent", "to_agent", "reason", "usage_after")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_AGENT_FIELD_NUMBER: _ClassVar[int]
+    TO_AGENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    from_agent: str
+    to_agent: str
+    reason: str
+    usage_after: Usage
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., from_agent: _Optional[str] = ..., to_agent: _Optional[str] = ..., reason: _Optional[str] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
 class RunCheckpointed(_message.Message):
     __slots__ = ("through_seq",)
     THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -400,7 +420,7 @@ class RunEnded(_message.Message):
     def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown")
+    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -421,6 +441,7 @@ class RunEvent(_message.Message):
     RUN_CANCELLED_FIELD_NUMBER: _ClassVar[int]
     RUN_ENDED_FIELD_NUMBER: _ClassVar[int]
     TOOL_OUTCOME_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -441,4 +462,5 @@ class RunEvent(_message.Message):
     run_cancelled: RunCancelled
     run_ended: RunEnded
     tool_outcome_unknown: ToolOutcomeUnknown
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ...) -> None: ...
+    handoff: Handoff
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ...) -> None: ...
