@@ -40,13 +40,21 @@ def control_runtime(tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str)
         tools=["orders.lookup"],
         budgets={"max_output_tokens": 10},
     )
+    lookups = [
+        {"text": "checking", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": f"A10{i}"}}]}
+        for i in range(5)
+    ]
+    text += agent_toml("busy", steps=lookups, tools=["orders.lookup"], budgets={"max_tool_calls": 2})
+    text += agent_toml(
+        "picky", steps=lookups, tools=["orders.lookup"], budgets={"max_calls_per_tool": {"orders.lookup": 3}}
+    )
+    text += agent_toml("reader", steps=lookups, tools=["orders.lookup"], budgets={"max_input_tokens": 60})
     text += agent_toml(
         "spender",
         steps=[LOOKUP, LOOKUP, {"text": "done"}],
         tools=["orders.lookup"],
         budgets={"max_cost_usd": 1.0},
     )
-    text = text.replace('[agents."spender"]\n', '[agents."spender"]\n', 1)
     path = tmp_path / "control.toml"
     path.write_text(
         text.replace(
@@ -104,3 +112,24 @@ def test_token_and_cost_budgets_end_the_run_with_their_reason(control_runtime: R
     steps = [e for e in spender if e.HasField("model_completed")]
     assert steps[0].model_completed.usage_before.cost_usd == 0
     assert steps[0].model_completed.usage_after.cost_usd > 0
+
+
+@pytest.mark.parametrize(
+    "agent, reason, calls",
+    [
+        ("busy", "budget_exhausted:tool_calls", 2),
+        ("picky", "budget_exhausted:calls_per_tool:orders.lookup", 3),
+        ("reader", "budget_exhausted:input_tokens", None),
+    ],
+)
+def test_call_and_input_budgets_end_the_run_with_their_reason(
+    control_runtime: RuntimeProcess, agent: str, reason: str, calls: int | None
+) -> None:
+    events = run_events(control_runtime, agent)
+    assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_FAILED
+    assert events[-1].run_ended.reason == reason
+    started = [e for e in events if e.HasField("tool_started")]
+    if calls is not None:
+        assert len(started) == calls
+    else:
+        assert events[-1].run_ended.usage.input_tokens >= 60
