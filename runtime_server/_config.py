@@ -102,6 +102,7 @@ class AgentConfig(_Strict):
     loops: LoopsConfig = Field(default_factory=LoopsConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    on_budget_exhausted: Literal["fail", "pause"] = "fail"  # "pause": a person may grant more (R6.1)
     handoffs: list[str] = Field(default_factory=list)  # agents this one may hand the run to (R9.1)
     agent_tools: list[str] = Field(default_factory=list)  # agents this one may call as tools (child runs)
 

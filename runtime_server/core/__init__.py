@@ -15,6 +15,7 @@ from runtime_server.core._budgets import (
 )
 from runtime_server.core._deadline import backoff_delay_s, call_timeout_s, retry_fits
 from runtime_server.core._decide import (
+    BUDGET_PREFIX,
     Append,
     CallModel,
     Clock,
@@ -23,6 +24,7 @@ from runtime_server.core._decide import (
     Idle,
     InvokeTool,
     InvokeTools,
+    PauseForBudget,
     Policy,
     Reconcile,
     RequestApproval,
@@ -67,6 +69,7 @@ from runtime_server.core._upgrade import (
 
 __all__ = [
     "ACTIVE_PHASES",
+    "BUDGET_PREFIX",
     "RULES",
     "STATE_VERSION",
     "TERMINAL_PHASES",
@@ -92,6 +95,7 @@ __all__ = [
     "LoopPolicy",
     "LoopTracker",
     "NotFound",
+    "PauseForBudget",
     "PayloadTooLarge",
     "PermissionDenied",
     "Phase",

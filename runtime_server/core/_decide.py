@@ -62,6 +62,13 @@ class RequestApproval:
 
 
 @dataclass(frozen=True, slots=True)
+class PauseForBudget:
+    """A budget is spent and the agent's policy asks a person whether to grant more."""
+
+    budget: str
+
+
+@dataclass(frozen=True, slots=True)
 class WaitUntil:
     """Nothing to do before ``due_s`` (a retry's backoff); a restarted worker waits the rest."""
 
@@ -89,7 +96,16 @@ class Idle:
 
 
 Decision = (
-    Append | CallModel | InvokeTool | InvokeTools | RequestApproval | WaitUntil | Reconcile | Finalize | Idle
+    Append
+    | CallModel
+    | InvokeTool
+    | InvokeTools
+    | RequestApproval
+    | PauseForBudget
+    | WaitUntil
+    | Reconcile
+    | Finalize
+    | Idle
 )
 
 
@@ -103,6 +119,7 @@ class Policy:
     tool_versions: Mapping[str, str] = field(default_factory=dict)  # tool -> contract version
     handoffs: Mapping[str, str] = field(default_factory=dict)  # pseudo-tool name -> agent it hands to
     agent_name: str = ""  # the agent in control
+    pause_on_exhaustion: bool = False  # a spent budget asks a person for more instead of failing
     fail_expired_approvals: bool = False  # else an expired approval is re-previewed and asked again
 
 
@@ -167,6 +184,8 @@ def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | Non
             return Idle()
         if policy.fail_expired_approvals:
             return Append(end_events(state, Phase.FAILED, "approval_expired"))
+        if not pending["call_id"]:  # a budget pause is asked again
+            return PauseForBudget(str(pending["tool"]).removeprefix(BUDGET_PREFIX))
         return RequestApproval(next(c for c in state.calls if c.call_id == pending["call_id"]))
     if state.phase is Phase.CANCEL_REQUESTED:
         return Append(end_events(state, Phase.CANCELLED, state.cancel_reason or "cancelled"))
@@ -217,7 +236,7 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
         if exhausted is not None:
             if started:
                 break
-            return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
+            return _exhausted(state, policy, exhausted)
         started.append(_started(state, usage, call, policy.tool_versions.get(call.tool, "")))
         usage.tool_calls += 1
         usage.calls_per_tool[call.tool] = usage.calls_per_tool.get(call.tool, 0) + 1
@@ -254,7 +273,7 @@ def _start_model_step(state: RunState, budgets: Budgets, policy: Policy) -> Deci
         return _loop_exit(state, loop)
     exhausted = exhausted_before_model_step(budgets, state.usage)
     if exhausted is not None:
-        return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{exhausted}"))
+        return _exhausted(state, policy, exhausted)
     data = {"step": state.step + 1, "kind": "model", "usage": state.usage.to_json()}
     return Append((ev.Event(ev.STEP_STARTED, data),))
 
@@ -332,3 +351,13 @@ def _handoff(state: RunState, budgets: Budgets, policy: Policy, call: CallState)
         if c is not call and not c.finished and not c.started
     )
     return Append((ev.Event(ev.HANDOFF, data), *skipped))
+
+
+BUDGET_PREFIX = "budget."
+
+
+def _exhausted(state: RunState, policy: Policy, budget: str) -> Decision:
+    """A hard budget is spent: the run ends, or (by the agent's policy) pauses for a person."""
+    if policy.pause_on_exhaustion and state.phase is Phase.TOOL_STEP:
+        return PauseForBudget(budget)
+    return Append(end_events(state, Phase.FAILED, f"budget_exhausted:{budget}"))

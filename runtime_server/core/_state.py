@@ -237,14 +237,15 @@ class RunState:
                 pass
             case ev.APPROVAL_REQUESTED:
                 self._move(Trigger.AWAIT_APPROVAL)
-                self._call(data["call_id"]).tool_version = data.get("tool_version", "")
+                if data["call_id"]:  # empty for a budget pause: no call waits
+                    self._call(data["call_id"]).tool_version = data.get("tool_version", "")
                 self.pending_approval = dict(data, expire_ms=parse_rfc3339_ms(data["expire_time"]))
             case ev.APPROVAL_RESOLVED:
                 pending = self.pending_approval
                 if pending is None or pending["approval_id"] != data["approval_id"]:
                     raise ValueError(f"approval {data['approval_id']!r} is not the pending one")
                 self._move(Trigger.RESOLVE_APPROVAL)
-                if data.get("decision") == "APPROVAL_DECISION_APPROVE":
+                if data.get("decision") == "APPROVAL_DECISION_APPROVE" and pending["call_id"]:
                     self._call(pending["call_id"]).approved = True
                 self.pending_approval = None
             case _:

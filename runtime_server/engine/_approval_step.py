@@ -9,13 +9,24 @@ tool never runs. Waiting does not spend the run's wall-clock budget.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from runtime_server.core import CallState, Event, Phase, canonical_json, parse_rfc3339_ms, rfc3339
+from runtime_server.core import (
+    BUDGET_PREFIX,
+    Budgets,
+    CallState,
+    Event,
+    Phase,
+    canonical_json,
+    end_events,
+    parse_rfc3339_ms,
+    rfc3339,
+)
 from runtime_server.core import events as ev
 from runtime_server.policies import ApprovalRequirement
 
@@ -76,6 +87,28 @@ class ApprovalStep:
         d.add(Event(ev.APPROVAL_REQUESTED, data))
         await d.park(expire_ms)
 
+    async def request_budget(self, budget: str) -> None:
+        """Persist WAITING_APPROVAL for more of a spent budget (the agent's policy) and park."""
+        d, engine = self.d, self.engine
+        limit, grant, _ = budget_grant(d.budgets, budget)
+        now_ms = engine.now_ms()
+        expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
+        arguments = canonical_json({"budget": budget, "limit": limit, "grant": grant})
+        data = {
+            "approval_id": uuid.uuid4().hex,
+            "call_id": "",
+            "tool": f"{BUDGET_PREFIX}{budget}",
+            "arguments_json": arguments,
+            "args_hash": hashlib.sha256(arguments.encode()).hexdigest(),
+            "impact_summary": f"The run spent its {budget} budget ({limit}). Approving raises it to {grant} "
+            f"and the run goes on; rejecting ends it.",
+            "policy_version": "budget-pause-1",
+            "expire_time": rfc3339(expire_ms),
+            "request_time": rfc3339(now_ms),
+        }
+        d.add(Event(ev.APPROVAL_REQUESTED, data))
+        await d.park(expire_ms)
+
     def apply_decision(self, decision: dict[str, Any]) -> None:
         """A person's answer from ResolveApproval; a stale or expired one changes nothing."""
         d, engine = self.d, self.engine
@@ -99,6 +132,17 @@ class ApprovalStep:
         # The wait for a person does not count against the run's wall-clock budget.
         waited_ms = max(0, engine.now_ms() - parse_rfc3339_ms(pending["request_time"]))
         d.extend_deadline(waited_ms)
+        if not pending["call_id"]:  # a budget pause
+            budget = str(pending["tool"]).removeprefix(BUDGET_PREFIX)
+            if approve:
+                d.grant_budget(budget_grant(d.budgets, budget)[2])
+            else:
+                d.add(
+                    *end_events(
+                        d.state, Phase.FAILED, f"budget_exhausted:{budget}", message="more was refused"
+                    )
+                )
+            return
         if not approve:
             call = next(c for c in d.state.calls if c.call_id == pending["call_id"])
             who = decision.get("approver") or "a person"
@@ -110,3 +154,27 @@ class ApprovalStep:
                     {"step": call.step, "call_id": call.call_id, "tool": call.tool, "error": error},
                 )
             )
+
+
+_BUDGET_FIELDS = {
+    "model_steps": "max_model_steps",
+    "tool_calls": "max_tool_calls",
+    "input_tokens": "max_input_tokens",
+    "output_tokens": "max_output_tokens",
+    "cost": "max_cost_usd",
+    "handoffs": "max_handoffs",
+}
+
+
+def budget_grant(budgets: Budgets, budget: str) -> tuple[float, float, Budgets]:
+    """(current limit, limit after a grant, the budgets after it): a grant doubles the spent limit."""
+    if budget.startswith("calls_per_tool:"):
+        tool = budget.removeprefix("calls_per_tool:")
+        calls = budgets.max_calls_per_tool.get(tool, 0)
+        per_tool = {**budgets.max_calls_per_tool, tool: max(1, calls * 2)}
+        return calls, per_tool[tool], dataclasses.replace(budgets, max_calls_per_tool=per_tool)
+    field = _BUDGET_FIELDS[budget]
+    limit: float = getattr(budgets, field)
+    grant = limit * 2 if limit else 1
+    changes: dict[str, Any] = {field: grant}
+    return limit, grant, dataclasses.replace(budgets, **changes)

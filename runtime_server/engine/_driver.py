@@ -33,6 +33,7 @@ from runtime_server.core import (
     InvokeTool,
     InvokeTools,
     LeaseLost,
+    PauseForBudget,
     Phase,
     Policy,
     Reconcile,
@@ -199,6 +200,7 @@ class RunDriver:
             loops=config.loops.to_policy(),
             parallel_safe=safe,
             fail_expired_approvals=config.approvals.on_expiry == "fail",
+            pause_on_exhaustion=config.on_budget_exhausted == "pause",
         )
 
     async def _read_log(self) -> list[StoredEvent]:
@@ -218,6 +220,11 @@ class RunDriver:
                 self.tools.apply_outcome_decision(json.loads(signal.payload))
             elif signal.kind == "approval_decision":
                 self.approvals.apply_decision(json.loads(signal.payload))
+
+    def grant_budget(self, budgets: Budgets) -> None:
+        """A person granted more budget; persisted with the next commit."""
+        self.budgets = budgets
+        self.pending_values["budgets"] = json.dumps(budgets.to_json())
 
     def extend_deadline(self, by_ms: int) -> None:
         """Move the run's deadline later (time spent waiting for a person); persisted next commit."""
@@ -334,6 +341,9 @@ class RunDriver:
                 case RequestApproval(call=call):
                     await self.flush()
                     await self.approvals.request(call)
+                case PauseForBudget(budget=budget):
+                    await self.flush()
+                    await self.approvals.request_budget(budget)
                 case Reconcile(call=call):
                     await self.flush()
                     await self.tools.reconcile(call)

@@ -187,3 +187,47 @@ def test_an_expired_approval_is_not_executable_and_the_policy_decides_what_follo
         assert run.pending_approval.args_hash == patient.args_hash
         client.cancel_run(patient_id, reason="done testing")
         assert refunds(tool_host) == 0
+
+
+@pytest.mark.parametrize("approve", [True, False])
+def test_a_spent_budget_pauses_for_a_person_when_the_agent_says_so(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str, approve: bool
+) -> None:
+    lookups = [
+        {"text": "checking", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": f"A10{i}"}}]}
+        for i in range(2)
+    ]
+    text = f'db_url = "{sqlite_url}"\n[[tool_hosts]]\nname = "local"\naddress = "{tool_host.address}"\n'
+    text += agent_toml(
+        "careful",
+        steps=[*lookups, {"text": "both checked"}],
+        tools=["orders.lookup"],
+        budgets={"max_tool_calls": 1},
+    )
+    text += 'on_budget_exhausted = "pause"\n'
+    path = tmp_path / "budget.toml"
+    path.write_text(text)
+    with (
+        spawn_runtime(["--config", str(path), "--listen", "127.0.0.1:0"], cwd=tmp_path) as runtime,
+        Client(runtime.address) as client,
+    ):
+        run_id, pause = start_until_paused(client, "careful")
+        assert pause.tool == "budget.tool_calls" and pause.call_id == ""
+        assert '"grant":2' in pause.arguments_json and "raises it to 2" in pause.impact_summary
+        run = client.get_run(run_id)
+        client.resolve_approval(
+            run_id,
+            pause.approval_id,
+            approve=approve,
+            args_hash=pause.args_hash,
+            expected_revision=run.revision,
+        )
+        events = [e for e in client.stream_events(run_id, follow=True, timeout=60) if e.seq]
+        final = client.get_run(run_id)
+    started = [e for e in events if e.HasField("tool_started")]
+    if approve:
+        assert final.phase == run_pb2.RUN_PHASE_COMPLETED and final.budgets.max_tool_calls == 2
+        assert len(started) == 2
+    else:
+        assert final.phase == run_pb2.RUN_PHASE_FAILED and final.reason == "budget_exhausted:tool_calls"
+        assert len(started) == 1
