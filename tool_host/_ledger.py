@@ -358,17 +358,7 @@ class Ledger:
 
     def finish(self, idempotency_key: str, outcome: Outcome) -> None:
         """Record the outcome of a call this process started."""
-        failure = outcome.failure
-        params = (
-            OperationStatus.FAILED.value if failure else OperationStatus.SUCCEEDED.value,
-            outcome.result_json,
-            failure.code.value if failure else None,
-            failure.message if failure else None,
-            failure.details_json if failure else None,
-            time.time_ns(),
-            idempotency_key,
-            self.owner,
-        )
+        params = self._outcome_params(idempotency_key, outcome)
         if self._db.in_transaction:
             # Never, unless an earlier COMMIT failed; then BEGIN fails here as it always did.
             with self._transaction() as db:
@@ -377,10 +367,9 @@ class Ledger:
             # One statement: its own transaction.
             self._db.execute(_FINISH, params)
 
-    def settle_orphan(self, idempotency_key: str, outcome: Outcome) -> None:
-        """Record the outcome of a call an earlier host life left RUNNING, as its tool reported it."""
+    def _outcome_params(self, idempotency_key: str, outcome: Outcome) -> tuple[object, ...]:
         failure = outcome.failure
-        params = (
+        return (
             OperationStatus.FAILED.value if failure else OperationStatus.SUCCEEDED.value,
             outcome.result_json,
             failure.code.value if failure else None,
@@ -390,6 +379,10 @@ class Ledger:
             idempotency_key,
             self.owner,
         )
+
+    def settle_orphan(self, idempotency_key: str, outcome: Outcome) -> None:
+        """Record the outcome of a call an earlier host life left RUNNING, as its tool reported it."""
+        params = self._outcome_params(idempotency_key, outcome)
         with self._transaction() as db:
             db.execute(_SETTLE_ORPHAN, params)
 

@@ -249,6 +249,24 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await abort_with(context, exc)
         return runtime_service_pb2.CancelRunResponse(run=run_to_proto(updated or record))
 
+    async def _decide(
+        self, record: RunRecord, kind: str, payload: dict[str, Any], expected_revision: int, context: Context
+    ) -> RunRecord:
+        """Queue a person's decision for the next owner, fenced by the revision they saw; wake the run."""
+        queued = await self.store.add_signal(
+            record.run_id,
+            kind=kind,
+            payload=json.dumps(payload),
+            now_ms=self.engine.now_ms(),
+            expected_revision=expected_revision,
+        )
+        if not queued:
+            raise StaleRevision(
+                f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
+            )
+        await self.engine.wake(record.run_id)
+        return await self._get(record.run_id, context)
+
     async def ResolveOutcome(
         self, request: runtime_service_pb2.ResolveOutcomeRequest, context: Context
     ) -> runtime_service_pb2.ResolveOutcomeResponse:
@@ -289,19 +307,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 "result_json": request.result_json,
                 "comment": request.comment[:400],
             }
-            queued = await self.store.add_signal(
-                record.run_id,
-                kind="outcome_decision",
-                payload=json.dumps(payload),
-                now_ms=self.engine.now_ms(),
-                expected_revision=request.expected_revision,
+            record = await self._decide(
+                record, "outcome_decision", payload, request.expected_revision, context
             )
-            if not queued:
-                raise StaleRevision(
-                    f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
-                )
-            await self.engine.wake(record.run_id)
-            record = await self._get(record.run_id, context)
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.ResolveOutcomeResponse(run=run_to_proto(record))
@@ -356,19 +364,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 "approver": approver,
                 "comment": request.comment[:400],
             }
-            queued = await self.store.add_signal(
-                record.run_id,
-                kind="approval_decision",
-                payload=json.dumps(payload),
-                now_ms=self.engine.now_ms(),
-                expected_revision=request.expected_revision,
+            record = await self._decide(
+                record, "approval_decision", payload, request.expected_revision, context
             )
-            if not queued:
-                raise StaleRevision(
-                    f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
-                )
-            await self.engine.wake(record.run_id)
-            record = await self._get(record.run_id, context)
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.ResolveApprovalResponse(run=run_to_proto(record))
