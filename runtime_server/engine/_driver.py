@@ -127,6 +127,7 @@ class RunDriver:
             self.pending_values["state_version"] = STATE_VERSION
         self.state = replay(self.run_id, events)
         self.tenant_id = record.tenant_id
+        self.handle.extra["session_id"] = record.session_id
         self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
         if self.state.active_agent is not None:  # handed off earlier in this run
             self.agent = self.agent.switch(self.state.active_agent)

@@ -84,6 +84,7 @@ class Engine:
         self._runs: dict[str, RunHandle] = {}
         self._background: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._unowned_waiting = False  # a run was accepted without a worker (capacity or session)
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -184,6 +185,8 @@ class Engine:
         record, created = await self.store.create_run(values, [(ev.RUN_STARTED, json.dumps(started))], now_ms)
         if created:
             self.counters.inc("runs_started")
+            if not own:
+                self._unowned_waiting = True
             if own:
                 first = StoredEvent(record.run_id, 1, ev.RUN_STARTED, json.dumps(started), now_ms)
                 self._launch(record.run_id, record.lease_generation, (record, [first]))
@@ -321,8 +324,9 @@ class Engine:
             self._runs.pop(handle.run_id, None)
             if not self._runs:
                 self._idle.set()
-            if not self._stopping:
-                # A waiting turn of the same session (or a queued run) may start now.
+            if not self._stopping and (handle.extra.get("session_id") or self._unowned_waiting):
+                # A waiting turn of the same session, or a run this replica could not take, may start now.
+                self._unowned_waiting = False
                 self._background.append(asyncio.get_running_loop().create_task(self._claim_soon()))
 
     async def _claim_soon(self) -> None:
