@@ -296,10 +296,12 @@ class Engine:
             except Exception:
                 log.exception("renewing leases failed")
                 continue
-            for run_id in kept:
+            for run_id, cancel_reason in kept.items():
                 if (kept_handle := self._runs.get(run_id)) is not None:
                     kept_handle.lease_deadline_s = renewed_at + self._lease_horizon_s()
-            for run_id in set(owned) - kept:
+                    if cancel_reason is not None:
+                        self._signal_cancel(kept_handle, cancel_reason)
+            for run_id in set(owned) - kept.keys():
                 handle = self._runs.get(run_id)
                 if handle is not None and handle.task is not None:
                     log.warning("lease lost for run %s; stopping it", run_id)

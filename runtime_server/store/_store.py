@@ -374,19 +374,26 @@ class Store:
 
         return await self.db.transaction(write)
 
-    async def renew(self, *, owner: str, run_ids: Sequence[str], now_ms: int, ttl_ms: int) -> set[str]:
-        """Extend this worker's leases; returns the runs it still owns."""
-        if not run_ids:
-            return set()
+    async def renew(
+        self, *, owner: str, run_ids: Sequence[str], now_ms: int, ttl_ms: int
+    ) -> dict[str, str | None]:
+        """Extend this worker's leases.
 
-        def write(conn: Connection) -> set[str]:
+        Returns:
+            The runs it still owns, each with its pending cancel reason (None when no cancel was
+            asked): a cancel recorded by another replica reaches the owner here.
+        """
+        if not run_ids:
+            return {}
+
+        def write(conn: Connection) -> dict[str, str | None]:
             rows = conn.execute(
                 update(runs)
                 .where(runs.c.run_id.in_(list(run_ids)), runs.c.lease_owner == owner)
                 .values(lease_expires_ms=now_ms + ttl_ms)
-                .returning(runs.c.run_id)
+                .returning(runs.c.run_id, runs.c.cancel_requested_ms, runs.c.cancel_reason)
             )
-            return {r[0] for r in rows}
+            return {r[0]: (r[2] or "cancelled") if r[1] is not None else None for r in rows}
 
         return await self.db.transaction(write)
 

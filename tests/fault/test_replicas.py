@@ -101,3 +101,26 @@ def test_a_paused_stale_owner_can_neither_commit_nor_cause_a_side_effect(
             if stale.process.poll() is None:
                 os.kill(stale.process.pid, signal.SIGCONT)
             stale.close()
+
+
+def test_a_cancel_asked_on_another_replica_reaches_the_owner(
+    tmp_path: Path, refund_host: ToolHostProcess, pg_url: str
+) -> None:
+    with serve_fake_openai(NAP_THEN_REFUND) as (_, model_url):
+        env = runtime_env(db_url=pg_url, tool_host=refund_host.address, model_url=model_url)
+        owner = start_runtime(tmp_path, env)
+        other = start_runtime(tmp_path, env)
+        try:
+            with Client(owner.address) as client:
+                run_id = client.start_run("refund", "Please refund A100").run_id
+            wait_for(owner.address, run_id, "tool.started")
+            with Client(other.address) as client:
+                asked = client.cancel_run(run_id, reason="asked elsewhere")
+                assert asked.phase == run_pb2.RUN_PHASE_CANCEL_REQUESTED
+                events = [e for e in client.stream_events(run_id, follow=True, timeout=30) if e.seq]
+            assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_CANCELLED
+            assert events[-1].run_ended.reason == "asked elsewhere"
+            assert count_refunds(refund_host.data_dir / "refunds.sqlite") == 0
+        finally:
+            owner.close()
+            other.close()

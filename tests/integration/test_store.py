@@ -172,8 +172,11 @@ async def test_claim_takes_unowned_and_expired_runs_once_and_bumps_the_fencing_t
     # w2's lease on "free" expires at 6000; "held" (expiring 10**13) stays with w1.
     claims = await store.claim(owner="w3", now_ms=6001, ttl_ms=1000, limit=10)
     assert [(c.run_id, c.generation) for c in claims] == [("free", 2)]
-    assert await store.renew(owner="w2", run_ids=["free"], now_ms=6002, ttl_ms=1000) == set()
-    assert await store.renew(owner="w3", run_ids=["free"], now_ms=6002, ttl_ms=1000) == {"free"}
+    assert await store.renew(owner="w2", run_ids=["free"], now_ms=6002, ttl_ms=1000) == {}
+    assert await store.renew(owner="w3", run_ids=["free"], now_ms=6002, ttl_ms=1000) == {"free": None}
+    await store.request_cancel("free", tenant_id="t", reason="from another replica", now_ms=6003)
+    renewed = await store.renew(owner="w3", run_ids=["free"], now_ms=6004, ttl_ms=1000)
+    assert renewed == {"free": "from another replica"}
     await store.release("free", owner="w2")  # not the owner: no effect
     record = await store.get_run("free")
     assert record is not None and record.lease_owner == "w3"
