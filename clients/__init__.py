@@ -11,9 +11,7 @@ from clients._client import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
     AsyncClient,
-    AsyncEventStream,
     Client,
-    EventStream,
     default_target,
 )
 from clients._errors import (
@@ -39,6 +37,7 @@ from clients._format import (
     phase_name,
     run_to_json,
 )
+from clients._streams import AsyncEventStream, EventStream
 
 __all__ = [
     "DEFAULT_TARGET",

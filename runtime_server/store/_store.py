@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, exists, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runtime_server.core import TERMINAL_PHASES, LeaseLost, Phase
+from runtime_server.store._appends import write_batch
 from runtime_server.store._db import Database, PostgresDatabase, open_database
 from runtime_server.store._pg_appends import PgAppender
 from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
@@ -279,7 +278,7 @@ class Store:
                     if self._pg is not None and self._pg.handles(batch):
                         fenced = await self._pg.write(batch)
                     else:
-                        fenced = await self.db.transaction(lambda conn, b=batch: _write_batch(conn, b))  # type: ignore[misc]
+                        fenced = await self.db.transaction(lambda conn, b=batch: write_batch(conn, b))  # type: ignore[misc]
                 except BaseException as exc:  # one failed transaction fails every caller in it
                     for item in batch:
                         if not item.future.done():
@@ -455,53 +454,6 @@ class Store:
             return RunRecord.from_row(row) if row else None
 
         return await self.db.transaction(write)
-
-
-# The step loop's statements as driver SQL: building SQLAlchemy expressions per commit
-# cost more than the commit itself. Named parameters are rewritten per dialect.
-_INSERT_EVENT = (
-    "INSERT INTO run_events (run_id, seq, type, payload, created_ms) "
-    "VALUES (:run_id, :seq, :type, :payload, :created_ms)"
-)
-
-
-@functools.lru_cache(maxsize=64)
-def _fenced_update_sql(columns: tuple[str, ...], paramstyle: str) -> str:
-    unknown = [c for c in columns if c not in runs.c]
-    if unknown:
-        raise ValueError(f"not columns of runs: {unknown}")
-    sets = ", ".join(f"{c} = :{c}" for c in columns)
-    fence = "run_id = :w_run_id AND revision = :w_revision AND lease_owner = :w_owner"
-    sql = f"UPDATE runs SET {sets} WHERE {fence}"
-    return _for_paramstyle(sql, paramstyle)
-
-
-@functools.lru_cache(maxsize=8)
-def _for_paramstyle(sql: str, paramstyle: str) -> str:
-    return re.sub(r":(\w+)", r"%(\1)s", sql) if paramstyle == "pyformat" else sql
-
-
-def _write_batch(conn: Connection, batch: list[_PendingAppend]) -> list[bool]:
-    paramstyle = conn.dialect.paramstyle
-    fenced: list[bool] = []
-    rows: list[dict[str, Any]] = []
-    for item in batch:
-        sql = _fenced_update_sql(tuple(sorted(item.values)), paramstyle)
-        params = {
-            **item.values,
-            "w_run_id": item.run_id,
-            "w_revision": item.expected_revision,
-            "w_owner": item.owner,
-        }
-        ok = conn.exec_driver_sql(sql, params).rowcount == 1
-        fenced.append(ok)
-        if ok:
-            rows.extend(item.rows)
-            if item.consume_signals:
-                conn.execute(delete(signals).where(signals.c.id.in_(list(item.consume_signals))))
-    if rows:
-        conn.exec_driver_sql(_for_paramstyle(_INSERT_EVENT, paramstyle), rows)
-    return fenced
 
 
 def _encode_token(created_ms: int, run_id: str) -> str:

@@ -1,0 +1,112 @@
+"""Event streams returned by the clients: plain iterators that stop early without cancelling the run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+import grpc
+import grpc.aio
+
+from agentrt.runtime.v1 import run_pb2
+from clients import _errors
+
+
+class _HasEvent(Protocol):
+    # RunAgentResponse and StreamRunEventsResponse both wrap one RunEvent.
+    @property
+    def event(self) -> run_pb2.RunEvent: ...
+
+
+class EventStream(Iterator[run_pb2.RunEvent]):
+    """Events of one server stream, for the synchronous :class:`Client`.
+
+    Iterate it to get :class:`run_pb2.RunEvent` objects until the server ends the
+    stream. Use it as a context manager (or call :meth:`cancel`) to stop early;
+    stopping a stream never cancels the run.
+
+    Raises:
+        RPCError: From iteration, when the stream ends with an error.
+    """
+
+    def __init__(self, call: grpc.CallIterator[Any]) -> None:
+        self._call = call
+        self._it = iter(call)
+        self._cancelled = False
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> run_pb2.RunEvent:
+        if self._cancelled:
+            raise StopIteration
+        try:
+            response: _HasEvent = next(self._it)
+        except grpc.RpcError as exc:
+            if self._cancelled:
+                raise StopIteration from None
+            raise _errors.from_call(exc) from exc
+        return response.event
+
+    def cancel(self) -> None:
+        """Closes the stream; later iteration stops. The run goes on."""
+        self._cancelled = True
+        self._call.cancel()  # type: ignore[no-untyped-call]  # grpc-stubs leaves cancel() unannotated
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.cancel()
+
+
+class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
+    """Events of one server stream, for :class:`AsyncClient`.
+
+    ``async for`` over it to get :class:`run_pb2.RunEvent` objects until the server
+    ends the stream. Use ``async with`` (or call :meth:`aclose`) to stop early;
+    stopping a stream never cancels the run.
+
+    Raises:
+        RPCError: From iteration, when the stream ends with an error.
+    """
+
+    def __init__(self, call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:
+        self._call = call
+        self._it = call.__aiter__()
+        self._cancelled = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> run_pb2.RunEvent:
+        if self._cancelled:
+            raise StopAsyncIteration
+        try:
+            response: _HasEvent = await anext(self._it)
+        except grpc.aio.AioRpcError as exc:
+            raise await _errors.from_aio_call(self._call, exc) from exc
+        return response.event
+
+    def cancel(self) -> None:
+        """Cancels the stream's call; later iteration stops. The run goes on."""
+        self._cancelled = True
+        self._call.cancel()
+
+    async def aclose(self) -> None:
+        """Cancels the stream's call and releases it."""
+        self.cancel()
+        aclose = getattr(self._it, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
