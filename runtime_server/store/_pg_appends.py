@@ -11,20 +11,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
+from runtime_server.store._appends import PendingAppend
 from runtime_server.store._schema import runs
-
-
-class _Append(Protocol):
-    run_id: str
-    expected_revision: int
-    owner: str
-    rows: list[dict[str, Any]]
-    values: dict[str, Any]
-    consume_signals: Sequence[int]
 
 
 @functools.lru_cache(maxsize=32)
@@ -52,11 +44,11 @@ class PgAppender:
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     @staticmethod
-    def handles(batch: Sequence[_Append]) -> bool:
+    def handles(batch: Sequence[PendingAppend]) -> bool:
         """Appends with events and no signals to consume take the fast path."""
         return all(item.rows and not item.consume_signals for item in batch)
 
-    async def write(self, batch: Sequence[_Append]) -> list[bool]:
+    async def write(self, batch: Sequence[PendingAppend]) -> list[bool]:
         """Apply the batch; per item, whether its fence held. One transaction for several items."""
         conn = await self._connection()
         try:
@@ -72,7 +64,9 @@ class PgAppender:
             await self.close()  # a broken connection is replaced on the next batch
             raise
 
-    async def _send(self, conn: psycopg.AsyncConnection[Any], item: _Append) -> psycopg.AsyncCursor[Any]:
+    async def _send(
+        self, conn: psycopg.AsyncConnection[Any], item: PendingAppend
+    ) -> psycopg.AsyncCursor[Any]:
         params = dict(item.values)
         params.update(
             w_run_id=item.run_id,
