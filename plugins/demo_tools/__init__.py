@@ -36,6 +36,7 @@ __all__ = [
     "agentrt_query_operation",
     "agentrt_register_tools",
     "count_refunds",
+    "describe_refund",
     "echo",
     "issue_refund",
     "lookup_order",
