@@ -329,7 +329,14 @@ class Engine:
             if not self._stopping and (handle.extra.get("session_id") or self._unowned_waiting):
                 # A waiting turn of the same session, or a run this replica could not take, may start now.
                 self._unowned_waiting = False
-                self._background.append(asyncio.get_running_loop().create_task(self._claim_soon()))
+                task = asyncio.get_running_loop().create_task(self._claim_soon())
+                self._background.append(task)
+                # Forget it once done, so a long-lived server does not keep every finished task.
+                task.add_done_callback(self._forget_background)
+
+    def _forget_background(self, task: asyncio.Task[None]) -> None:
+        if task in self._background:
+            self._background.remove(task)
 
     async def _claim_soon(self) -> None:
         try:
