@@ -174,7 +174,8 @@ def _run_checkpointed(e: run_pb2.RunCheckpointed) -> str:
 
 
 def _cancel_requested(e: run_pb2.CancelRequested) -> str:
-    return f"reason={e.reason}"
+    by = f" by={e.requested_by}" if e.requested_by else ""
+    return f"reason={e.reason}{by}"
 
 
 def _run_completed(e: run_pb2.RunCompleted) -> str:
@@ -201,6 +202,12 @@ def _tool_outcome_unknown(e: run_pb2.ToolOutcomeUnknown) -> str:
     return f"{e.tool} ?? outcome unknown call={e.call_id} key={e.idempotency_key} reason={_quote(e.reason)}"
 
 
+def _outcome_resolved(e: run_pb2.OutcomeResolved) -> str:
+    decision = e.decision.removeprefix("OUTCOME_DECISION_")
+    comment = f" comment={_quote(e.comment)}" if e.comment else ""
+    return f"call={e.call_id} {decision} by={e.resolved_by}{comment}"
+
+
 def _handoff(e: run_pb2.Handoff) -> str:
     reason = f" reason={_quote(e.reason)}" if e.reason else ""
     return f"{e.from_agent} -> {e.to_agent}{reason}"
@@ -225,6 +232,7 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "run_ended": _run_ended,
     "tool_outcome_unknown": _tool_outcome_unknown,
     "handoff": _handoff,
+    "outcome_resolved": _outcome_resolved,
 }
 
 

@@ -17,6 +17,14 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runtime_server._config_security import (
+    AuthConfig,
+    EncryptionConfig,
+    GrantsConfig,
+    InlineAgentsConfig,
+    ModelProfileConfig,
+    TlsConfig,
+)
 from runtime_server.core import Budgets, LoopPolicy
 
 
@@ -29,11 +37,12 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    """Which model an agent uses."""
+    """Which model an agent uses: a named server-side profile, or a provider given here."""
 
     provider: str = "scripted"
     name: str = ""
     options: dict[str, Any] = Field(default_factory=dict)
+    profile: str = ""  # a [model_profiles.<name>]; its options come first, these on top
 
 
 class BudgetsConfig(_Strict):
@@ -116,6 +125,12 @@ class ToolHostConfig(_Strict):
     plugins: list[str] = Field(default_factory=list)
     entrypoints: bool = True
     data_dir: str = ""
+    # mTLS to a host at ``address``: the CA its certificate must chain to, and the runtime's
+    # client certificate and key. Re-read when they change. A spawned host gets its own.
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    server_name: str = ""  # the name to verify in the host's certificate, when not its address
 
     @model_validator(mode="after")
     def _address_or_spawn(self) -> ToolHostConfig:
@@ -123,7 +138,17 @@ class ToolHostConfig(_Strict):
             raise ValueError("give exactly one of address or spawn = true")
         if self.address and ":" not in self.address:
             raise ValueError(f"address {self.address!r} is not HOST:PORT")
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("give both cert_file and key_file, or neither")
+        if (self.cert_file or self.server_name) and not self.ca_file:
+            raise ValueError("cert_file and server_name need ca_file (TLS to the host)")
+        if self.spawn and (self.ca_file or self.cert_file):
+            raise ValueError("a spawned host gets its own TLS material; give ca_file only with address")
         return self
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.ca_file)
 
 
 class PriceConfig(_Strict):
@@ -171,8 +196,15 @@ class Settings(_Strict):
     tool_hosts: list[ToolHostConfig] = Field(default_factory=list)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)  # keyed by model name
-    approvers: list[str] = Field(default_factory=list)  # who may resolve approvals; empty: anyone
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    grants: GrantsConfig = Field(default_factory=GrantsConfig)
+    encryption: EncryptionConfig = Field(default_factory=EncryptionConfig)
+    model_profiles: dict[str, ModelProfileConfig] = Field(default_factory=dict)
+    inline_agents: InlineAgentsConfig = Field(default_factory=InlineAgentsConfig)
+    reflection: bool | None = None  # None: on when listening on loopback only
+    insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 
     @field_validator("listen")
     @classmethod
@@ -191,6 +223,11 @@ class Settings(_Strict):
             unknown = [a for a in (*agent.handoffs, *agent.agent_tools) if a not in self.agents]
             if unknown:
                 raise ValueError(f"agent {name!r} names agents that are not configured: {unknown}")
+            if agent.model.profile and agent.model.profile not in self.model_profiles:
+                raise ValueError(f"agent {name!r} names an unknown model profile {agent.model.profile!r}")
+        unknown = [a for a in self.inline_agents.agents if a not in self.agents]
+        if unknown:
+            raise ValueError(f"inline_agents.agents names agents that are not configured: {unknown}")
         return self
 
 

@@ -22,6 +22,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="embedded demo defaults: SQLite, a local tool host, the refund-demo agent",
     )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback listen without TLS and authentication (logged loudly; not for production)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -38,6 +43,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
         overrides["listen"] = args.listen
     if args.db_url:
         overrides["db_url"] = args.db_url
+    if args.insecure:
+        overrides["insecure"] = True
     if not overrides:
         return settings
     try:

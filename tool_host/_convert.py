@@ -36,6 +36,7 @@ ERROR_CODES: dict[ErrorCode, tool_pb2.ToolErrorCode] = {
     ErrorCode.UNKNOWN_TOOL: tool_pb2.TOOL_ERROR_CODE_UNKNOWN_TOOL,
     ErrorCode.KEY_CONFLICT: tool_pb2.TOOL_ERROR_CODE_KEY_CONFLICT,
     ErrorCode.FENCED: tool_pb2.TOOL_ERROR_CODE_FENCED,
+    ErrorCode.NOT_ALLOWED: tool_pb2.TOOL_ERROR_CODE_NOT_ALLOWED,
 }
 
 OPERATION_STATUSES: dict[OperationStatus, tool_pb2.OperationStatus] = {

@@ -51,6 +51,7 @@ class ErrorCode(enum.Enum):
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     KEY_CONFLICT = "KEY_CONFLICT"
     FENCED = "FENCED"
+    NOT_ALLOWED = "NOT_ALLOWED"  # set by the runtime: the agent was not given the tool
 
     @property
     def retryable(self) -> bool:

@@ -23,6 +23,7 @@ from runtime_server.core import (
     NotFound,
     PermissionDenied,
     StaleRevision,
+    Unauthenticated,
 )
 
 DOMAIN = "runtime.agentrt"
@@ -35,6 +36,7 @@ _CODES: list[tuple[type[AgentRtError], grpc.StatusCode]] = [
     (LeaseLost, grpc.StatusCode.ABORTED),
     (StaleRevision, grpc.StatusCode.ABORTED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
 ]
 
 

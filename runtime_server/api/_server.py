@@ -17,13 +17,16 @@ from grpc_reflection.v1alpha import reflection
 
 from agentrt.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
 from runtime_server._config import ConfigError, Settings
+from runtime_server.api._interceptor import AuthInterceptor
 from runtime_server.api._servicer import RuntimeServicer
+from runtime_server.auth import Authentication, build_authentication, local_principal
 from runtime_server.engine import Engine
 from runtime_server.events import EventBus
 from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from runtime_server.store import Store
 from runtime_server.telemetry import Counters
 from runtime_server.tools import SpawnedToolHost, ToolHostError, ToolRouter
+from tool_host.security import ReloadingServerCredentials, TlsFileError, is_loopback_host
 
 log = logging.getLogger("agentrt.server")
 SERVICE_NAME = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name
@@ -56,6 +59,8 @@ class RuntimeServer:
         """
         settings = self.settings
         # Everything that can reject the configuration runs before the database is touched.
+        authentication = _authentication(settings)
+        credentials = _server_credentials(settings)
         self.models = ModelRegistry(get_model_plugin_manager())
         for name, agent in settings.agents.items():
             try:
@@ -96,20 +101,25 @@ class RuntimeServer:
             counters=self.counters,
         )
         self.server = grpc.aio.server(
+            interceptors=[AuthInterceptor(authentication)],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ]
+            ],
         )
         runtime_service_pb2_grpc.add_AgentRuntimeServiceServicer_to_server(
             RuntimeServicer(engine=self.engine, settings=settings), self.server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
-        )
+        if _reflection_on(settings):
+            reflection.enable_server_reflection(
+                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+            )
         try:
-            port = self.server.add_insecure_port(settings.listen)
+            if credentials is None:
+                port = self.server.add_insecure_port(settings.listen)
+            else:
+                port = self.server.add_secure_port(settings.listen, credentials.credentials)
         except RuntimeError as exc:
             raise ConfigError(f"cannot listen on {settings.listen}: {exc}") from exc
         await self.server.start()
@@ -138,6 +148,57 @@ class RuntimeServer:
         # One machine-readable line: operators and tests read the process's counters from it.
         counters = json.dumps(self.counters.snapshot(), sort_keys=True)
         print(f"agentrt-counters {counters}", file=sys.stderr, flush=True)
+
+
+def _loopback(settings: Settings) -> bool:
+    return is_loopback_host(settings.listen.rpartition(":")[0])
+
+
+def _reflection_on(settings: Settings) -> bool:
+    return settings.reflection if settings.reflection is not None else _loopback(settings)
+
+
+def _authentication(settings: Settings) -> Authentication:
+    """Who may call. Secure by default: off loopback, TLS and an authenticator are required.
+
+    Raises:
+        ConfigError: a non-loopback listen without TLS and authentication (and no ``--insecure``),
+            or an authentication file that cannot be used.
+    """
+    loopback = _loopback(settings)
+    secured = settings.tls.enabled and settings.auth.configured
+    if not loopback and not secured:
+        if not settings.insecure:
+            raise ConfigError(
+                f"refusing to listen on {settings.listen} without TLS and authentication: configure "
+                "[tls] and [auth], listen on loopback, or pass --insecure"
+            )
+        missing = [
+            name for name, on in (("TLS", settings.tls.enabled), ("auth", settings.auth.configured)) if not on
+        ]
+        log.warning(
+            "INSECURE (--insecure): serving %s without %s; anyone who reaches this port can act on runs",
+            settings.listen,
+            " and ".join(missing),
+        )
+    local = None if settings.auth.configured else local_principal(settings.default_tenant)
+    try:
+        return build_authentication(settings.auth, local=local)
+    except ValueError as exc:
+        raise ConfigError(f"auth: {exc}") from exc
+
+
+def _server_credentials(settings: Settings) -> ReloadingServerCredentials | None:
+    if not settings.tls.enabled:
+        return None
+    try:
+        return ReloadingServerCredentials(
+            cert_file=settings.tls.cert_file,
+            key_file=settings.tls.key_file,
+            client_ca_file=settings.tls.client_ca_file,
+        )
+    except TlsFileError as exc:
+        raise ConfigError(f"tls: {exc}") from exc
 
 
 async def serve(settings: Settings, *, announce: Callable[[str], None] = print) -> None:

@@ -20,6 +20,7 @@ from runtime_server.api._convert import (
 )
 from runtime_server.api._errors import abort_internal, abort_with
 from runtime_server.api._streams import follow_events
+from runtime_server.auth import Principal, current_principal
 from runtime_server.core import (
     AgentRtError,
     Event,
@@ -50,9 +51,10 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self.store = engine.store
         self.settings = settings
 
-    def _tenant(self, context: Context) -> str:
-        # Authentication arrives with R10.2; until then every caller is the default tenant.
-        return self.settings.default_tenant
+    @staticmethod
+    def _principal() -> Principal:
+        # Set by the AuthInterceptor for every call but health checks.
+        return current_principal()
 
     # -- starting -----------------------------------------------------------------------------------
 
@@ -121,8 +123,10 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         for name in ("request_key", "session_id"):
             if len(getattr(request, name)) > _MAX_KEY_LEN:
                 raise InvalidRequest(f"{name} is longer than {_MAX_KEY_LEN}", field=name)
+        principal = self._principal()
         return StartRequest(
-            tenant_id=self._tenant(context),
+            tenant_id=principal.tenant,
+            created_by=principal.subject,
             agent=self._resolve_agent(request),
             input=request.input,
             budget_overrides=budgets_from_proto(request.budgets),
@@ -165,7 +169,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     async def _get(self, run_id: str, context: Context) -> RunRecord:
         if not run_id:
             raise InvalidRequest("run_id is required", field="run_id")
-        record = await self.store.get_run(run_id, tenant_id=self._tenant(context))
+        record = await self.store.get_run(run_id, tenant_id=self._principal().tenant)
         if record is None:
             raise NotFound(f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
         return record
@@ -191,7 +195,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 raise InvalidRequest(str(exc), field="phases") from exc
             try:
                 records, token = await self.store.list_runs(
-                    tenant_id=self._tenant(context),
+                    tenant_id=self._principal().tenant,
                     phases=phases,
                     agent_name=request.agent_name,
                     session_id=request.session_id,
@@ -242,8 +246,12 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 )
             if len(request.reason) > 400:
                 raise InvalidRequest("reason is longer than 400", field="reason")
+            principal = self._principal()
             updated = await self.engine.request_cancel(
-                record.run_id, tenant_id=self._tenant(context), reason=request.reason
+                record.run_id,
+                tenant_id=principal.tenant,
+                reason=request.reason,
+                requested_by=principal.subject,
             )
         except AgentRtError as exc:
             await abort_with(context, exc)
@@ -306,6 +314,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 "decision": decision,
                 "result_json": request.result_json,
                 "comment": request.comment[:400],
+                "resolved_by": self._principal().subject,
             }
             record = await self._decide(
                 record, "outcome_decision", payload, request.expected_revision, context
@@ -321,13 +330,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             record = await self._get(request.run_id, context)
             if request.decision == run_pb2.APPROVAL_DECISION_UNSPECIFIED:
                 raise InvalidRequest("decision is required", field="decision")
-            approver = _caller(context, "x-agentrt-approver")
-            if self.settings.approvers and approver not in self.settings.approvers:
-                raise PermissionDenied(
-                    f"{approver or 'an anonymous caller'} may not resolve approvals",
-                    reason="NOT_APPROVER",
-                    metadata={"approver": approver},
-                )
+            approver = self._principal().subject
             if record.phase != Phase.WAITING_APPROVAL.value or not record.pending_approval:
                 raise FailedPrecondition(
                     f"run {record.run_id} is {record.phase}, not waiting for an approval",
@@ -341,6 +344,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     reason="APPROVAL_NOT_FOUND",
                     metadata={"run_id": record.run_id},
                 )
+            self._check_approver_scope(approver, record, pending)
             if request.args_hash != pending["args_hash"]:
                 raise FailedPrecondition(
                     "args_hash does not match the arguments waiting for approval",
@@ -371,13 +375,20 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await abort_with(context, exc)
         return runtime_service_pb2.ResolveApprovalResponse(run=run_to_proto(record))
 
-
-def _caller(context: Context, key: str) -> str:
-    """A caller-supplied identity from call metadata (authenticated identities come with R10.2)."""
-    for name, value in context.invocation_metadata() or ():
-        if name == key:
-            return str(value)[:200]
-    return ""
+    def _check_approver_scope(self, approver: str, record: RunRecord, pending: dict[str, Any]) -> None:
+        """An approver limited by config to some agents or tools may resolve only those (R7.2)."""
+        scope = self.settings.auth.approver_scopes.get(approver)
+        if scope is None:
+            return
+        tool = str(pending.get("tool", ""))
+        if (scope.agents and record.agent_name not in scope.agents) or (
+            scope.tools and tool not in scope.tools
+        ):
+            raise PermissionDenied(
+                f"{approver} may not resolve approvals of agent {record.agent_name!r} for {tool!r}",
+                reason="APPROVER_OUT_OF_SCOPE",
+                metadata={"run_id": record.run_id},
+            )
 
 
 def _session_policy(value: int) -> str:

@@ -43,6 +43,7 @@ from runtime_server.core._errors import (
     PayloadTooLarge,
     PermissionDenied,
     StaleRevision,
+    Unauthenticated,
 )
 from runtime_server.core._events import Event
 from runtime_server.core._keys import args_hash, canonical_json, idempotency_key
@@ -106,6 +107,7 @@ __all__ = [
     "RunState",
     "StaleRevision",
     "Trigger",
+    "Unauthenticated",
     "Usage",
     "WaitUntil",
     "args_hash",

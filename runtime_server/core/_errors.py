@@ -9,6 +9,7 @@ Tree::
     ├── NotFound                      unknown run / agent / approval (NOT_FOUND)
     ├── FailedPrecondition            the run's state forbids the request
     ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
+    ├── Unauthenticated               no credential, or a bad one (UNAUTHENTICATED)
     ├── PermissionDenied              the caller may not do this (PERMISSION_DENIED)
     └── LeaseLost                     this worker no longer owns the run (ABORTED)
 """
@@ -83,6 +84,12 @@ class StaleRevision(AgentRtError):
     """The caller's expected revision is not the run's current one; re-read and retry."""
 
     reason = "STALE_REVISION"
+
+
+class Unauthenticated(AgentRtError):
+    """The caller presented no usable credential; the message never echoes the credential."""
+
+    reason = "UNAUTHENTICATED"
 
 
 class PermissionDenied(AgentRtError):

@@ -28,6 +28,7 @@ RUN_CANCELLED = "run.cancelled"
 RUN_ENDED = "run.ended"
 TOOL_OUTCOME_UNKNOWN = "tool.outcome.unknown"
 HANDOFF = "handoff"
+OUTCOME_RESOLVED = "outcome.resolved"
 
 EVENT_TYPES: tuple[str, ...] = (
     RUN_STARTED,
@@ -48,6 +49,7 @@ EVENT_TYPES: tuple[str, ...] = (
     RUN_ENDED,
     TOOL_OUTCOME_UNKNOWN,
     HANDOFF,
+    OUTCOME_RESOLVED,
 )
 
 

@@ -233,8 +233,8 @@ class RunState:
                 call.call_deadline_ms = (
                     parse_rfc3339_ms(data["call_deadline"]) if data.get("call_deadline") else 0
                 )
-            case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA:
-                pass
+            case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA | ev.OUTCOME_RESOLVED:
+                pass  # audit only: the result event that follows an outcome.resolved moves the run
             case ev.APPROVAL_REQUESTED:
                 self._move(Trigger.AWAIT_APPROVAL)
                 if data["call_id"]:  # empty for a budget pause: no call waits

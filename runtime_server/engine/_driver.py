@@ -73,6 +73,7 @@ class RunHandle:
     task: asyncio.Task[None] | None = None
     io: asyncio.Future[Any] | None = None
     cancel_reason: str | None = None
+    cancel_by: str = ""  # who asked for the cancel, recorded on cancel.requested
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +124,7 @@ class RunDriver:
         self.policy = self._policy()
         if record.cancel_requested_ms is not None and self.handle.cancel_reason is None:
             self.handle.cancel_reason = record.cancel_reason or "cancelled"
+            self.handle.cancel_by = record.cancel_requested_by or ""
         try:
             if fresh is None:  # nobody can have queued a signal for a run created a moment ago
                 changed = self._changed_tool_contract()
@@ -292,7 +294,8 @@ class RunDriver:
                 and not phase.terminal
                 and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)
             ):
-                self.add(Event(ev.CANCEL_REQUESTED, {"reason": self.handle.cancel_reason}))
+                data = {"reason": self.handle.cancel_reason, "requested_by": self.handle.cancel_by}
+                self.add(Event(ev.CANCEL_REQUESTED, data))
             clock = Clock(
                 now_s=engine.clock(), deadline_s=self.deadline_s, reserve_s=engine.settings.call_reserve_s
             )

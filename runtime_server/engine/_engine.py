@@ -46,6 +46,7 @@ class StartRequest:
     metadata: Mapping[str, str] = field(default_factory=dict)
     session_id: str = ""
     session_policy: str = "reject"  # reject | enqueue | interrupt (R8.3)
+    created_by: str = ""  # subject of the principal that asked (or "run:<id>" for a child run)
 
 
 def new_run_id(now_ms: int) -> str:
@@ -170,6 +171,7 @@ class Engine:
             "lease_generation": 1 if own else 0,
             "cancel_requested_ms": None,
             "cancel_reason": None,
+            "created_by": request.created_by,
             "state_version": STATE_VERSION,
             "runtime_version": RUNTIME_VERSION,
             "agent_config_hash": request.agent.config_hash(),
@@ -179,6 +181,7 @@ class Engine:
             "input": request.input,
             "budgets": budgets.to_json(),
             "deadline": rfc3339(deadline_ms),
+            "started_by": request.created_by,
         }
         if history:
             started["session_history"] = history
@@ -211,21 +214,30 @@ class Engine:
             )
         if request.session_policy == "interrupt":
             await self.request_cancel(
-                active.run_id, tenant_id=request.tenant_id, reason="interrupted by a new turn"
+                active.run_id,
+                tenant_id=request.tenant_id,
+                reason="interrupted by a new turn",
+                requested_by=request.created_by,
             )
         return True
 
-    async def request_cancel(self, run_id: str, *, tenant_id: str, reason: str) -> RunRecord | None:
+    async def request_cancel(
+        self, run_id: str, *, tenant_id: str, reason: str, requested_by: str
+    ) -> RunRecord | None:
         """Persist the cancel intent and signal the owner; unowned runs are claimed and ended here."""
         record = await self.store.request_cancel(
-            run_id, tenant_id=tenant_id, reason=reason or "cancelled", now_ms=self.now_ms()
+            run_id,
+            tenant_id=tenant_id,
+            reason=reason or "cancelled",
+            requested_by=requested_by,
+            now_ms=self.now_ms(),
         )
         if record is None or Phase(record.phase).terminal:
             return record
         self.counters.inc("cancel_requested_count")
         handle = self._runs.get(run_id)
         if handle is not None:
-            self._signal_cancel(handle, record.cancel_reason or "cancelled")
+            self._signal_cancel(handle, record.cancel_reason or "cancelled", record.cancel_requested_by or "")
         elif not self._stopping:
             await self._claim_and_launch(run_ids=[run_id])
         return record
@@ -235,9 +247,10 @@ class Engine:
         if run_id not in self._runs and not self._stopping:
             await self._claim_and_launch(run_ids=[run_id])
 
-    def _signal_cancel(self, handle: RunHandle, reason: str) -> None:
+    def _signal_cancel(self, handle: RunHandle, reason: str, requested_by: str) -> None:
         if handle.cancel_reason is None:
             handle.cancel_reason = reason
+            handle.cancel_by = requested_by
         if handle.io is not None and not handle.io.done():
             handle.io.cancel()
 
@@ -296,11 +309,11 @@ class Engine:
             except Exception:
                 log.exception("renewing leases failed")
                 continue
-            for run_id, cancel_reason in kept.items():
+            for run_id, cancel in kept.items():
                 if (kept_handle := self._runs.get(run_id)) is not None:
                     kept_handle.lease_deadline_s = renewed_at + self._lease_horizon_s()
-                    if cancel_reason is not None:
-                        self._signal_cancel(kept_handle, cancel_reason)
+                    if cancel is not None:
+                        self._signal_cancel(kept_handle, *cancel)
             for run_id in set(owned) - kept.keys():
                 handle = self._runs.get(run_id)
                 if handle is not None and handle.task is not None:

@@ -307,13 +307,17 @@ class ToolStep:
             budget_overrides={"timeout_s": min(child_agent.config.budgets.timeout_s, remaining)},
             request_key=f"child:{call.idempotency_key}",
             metadata={"parent_run_id": d.run_id, "parent_call_id": call.call_id},
+            created_by=f"run:{d.run_id}",
         )
         child, _ = await engine.start_run(request)
         try:
             ended = await d.io(lambda: self._wait_for_end(child.run_id))
         except Cancelled:
             await engine.request_cancel(
-                child.run_id, tenant_id=d.tenant_id, reason=f"parent run {d.run_id} cancelled"
+                child.run_id,
+                tenant_id=d.tenant_id,
+                reason=f"parent run {d.run_id} cancelled",
+                requested_by=f"run:{d.run_id}",
             )
             return ToolOutcome.failure("CANCELLED", f"cancelled; child run {child.run_id} was cancelled too")
         if ended.phase == Phase.COMPLETED.value:
@@ -397,6 +401,13 @@ class ToolStep:
         if d.state.phase is not Phase.UNKNOWN_OUTCOME or call is None or call.call_id != decision["call_id"]:
             return
         kind = decision["decision"]
+        resolved = {
+            "call_id": call.call_id,
+            "decision": kind,
+            "resolved_by": decision.get("resolved_by", ""),
+            "comment": decision.get("comment", ""),
+        }
+        d.add(Event(ev.OUTCOME_RESOLVED, resolved))
         if kind == "OUTCOME_DECISION_SUCCEEDED":
             self.record(call, ToolOutcome(decision.get("result_json") or "{}", None))
         elif kind == "OUTCOME_DECISION_FAILED":

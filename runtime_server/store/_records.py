@@ -38,6 +38,8 @@ class RunRecord:
     state_version: int
     runtime_version: str
     agent_config_hash: str
+    created_by: str = ""
+    cancel_requested_by: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

@@ -50,6 +50,8 @@ runs = Table(
     Column("state_version", Integer, nullable=False),
     Column("runtime_version", String(40), nullable=False),
     Column("agent_config_hash", String(64), nullable=False),
+    Column("created_by", String(200), nullable=False, server_default=""),  # subject that started it
+    Column("cancel_requested_by", String(200), nullable=True),  # subject that asked to cancel it
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),

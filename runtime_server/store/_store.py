@@ -375,24 +375,29 @@ class Store:
 
     async def renew(
         self, *, owner: str, run_ids: Sequence[str], now_ms: int, ttl_ms: int
-    ) -> dict[str, str | None]:
+    ) -> dict[str, tuple[str, str] | None]:
         """Extend this worker's leases.
 
         Returns:
-            The runs it still owns, each with its pending cancel reason (None when no cancel was
-            asked): a cancel recorded by another replica reaches the owner here.
+            The runs it still owns, each with its pending cancel (reason, requested_by), or None
+            when no cancel was asked: a cancel recorded by another replica reaches the owner here.
         """
         if not run_ids:
             return {}
 
-        def write(conn: Connection) -> dict[str, str | None]:
+        def write(conn: Connection) -> dict[str, tuple[str, str] | None]:
             rows = conn.execute(
                 update(runs)
                 .where(runs.c.run_id.in_(list(run_ids)), runs.c.lease_owner == owner)
                 .values(lease_expires_ms=now_ms + ttl_ms)
-                .returning(runs.c.run_id, runs.c.cancel_requested_ms, runs.c.cancel_reason)
+                .returning(
+                    runs.c.run_id,
+                    runs.c.cancel_requested_ms,
+                    runs.c.cancel_reason,
+                    runs.c.cancel_requested_by,
+                )
             )
-            return {r[0]: (r[2] or "cancelled") if r[1] is not None else None for r in rows}
+            return {r[0]: ((r[2] or "cancelled"), r[3] or "") if r[1] is not None else None for r in rows}
 
         return await self.db.transaction(write)
 
@@ -433,7 +438,7 @@ class Store:
         return await self.db.transaction(write)
 
     async def request_cancel(
-        self, run_id: str, *, tenant_id: str, reason: str, now_ms: int
+        self, run_id: str, *, tenant_id: str, reason: str, requested_by: str, now_ms: int
     ) -> RunRecord | None:
         """Persist the cancel intent (any replica may call this); None when the run is unknown."""
 
@@ -446,7 +451,7 @@ class Store:
                     runs.c.phase.not_in(_TERMINAL),
                     runs.c.cancel_requested_ms.is_(None),
                 )
-                .values(cancel_requested_ms=now_ms, cancel_reason=reason)
+                .values(cancel_requested_ms=now_ms, cancel_reason=reason, cancel_requested_by=requested_by)
             )
             row = conn.execute(
                 select(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)

@@ -174,9 +174,11 @@ async def test_claim_takes_unowned_and_expired_runs_once_and_bumps_the_fencing_t
     assert [(c.run_id, c.generation) for c in claims] == [("free", 2)]
     assert await store.renew(owner="w2", run_ids=["free"], now_ms=6002, ttl_ms=1000) == {}
     assert await store.renew(owner="w3", run_ids=["free"], now_ms=6002, ttl_ms=1000) == {"free": None}
-    await store.request_cancel("free", tenant_id="t", reason="from another replica", now_ms=6003)
+    await store.request_cancel(
+        "free", tenant_id="t", reason="from another replica", requested_by="ops", now_ms=6003
+    )
     renewed = await store.renew(owner="w3", run_ids=["free"], now_ms=6004, ttl_ms=1000)
-    assert renewed == {"free": "from another replica"}
+    assert renewed == {"free": ("from another replica", "ops")}
     await store.release("free", owner="w2")  # not the owner: no effect
     record = await store.get_run("free")
     assert record is not None and record.lease_owner == "w3"
@@ -189,9 +191,11 @@ async def test_cancel_intent_is_durable_and_makes_paused_runs_claimable(store: S
     await store.create_run(
         run_values("paused", owner=None, phase="WAITING_APPROVAL"), [("run.started", "{}")], 1
     )
-    record = await store.request_cancel("paused", tenant_id="t", reason="stop", now_ms=5)
+    record = await store.request_cancel("paused", tenant_id="t", reason="stop", requested_by="bob", now_ms=5)
     assert record is not None and record.cancel_requested_ms == 5 and record.cancel_reason == "stop"
-    assert await store.request_cancel("paused", tenant_id="other", reason="x", now_ms=6) is None
+    assert record.cancel_requested_by == "bob"
+    other = await store.request_cancel("paused", tenant_id="other", reason="x", requested_by="eve", now_ms=6)
+    assert other is None
     claims = await store.claim(owner="w", now_ms=10, ttl_ms=1000, limit=5)
     assert [c.run_id for c in claims] == ["paused"]
 

@@ -111,8 +111,19 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         "run.checkpointed  through_seq=6",
     ),
     "cancel_requested": (
-        {"cancel_requested": run_pb2.CancelRequested(reason="user asked")},
-        "cancel.requested  reason=user asked",
+        {"cancel_requested": run_pb2.CancelRequested(reason="user asked", requested_by="alice")},
+        "cancel.requested  reason=user asked by=alice",
+    ),
+    "outcome_resolved": (
+        {
+            "outcome_resolved": run_pb2.OutcomeResolved(
+                call_id="call_2_0",
+                decision="OUTCOME_DECISION_SUCCEEDED",
+                resolved_by="ops",
+                comment="checked",
+            )
+        },
+        'outcome.resolved  call=call_2_0 SUCCEEDED by=ops comment="checked"',
     ),
     "run_completed": (
         {"run_completed": run_pb2.RunCompleted(output="Refund R-1 issued.\nThanks")},

@@ -95,14 +95,16 @@ class Usage(_message.Message):
     def __init__(self, model_steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., handoffs: _Optional[int] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
-    __slots__ = ("provider", "name", "options")
+    __slots__ = ("provider", "name", "options", "profile")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     provider: str
     name: str
     options: _struct_pb2.Struct
-    def __init__(self, provider: _Optional[str] = ..., name: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    profile: str
+    def __init__(self, provider: _Optional[str] = ..., name: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., profile: _Optional[str] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
     __slots__ = ("name", "instructions", "model", "tools", "budgets", "handoffs", "agent_tools")
@@ -123,7 +125,7 @@ class AgentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval")
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +151,7 @@ class Run(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     tenant_id: str
     agent_name: str
@@ -167,7 +170,8 @@ class Run(_message.Message):
     update_time: _timestamp_pb2.Timestamp
     deadline: _timestamp_pb2.Timestamp
     pending_approval: ApprovalRequested
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ...) -> None: ...
+    created_by: str
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("call_id", "tool", "arguments_json")
@@ -190,18 +194,20 @@ class SessionTurn(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history")
+    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history", "started_by")
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     SESSION_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_BY_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     input: str
     budgets: Budgets
     deadline: _timestamp_pb2.Timestamp
     session_history: _containers.RepeatedCompositeFieldContainer[SessionTurn]
-    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ...) -> None: ...
+    started_by: str
+    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., started_by: _Optional[str] = ...) -> None: ...
 
 class StepStarted(_message.Message):
     __slots__ = ("step", "kind", "usage", "reason")
@@ -325,6 +331,18 @@ class ApprovalResolved(_message.Message):
     comment: str
     def __init__(self, approval_id: _Optional[str] = ..., decision: _Optional[_Union[ApprovalDecision, str]] = ..., approver: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
 
+class OutcomeResolved(_message.Message):
+    __slots__ = ("call_id", "decision", "resolved_by", "comment")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    decision: str
+    resolved_by: str
+    comment: str
+    def __init__(self, call_id: _Optional[str] = ..., decision: _Optional[str] = ..., resolved_by: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
+
 class RetryScheduled(_message.Message):
     __slots__ = ("call_id", "attempt", "delay", "reason", "due_time", "step")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -380,10 +398,12 @@ class RunCheckpointed(_message.Message):
     def __init__(self, through_seq: _Optional[int] = ...) -> None: ...
 
 class CancelRequested(_message.Message):
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "requested_by")
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
     reason: str
-    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+    requested_by: str
+    def __init__(self, reason: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
 
 class RunCompleted(_message.Message):
     __slots__ = ("output",)
@@ -420,7 +440,7 @@ class RunEnded(_message.Message):
     def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff")
+    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +462,7 @@ class RunEvent(_message.Message):
     RUN_ENDED_FIELD_NUMBER: _ClassVar[int]
     TOOL_OUTCOME_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_RESOLVED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -463,4 +484,5 @@ class RunEvent(_message.Message):
     run_ended: RunEnded
     tool_outcome_unknown: ToolOutcomeUnknown
     handoff: Handoff
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ...) -> None: ...
+    outcome_resolved: OutcomeResolved
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ...) -> None: ...

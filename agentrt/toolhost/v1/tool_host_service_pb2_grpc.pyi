@@ -30,8 +30,13 @@ class ToolHostServiceStub:
     """A tool host process serving plugin tools to agentrt runtimes.
 
     Call metadata carries x-agentrt-idempotency-key, x-agentrt-run-id,
-    x-agentrt-call-id, x-agentrt-attempt, x-agentrt-fencing-token and W3C
-    traceparent. The deadline is the gRPC deadline; cancellation is gRPC
+    x-agentrt-call-id, x-agentrt-attempt, x-agentrt-fencing-token, W3C
+    traceparent and x-agentrt-call-grant: a short-lived grant signed by the
+    runtime (a JWT, EdDSA, key id in its header) binding tenant, run, call,
+    idempotency key, fencing token, tool, argument hash and expiry. A host that
+    has grant keys verifies the grant before any ledger write or plugin code and
+    refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
+    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
     cancellation.
     """
 
@@ -53,8 +58,13 @@ class ToolHostServiceAsyncStub(ToolHostServiceStub):
     """A tool host process serving plugin tools to agentrt runtimes.
 
     Call metadata carries x-agentrt-idempotency-key, x-agentrt-run-id,
-    x-agentrt-call-id, x-agentrt-attempt, x-agentrt-fencing-token and W3C
-    traceparent. The deadline is the gRPC deadline; cancellation is gRPC
+    x-agentrt-call-id, x-agentrt-attempt, x-agentrt-fencing-token, W3C
+    traceparent and x-agentrt-call-grant: a short-lived grant signed by the
+    runtime (a JWT, EdDSA, key id in its header) binding tenant, run, call,
+    idempotency key, fencing token, tool, argument hash and expiry. A host that
+    has grant keys verifies the grant before any ledger write or plugin code and
+    refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
+    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
     cancellation.
     """
 
@@ -72,8 +82,13 @@ class ToolHostServiceServicer(metaclass=_abc_1.ABCMeta):
     """A tool host process serving plugin tools to agentrt runtimes.
 
     Call metadata carries x-agentrt-idempotency-key, x-agentrt-run-id,
-    x-agentrt-call-id, x-agentrt-attempt, x-agentrt-fencing-token and W3C
-    traceparent. The deadline is the gRPC deadline; cancellation is gRPC
+    x-agentrt-call-id, x-agentrt-attempt, x-agentrt-fencing-token, W3C
+    traceparent and x-agentrt-call-grant: a short-lived grant signed by the
+    runtime (a JWT, EdDSA, key id in its header) binding tenant, run, call,
+    idempotency key, fencing token, tool, argument hash and expiry. A host that
+    has grant keys verifies the grant before any ledger write or plugin code and
+    refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
+    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
     cancellation.
     """
 

@@ -28,6 +28,7 @@ class ToolErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_ERROR_CODE_UNKNOWN_TOOL: _ClassVar[ToolErrorCode]
     TOOL_ERROR_CODE_KEY_CONFLICT: _ClassVar[ToolErrorCode]
     TOOL_ERROR_CODE_FENCED: _ClassVar[ToolErrorCode]
+    TOOL_ERROR_CODE_NOT_ALLOWED: _ClassVar[ToolErrorCode]
 
 class OperationStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -48,6 +49,7 @@ TOOL_ERROR_CODE_CANCELLED: ToolErrorCode
 TOOL_ERROR_CODE_UNKNOWN_TOOL: ToolErrorCode
 TOOL_ERROR_CODE_KEY_CONFLICT: ToolErrorCode
 TOOL_ERROR_CODE_FENCED: ToolErrorCode
+TOOL_ERROR_CODE_NOT_ALLOWED: ToolErrorCode
 OPERATION_STATUS_UNSPECIFIED: OperationStatus
 OPERATION_STATUS_RUNNING: OperationStatus
 OPERATION_STATUS_SUCCEEDED: OperationStatus

@@ -1,0 +1,51 @@
+"""Security primitives shared by the tool host and the runtime: TLS material and call grants."""
+
+from __future__ import annotations
+
+from tool_host._grants import (
+    AUDIENCE,
+    GRANT_HEADER,
+    MAX_FENCING_TOKEN,
+    CallGrant,
+    GrantError,
+    GrantSigner,
+    GrantVerifier,
+    arguments_hash,
+    key_id,
+    public_key_pem,
+    write_signing_key,
+)
+from tool_host._tls import (
+    DevPki,
+    PeerCertificate,
+    ReloadingServerCredentials,
+    TlsFileError,
+    channel_credentials,
+    generate_dev_pki,
+    is_loopback_host,
+    issue_certificate,
+    peer_certificate,
+)
+
+__all__ = [
+    "AUDIENCE",
+    "GRANT_HEADER",
+    "MAX_FENCING_TOKEN",
+    "CallGrant",
+    "DevPki",
+    "GrantError",
+    "GrantSigner",
+    "GrantVerifier",
+    "PeerCertificate",
+    "ReloadingServerCredentials",
+    "TlsFileError",
+    "arguments_hash",
+    "channel_credentials",
+    "generate_dev_pki",
+    "is_loopback_host",
+    "issue_certificate",
+    "key_id",
+    "peer_certificate",
+    "public_key_pem",
+    "write_signing_key",
+]
