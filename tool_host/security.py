@@ -1,7 +1,9 @@
-"""Security primitives shared by the tool host and the runtime: TLS material and call grants."""
+"""Security primitives shared by the tool host and the runtime: TLS material, call grants and
+payload encryption at rest."""
 
 from __future__ import annotations
 
+from tool_host._cipher import CipherError, PayloadCipher, write_key_file
 from tool_host._grants import (
     AUDIENCE,
     GRANT_HEADER,
@@ -32,10 +34,12 @@ __all__ = [
     "GRANT_HEADER",
     "MAX_FENCING_TOKEN",
     "CallGrant",
+    "CipherError",
     "DevPki",
     "GrantError",
     "GrantSigner",
     "GrantVerifier",
+    "PayloadCipher",
     "PeerCertificate",
     "ReloadingServerCredentials",
     "TlsFileError",
@@ -47,5 +51,6 @@ __all__ = [
     "key_id",
     "peer_certificate",
     "public_key_pem",
+    "write_key_file",
     "write_signing_key",
 ]

@@ -1,0 +1,147 @@
+"""The shared security primitives: payload cipher, call grants, TLS helpers (real crypto, no fakes)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from tool_host.security import (
+    CipherError,
+    GrantError,
+    GrantSigner,
+    GrantVerifier,
+    PayloadCipher,
+    generate_dev_pki,
+    is_loopback_host,
+    key_id,
+    public_key_pem,
+    write_key_file,
+    write_signing_key,
+)
+
+
+def test_cipher_round_trips_binds_aad_and_reads_old_keys(tmp_path: Path) -> None:
+    old = PayloadCipher(keys={"k1": b"a" * 32}, active="k1")
+    sealed = old.seal("refund A100", aad="runs.input:r1")
+    assert "refund" not in sealed and sealed.startswith("enc:v1:k1:")
+    assert old.open(sealed, aad="runs.input:r1") == "refund A100"
+    with pytest.raises(CipherError):
+        old.open(sealed, aad="runs.input:r2")  # moved to another row
+    rotated = PayloadCipher(keys={"k1": b"a" * 32, "k2": b"b" * 32}, active="k2")
+    assert rotated.open(sealed, aad="runs.input:r1") == "refund A100"
+    assert rotated.seal("x", aad="").startswith("enc:v1:k2:")
+    assert rotated.open("written before encryption", aad="any") == "written before encryption"
+    with pytest.raises(CipherError, match="unknown key"):
+        PayloadCipher(keys={"k3": b"c" * 32}, active="k3").open(sealed, aad="runs.input:r1")
+    with pytest.raises(CipherError):
+        old.open("enc:v1:k1:!!!not-base64", aad="")
+
+
+def test_cipher_key_files_are_checked_without_echoing_keys(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    write_key_file(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert PayloadCipher.from_file(path).active == "k1"
+    bad = {
+        "not json": "{",
+        "no keys": json.dumps({"active": "k1"}),
+        "short key": json.dumps({"active": "k1", "keys": {"k1": "c2hvcnQ="}}),
+        "bad base64": json.dumps({"active": "k1", "keys": {"k1": "@@@@"}}),
+        "active missing": json.dumps(
+            {"active": "k9", "keys": {"k1": "YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE="}}
+        ),
+    }
+    for name, text in bad.items():
+        path.write_text(text)
+        with pytest.raises(CipherError) as info:
+            PayloadCipher.from_file(path)
+        assert "YWFh" not in str(info.value), name
+    with pytest.raises(CipherError, match="cannot read"):
+        PayloadCipher.from_file(tmp_path / "missing.json")
+
+
+def _signer_and_verifier(tmp_path: Path) -> tuple[GrantSigner, GrantVerifier, Path, Path]:
+    key_file, pub_file = tmp_path / "grant.key", tmp_path / "grant.pub"
+    key = write_signing_key(key_file)
+    pub_file.write_bytes(public_key_pem(key))
+    return GrantSigner(key_file=key_file), GrantVerifier(keys_file=pub_file), key_file, pub_file
+
+
+def _sign(signer: GrantSigner, **overrides: object) -> str:
+    fields: dict[str, object] = {
+        "tenant": "acme",
+        "run_id": "run-1",
+        "call_id": "call_1_0",
+        "idempotency_key": "key-1",
+        "fencing_token": 3,
+        "tool": "refund.issue",
+        "arguments_json": '{"order_id": "A100"}',
+    }
+    fields.update(overrides)
+    return signer.sign(**fields)  # type: ignore[arg-type]
+
+
+def test_grants_bind_the_call_and_refuse_tampering(tmp_path: Path) -> None:
+    signer, verifier, _, _ = _signer_and_verifier(tmp_path)
+    grant = verifier.verify(_sign(signer))
+    assert (grant.tenant, grant.run_id, grant.fencing_token, grant.tool) == (
+        "acme",
+        "run-1",
+        3,
+        "refund.issue",
+    )
+    header, _, signature = _sign(signer).split(".")
+    forged_body = jwt.utils.base64url_encode(
+        json.dumps({**jwt.decode(_sign(signer), options={"verify_signature": False}), "fen": 99}).encode()
+    ).decode()
+    cases = {
+        "": "GRANT_REQUIRED",
+        "x" * 5000: "GRANT_INVALID",
+        "not.a.jwt": "GRANT_INVALID",
+        f"{header}.{forged_body}.{signature}": "GRANT_INVALID",
+        _sign(GrantSigner(key=Ed25519PrivateKey.generate())): "GRANT_UNKNOWN_KEY",
+        _sign(
+            GrantSigner(key_file=tmp_path / "grant.key", clock=lambda: time.time() - 3600)
+        ): "GRANT_EXPIRED",
+        _sign(signer, fencing_token=2**70): "GRANT_INVALID",
+    }
+    for token, reason in cases.items():
+        with pytest.raises(GrantError) as info:
+            verifier.verify(token)
+        assert info.value.reason == reason, token[:40]
+    unsigned = jwt.encode({"ten": "acme"}, key=None, algorithm="none")  # type: ignore[arg-type]
+    with pytest.raises(GrantError):
+        verifier.verify(unsigned)
+
+
+def test_grant_keys_rotate_by_file_without_restart(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    key_file, pub_file = tmp_path / "grant.key", tmp_path / "grant.pub"
+    old = write_signing_key(key_file)
+    pub_file.write_bytes(public_key_pem(old))
+    signer = GrantSigner(key_file=key_file, clock=lambda: now[0])
+    verifier = GrantVerifier(keys_file=pub_file, clock=lambda: now[0])
+    new = Ed25519PrivateKey.generate()
+    pub_file.write_bytes(public_key_pem(old) + public_key_pem(new))  # hosts trust both first
+    write_signing_key(key_file, new)  # then the runtime signs with the new one
+    now[0] += 2  # files are re-read at most once a second
+    token = _sign(signer)
+    assert jwt.get_unverified_header(token)["kid"] == key_id(new.public_key())
+    with pytest.raises(GrantError):  # real expiry is checked against the real clock
+        verifier.verify(token)
+    live = GrantSigner(key_file=key_file)
+    assert verifier.verify(_sign(live)).tenant == "acme"
+
+
+def test_dev_pki_files_and_loopback_names(tmp_path: Path) -> None:
+    pki = generate_dev_pki(tmp_path / "pki", clients=["runtime", "alice"])
+    for path in (pki.ca_key_file, pki.server_key_file, *(key for _, key in pki.client_files.values())):
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert b"BEGIN CERTIFICATE" in pki.ca_file.read_bytes()
+    assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "[::1]", "::1"))
+    assert not any(is_loopback_host(h) for h in ("0.0.0.0", "10.0.0.5", "example.com", "[::]"))
