@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import json
 import os
 import secrets
 import sys
@@ -32,14 +31,26 @@ def token_sha256(token: str) -> str:
 
 def tokens_entry(*, token: str, subject: str, tenant: str, roles: Sequence[str]) -> str:
     """One ``[[tokens]]`` table of the server's tokens file, in TOML, ending with a newline."""
-    # A JSON string literal is a valid TOML basic string (same escapes, \\uXXXX for the rest).
     return (
         "[[tokens]]\n"
-        f"sha256 = {json.dumps(token_sha256(token))}\n"
-        f"subject = {json.dumps(subject)}\n"
-        f"tenant = {json.dumps(tenant)}\n"
-        f"roles = [{', '.join(json.dumps(r) for r in roles)}]\n"
+        f"sha256 = {_toml_string(token_sha256(token))}\n"
+        f"subject = {_toml_string(subject)}\n"
+        f"tenant = {_toml_string(tenant)}\n"
+        f"roles = [{', '.join(_toml_string(r) for r in roles)}]\n"
     )
+
+
+def _toml_string(text: str) -> str:
+    # A TOML basic string: escape the quote, the backslash and control characters (DEL too).
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch < " " or ch == "\x7f":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def read_token(*, token_file: str | None, stdin: TextIO) -> str:
