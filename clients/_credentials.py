@@ -105,7 +105,10 @@ class ChannelSecurity:
                 f"the server's certificate does not name the host of {self.target}: give the name it "
                 "carries (server_name, --server-name or AGENTRT_SERVER_NAME)"
             )
-        if "CERTIFICATE_VERIFY_FAILED" in message:
+        if any(
+            sign in message
+            for sign in ("CERTIFICATE_VERIFY_FAILED", "BAD_SIGNATURE", "certificate signature")
+        ):
             if self.root_certificates is None:
                 return (
                     "the server's certificate did not verify against the system's CAs: "
@@ -116,6 +119,8 @@ class ChannelSecurity:
             )
         if "WRONG_VERSION_NUMBER" in message:
             return "the server does not answer TLS: is it serving plaintext (no [tls] configured)?"
+        if "handshake failed" in message.lower():
+            return "the TLS handshake failed: check the CA, the client certificate and its key"
         if "Socket closed" in message or "Connection reset" in message:
             if not self.tls:
                 return (

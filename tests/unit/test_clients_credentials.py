@@ -241,6 +241,12 @@ def test_hints_follow_the_failure_and_the_options(pki: DevPki) -> None:
     assert "signed by the CA the server trusts" in mtls.hint(unavailable, refused)
     verify = "failed to connect to all addresses; last error: ... CERTIFICATE_VERIFY_FAILED: unable to get"
     assert "against the given CA" in tls.hint(unavailable, verify)
+    other_ca = (
+        "failed to connect ... SSL_ERROR_SSL: error:1a000064:ECDSA routines:OPENSSL_internal:BAD_SIGNATURE"
+    )
+    assert "against the given CA" in tls.hint(unavailable, other_ca)
+    handshake = "failed to connect to all addresses; last error: Tls handshake failed (TSI_PROTOCOL_FAILURE)"
+    assert "the TLS handshake failed" in tls.hint(unavailable, handshake)
     system = resolve_security("127.0.0.1:1", tls=True, environ={})
     assert "system's CAs" in system.hint(unavailable, verify)
     name = "failed to connect to all addresses; last error: ... Hostname Verification Check failed."
