@@ -11,7 +11,6 @@ from clients._client import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
     AsyncClient,
-    Client,
     default_target,
 )
 from clients._errors import (
@@ -39,6 +38,7 @@ from clients._format import (
     run_to_json,
 )
 from clients._streams import AsyncEventStream, EventStream
+from clients._sync_client import Client
 
 __all__ = [
     "DEFAULT_TARGET",

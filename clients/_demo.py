@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import IO, Final
 
 from agentrt.runtime.v1 import run_pb2
-from clients._client import Client
 from clients._errors import RPCError
 from clients._format import event_to_json, format_event, format_run, run_to_json
+from clients._sync_client import Client
 
 DEMO_AGENT: Final = "refund-demo"
 DEMO_INPUT: Final = "Please refund order A100, it arrived broken."

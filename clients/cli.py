@@ -23,9 +23,10 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
 from agentrt.runtime.v1 import run_pb2
 from clients import _demo
-from clients._client import DEFAULT_TIMEOUT, Client, default_target
+from clients._client import DEFAULT_TIMEOUT, default_target
 from clients._errors import CredentialsError, RPCError
 from clients._format import event_to_json, format_event, format_run, format_run_line, run_to_json
+from clients._sync_client import Client
 from clients._tokens import DEFAULT_TENANT, ROLES, hash_token_command
 
 # Subcommands whose arguments belong to another program's parser, passed on verbatim.

@@ -473,5 +473,9 @@ def test_arguments_after_serve_and_toolhost_pass_through_verbatim() -> None:
         ["--json", "toolhost"],
         ["--plugin", "m", "-h"],
     )
+    assert split(["--ca", "serve", "--tls", "--token-file", "t", "serve", "--demo"]) == (
+        ["--ca", "serve", "--tls", "--token-file", "t", "serve"],
+        ["--demo"],
+    )
     assert split(["get", "serve"]) == (["get", "serve"], [])
     assert split(["run", "a", "b"]) == (["run", "a", "b"], [])
