@@ -309,3 +309,22 @@ def test_the_demo_ignores_client_credentials_in_the_environment(pki: DevPki, tmp
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "run.ended  COMPLETED" in done.stdout and TOKEN not in done.stdout + done.stderr
+
+
+def test_grpcurl_takes_the_token_from_the_environment(
+    recorder: tuple[Recorder, str, str], pki: DevPki
+) -> None:
+    # The README's form: the token stays out of grpcurl's command line (and the process list).
+    servicer, tls_target, _ = recorder
+    proto = Path(__file__).resolve().parents[2] / "proto"
+    done = subprocess.run(
+        [
+            GRPCURL, "-cacert", str(pki.ca_file),
+            "-expand-headers", "-H", "authorization: Bearer ${AGENTRT_TOKEN}",
+            "-import-path", str(proto), "-proto", "agentrt/runtime/v1/runtime_service.proto",
+            "-d", '{"run_id": "r1"}', tls_target, "agentrt.runtime.v1.AgentRuntimeService/GetRun",
+        ],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, AGENTRT_TOKEN=TOKEN),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert servicer.authorization == [f"Bearer {TOKEN}"]
