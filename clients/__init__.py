@@ -11,13 +11,13 @@ from clients._client import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
     AsyncClient,
-    Client,
     default_target,
 )
 from clients._errors import (
     AbortedError,
     AlreadyExistsError,
     ClientError,
+    CredentialsError,
     DeadlineExceededError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -38,6 +38,7 @@ from clients._format import (
     run_to_json,
 )
 from clients._streams import AsyncEventStream, EventStream
+from clients._sync_client import Client
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -48,6 +49,7 @@ __all__ = [
     "AsyncEventStream",
     "Client",
     "ClientError",
+    "CredentialsError",
     "DeadlineExceededError",
     "EventStream",
     "FailedPreconditionError",

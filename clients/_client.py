@@ -1,4 +1,4 @@
-"""Synchronous and asyncio clients of ``agentrt.runtime.v1.AgentRuntimeService``."""
+"""The asyncio client of ``agentrt.runtime.v1.AgentRuntimeService``, and what both clients share."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import grpc.aio
 
 from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 from clients import _errors
-from clients._streams import AsyncEventStream, EventStream
+from clients._credentials import ChannelSecurity, resolve_security
+from clients._errors import CredentialsError
+from clients._streams import AsyncEventStream
 
 if TYPE_CHECKING:
     from agentrt.runtime.v1.runtime_service_pb2_grpc import AgentRuntimeServiceAsyncStub
@@ -34,6 +36,21 @@ DEFAULT_TIMEOUT: Final[float] = 10.0
 
 def _metadata_tuple(metadata: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     return tuple((k.lower(), v) for k, v in metadata)
+
+
+def _security(
+    target: str, *, channel_given: bool, metadata: tuple[tuple[str, str], ...], **options: Any
+) -> ChannelSecurity:
+    if channel_given:
+        # A ready channel carries its own credentials; the environment's are not applied to it.
+        given = sorted(name for name, value in options.items() if value is not None)
+        if given:
+            raise CredentialsError(f"{', '.join(given)} cannot be combined with a ready channel")
+        return ChannelSecurity(target=target)
+    security = resolve_security(target, **options)
+    if security.token and any(k == "authorization" for k, _ in metadata):
+        raise CredentialsError("give the token or an authorization metadata entry, not both")
+    return security
 
 
 def _start_fields(
@@ -112,12 +129,31 @@ class AsyncClient:
     Every unary call has a deadline (``timeout``). Streaming
     calls have none by default because runs can be long.
 
+    Security options left as None come from ``AGENTRT_*`` variables; "" turns one off::
+
+        AsyncClient("runtime.internal:50051", ca_file="ca.pem", cert_file="me.pem",
+                    key_file="me.key", token_file="token.txt")
+
     Args:
         target: ``host:port`` of the runtime. Ignored when ``channel`` is given.
         timeout: Default deadline of unary calls, in seconds.
-        metadata: gRPC metadata sent with every call (e.g. ``("authorization", "...")``).
-        channel: A ready channel to use instead (e.g. a secure one). The client does
-            not close a channel it was given.
+        metadata: gRPC metadata sent with every call.
+        channel: A ready channel to use instead. The client does not close a channel it
+            was given, and applies no security option (nor ``AGENTRT_*`` variable) to it.
+        ca_file: PEM CA the server's certificate is checked against; turns TLS on
+            (default ``$AGENTRT_CA``).
+        cert_file: PEM client certificate for mTLS (default ``$AGENTRT_CERT``).
+        key_file: Its PEM private key (default ``$AGENTRT_KEY``).
+        token: Bearer token sent as ``authorization: Bearer ...`` (default ``$AGENTRT_TOKEN``).
+            Over plaintext it is only sent to a loopback target.
+        token_file: File whose first line is the token (default ``$AGENTRT_TOKEN_FILE``).
+        server_name: Name the server's certificate must carry, when the target's host is not
+            it (default ``$AGENTRT_SERVER_NAME``).
+        tls: Force TLS on (system roots without ``ca_file``) or off (default ``$AGENTRT_TLS``;
+            else on when a TLS file is given).
+
+    Raises:
+        CredentialsError: A TLS or token file cannot be used, or a token would travel in clear.
     """
 
     def __init__(
@@ -127,15 +163,48 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         metadata: Sequence[tuple[str, str]] = (),
         channel: grpc.aio.Channel | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        token: str | None = None,
+        token_file: str | None = None,
+        server_name: str | None = None,
+        tls: bool | None = None,
     ) -> None:
         self.target = target
         self.timeout = timeout
-        self._metadata = _metadata_tuple(metadata)
+        extra = _metadata_tuple(metadata)
+        security = _security(
+            target,
+            channel_given=channel is not None,
+            metadata=extra,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            token=token,
+            token_file=token_file,
+            server_name=server_name,
+            tls=tls,
+        )
+        self._security = security.describe()
+        # Hints name this client's options; a channel made elsewhere gets none.
+        self._hint = security.hint if channel is None else None
+        self._metadata = extra + security.call_metadata()
         self._owns_channel = channel is None
-        self._channel = channel if channel is not None else grpc.aio.insecure_channel(target)
+        if channel is None:
+            credentials = security.channel_credentials()
+            channel = (
+                grpc.aio.secure_channel(target, credentials, options=security.channel_options())
+                if credentials is not None
+                else grpc.aio.insecure_channel(target)
+            )
+        self._channel = channel
         self._stub: AgentRuntimeServiceAsyncStub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(
             self._channel
         )
+
+    def __repr__(self) -> str:
+        return f"AsyncClient(target={self.target!r}, security={self._security!r})"
 
     async def close(self) -> None:
         """Closes the channel (if the client made it); in-flight calls are cancelled."""
@@ -185,7 +254,9 @@ class AsyncClient:
                 agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
             )
         )
-        return AsyncEventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
+        return AsyncEventStream(
+            self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+        )
 
     async def start_run(
         self,
@@ -282,7 +353,9 @@ class AsyncClient:
         request = runtime_service_pb2.StreamRunEventsRequest(
             run_id=run_id, after_seq=after_seq, follow=follow
         )
-        return AsyncEventStream(self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata))
+        return AsyncEventStream(
+            self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+        )
 
     async def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
         """Asks a run to stop. Cancellation is not rollback.
@@ -353,174 +426,8 @@ class AsyncClient:
         )
         return response.run
 
-    @staticmethod
-    async def _unary(call: grpc.aio.UnaryUnaryCall[Any, _R]) -> _R:
+    async def _unary(self, call: grpc.aio.UnaryUnaryCall[Any, _R]) -> _R:
         try:
             return await call
         except grpc.aio.AioRpcError as exc:
-            raise await _errors.from_aio_call(call, exc) from exc
-
-
-class Client:
-    """Synchronous client of the agentrt runtime; the same API as :class:`AsyncClient`.
-
-    Example::
-
-        with Client() as client:
-            for event in client.run_agent("refund-demo", "Refund order A100"):
-                print(format_event(event))
-
-    Args:
-        target: ``host:port`` of the runtime. Ignored when ``channel`` is given.
-        timeout: Default deadline of unary calls, in seconds.
-        metadata: gRPC metadata sent with every call.
-        channel: A ready channel to use instead (e.g. a secure one). The client does
-            not close a channel it was given.
-    """
-
-    def __init__(
-        self,
-        target: str = DEFAULT_TARGET,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        metadata: Sequence[tuple[str, str]] = (),
-        channel: grpc.Channel | None = None,
-    ) -> None:
-        self.target = target
-        self.timeout = timeout
-        self._metadata = _metadata_tuple(metadata)
-        self._owns_channel = channel is None
-        self._channel = channel if channel is not None else grpc.insecure_channel(target)
-        self._stub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(self._channel)
-
-    def close(self) -> None:
-        """Closes the channel (if the client made it); in-flight calls are cancelled."""
-        if self._owns_channel:
-            self._channel.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def run_agent(
-        self,
-        agent_name: str = "",
-        input: str = "",
-        *,
-        agent: run_pb2.AgentSpec | None = None,
-        budgets: run_pb2.Budgets | None = None,
-        request_key: str = "",
-        metadata: Mapping[str, str] | None = None,
-        session_id: str = "",
-        session_policy: str = "",
-        timeout: float | None = None,
-    ) -> EventStream:
-        """Starts a run and streams its events; see :meth:`AsyncClient.run_agent`."""
-        request = runtime_service_pb2.RunAgentRequest(
-            **_start_fields(
-                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
-            )
-        )
-        return EventStream(self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata))
-
-    def start_run(
-        self,
-        agent_name: str = "",
-        input: str = "",
-        *,
-        agent: run_pb2.AgentSpec | None = None,
-        budgets: run_pb2.Budgets | None = None,
-        request_key: str = "",
-        metadata: Mapping[str, str] | None = None,
-        session_id: str = "",
-        session_policy: str = "",
-    ) -> run_pb2.Run:
-        """Starts a run without streaming; see :meth:`AsyncClient.start_run`."""
-        request = runtime_service_pb2.StartRunRequest(
-            **_start_fields(
-                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
-            )
-        )
-        try:
-            return self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata).run
-        except grpc.RpcError as exc:
-            raise _errors.from_call(exc) from exc
-
-    def get_run(self, run_id: str) -> run_pb2.Run:
-        """Returns one run; see :meth:`AsyncClient.get_run`."""
-        request = runtime_service_pb2.GetRunRequest(run_id=run_id)
-        try:
-            return self._stub.GetRun(request, timeout=self.timeout, metadata=self._metadata).run
-        except grpc.RpcError as exc:
-            raise _errors.from_call(exc) from exc
-
-    def list_runs(
-        self,
-        *,
-        page_size: int = 50,
-        page_token: str = "",
-        phases: Sequence[run_pb2.RunPhase] = (),
-        agent_name: str = "",
-        session_id: str = "",
-    ) -> runtime_service_pb2.ListRunsResponse:
-        """Lists runs, newest first; see :meth:`AsyncClient.list_runs`."""
-        request = _list_request(page_size, page_token, phases, agent_name, session_id)
-        try:
-            return self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise _errors.from_call(exc) from exc
-
-    def stream_events(
-        self, run_id: str, *, after_seq: int = 0, follow: bool = False, timeout: float | None = None
-    ) -> EventStream:
-        """Replays (and with ``follow`` tails) a run's events; see :meth:`AsyncClient.stream_events`."""
-        request = runtime_service_pb2.StreamRunEventsRequest(
-            run_id=run_id, after_seq=after_seq, follow=follow
-        )
-        return EventStream(self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata))
-
-    def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
-        """Asks a run to stop; see :meth:`AsyncClient.cancel_run`."""
-        request = runtime_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
-        try:
-            return self._stub.CancelRun(request, timeout=self.timeout, metadata=self._metadata).run
-        except grpc.RpcError as exc:
-            raise _errors.from_call(exc) from exc
-
-    def resolve_approval(
-        self,
-        run_id: str,
-        approval_id: str,
-        *,
-        approve: bool,
-        args_hash: str,
-        expected_revision: int,
-        comment: str = "",
-    ) -> run_pb2.Run:
-        """Approves or rejects a call waiting for a person; see :meth:`AsyncClient.resolve_approval`."""
-        request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
-        try:
-            return self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata).run
-        except grpc.RpcError as exc:
-            raise _errors.from_call(exc) from exc
-
-    def resolve_outcome(
-        self,
-        run_id: str,
-        call_id: str,
-        *,
-        decision: str,
-        expected_revision: int,
-        result_json: str = "",
-        comment: str = "",
-    ) -> run_pb2.Run:
-        """Settles a run in UNKNOWN_OUTCOME; see :meth:`AsyncClient.resolve_outcome`."""
-        request = _outcome_request(run_id, call_id, decision, expected_revision, result_json, comment)
-        try:
-            return self._stub.ResolveOutcome(request, timeout=self.timeout, metadata=self._metadata).run
-        except grpc.RpcError as exc:
-            raise _errors.from_call(exc) from exc
+            raise await _errors.from_aio_call(call, exc, hint=self._hint) from exc

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from typing import IO, Final
 
 from agentrt.runtime.v1 import run_pb2
-from clients._client import Client
 from clients._errors import RPCError
 from clients._format import event_to_json, format_event, format_run, run_to_json
+from clients._sync_client import Client
 
 DEMO_AGENT: Final = "refund-demo"
 DEMO_INPUT: Final = "Please refund order A100, it arrived broken."
@@ -155,7 +155,18 @@ def run_demo(*, input_text: str = DEMO_INPUT, json_output: bool = False, timeout
             _print_tail(runtime)
             return 1
         print(f"agentrt demo: runtime at {target}; running agent {DEMO_AGENT}", file=sys.stderr)
-        with Client(target, timeout=timeout) as client:
+        # The demo's runtime is local and plaintext: no AGENTRT_* credential applies to it.
+        plain = Client(
+            target,
+            timeout=timeout,
+            tls=False,
+            ca_file="",
+            cert_file="",
+            key_file="",
+            token="",
+            server_name="",
+        )
+        with plain as client:
             try:
                 run = _run_once(client, input_text, json_output)
             except RPCError:

@@ -7,6 +7,7 @@ message and the ``google.rpc`` details the runtime sent (DESIGN R3.5). Catch
 Error tree::
 
     ClientError
+     ├── CredentialsError             TLS files or token unusable (raised when a client is made)
      └── RPCError                     any non-OK gRPC status
           ├── InvalidArgumentError    INVALID_ARGUMENT (see BadRequest in .details)
           ├── NotFoundError           NOT_FOUND
@@ -23,6 +24,7 @@ Error tree::
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TypeVar
 
 import grpc
@@ -33,6 +35,9 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from grpc_status import rpc_status
 
 _M = TypeVar("_M", bound=Message)
+
+Hint = Callable[[grpc.StatusCode, str], str]
+"""Given a failed call's code and message, a client-side hint of what to check ("" for none)."""
 
 # Detail types decoded from google.rpc.Status.details; anything else is kept as the packed Any.
 _DETAIL_TYPES: tuple[type[Message], ...] = (
@@ -53,6 +58,15 @@ class ClientError(Exception):
     """Base class of every error the agentrt client raises."""
 
 
+class CredentialsError(ClientError):
+    """The client's TLS files or token cannot be used.
+
+    Raised when a client is made: a file is missing, unreadable or not PEM, a certificate
+    comes without its key, options conflict, or a token would travel in clear to a
+    non-loopback target. The message names the file or option, never the token.
+    """
+
+
 class RPCError(ClientError):
     """A call to the runtime ended with a non-OK gRPC status.
 
@@ -63,15 +77,22 @@ class RPCError(ClientError):
         code: The gRPC status code.
         message: The status message.
         grpc_status: The rich status the server attached, if any.
+        hint: What the client suggests checking (e.g. a TLS option), "" for nothing.
     """
 
     def __init__(
-        self, code: grpc.StatusCode, message: str, *, grpc_status: status_pb2.Status | None = None
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        grpc_status: status_pb2.Status | None = None,
+        hint: str = "",
     ) -> None:
-        super().__init__(f"{code.name}: {message}")
+        super().__init__(f"{code.name}: {message}" + (f" (hint: {hint})" if hint else ""))
         self.code = code
         self.message = message
         self.grpc_status = grpc_status
+        self.hint = hint
 
     @property
     def status(self) -> grpc.StatusCode:
@@ -184,13 +205,18 @@ _BY_CODE: dict[grpc.StatusCode, type[RPCError]] = {
 
 
 def make_rpc_error(
-    code: grpc.StatusCode, message: str, grpc_status: status_pb2.Status | None = None
+    code: grpc.StatusCode,
+    message: str,
+    grpc_status: status_pb2.Status | None = None,
+    *,
+    hint: Hint | None = None,
 ) -> RPCError:
-    """Builds the RPCError subclass that matches ``code``."""
-    return _BY_CODE.get(code, RPCError)(code, message, grpc_status=grpc_status)
+    """Builds the RPCError subclass that matches ``code``; ``hint`` may add advice to it."""
+    advice = hint(code, message) if hint is not None else ""
+    return _BY_CODE.get(code, RPCError)(code, message, grpc_status=grpc_status, hint=advice)
 
 
-def from_call(exc: grpc.RpcError) -> RPCError:
+def from_call(exc: grpc.RpcError, *, hint: Hint | None = None) -> RPCError:
     """Converts the error of a synchronous call (which is also its ``grpc.Call``)."""
     if not isinstance(exc, grpc.Call):
         # Only raised by misbehaving interceptors; there is no status to read.
@@ -201,10 +227,12 @@ def from_call(exc: grpc.RpcError) -> RPCError:
     except ValueError:
         # The rich status contradicts the call's code or message: trust neither its details.
         status = None
-    return make_rpc_error(exc.code(), exc.details() or "", status)
+    return make_rpc_error(exc.code(), exc.details() or "", status, hint=hint)
 
 
-async def from_aio_call(call: grpc.aio.Call, exc: grpc.aio.AioRpcError) -> RPCError:
+async def from_aio_call(
+    call: grpc.aio.Call, exc: grpc.aio.AioRpcError, *, hint: Hint | None = None
+) -> RPCError:
     """Converts the error of a finished asyncio call."""
     status: status_pb2.Status | None
     try:
@@ -212,7 +240,7 @@ async def from_aio_call(call: grpc.aio.Call, exc: grpc.aio.AioRpcError) -> RPCEr
         status = await rpc_status.aio.from_call(call)  # type: ignore[attr-defined]
     except ValueError:
         status = None
-    return make_rpc_error(exc.code(), exc.details() or "", status)
+    return make_rpc_error(exc.code(), exc.details() or "", status, hint=hint)
 
 
 def _unpack(packed: any_pb2.Any) -> Message:

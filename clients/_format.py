@@ -72,7 +72,7 @@ def run_to_json(run: run_pb2.Run) -> str:
 
 
 def format_run(run: run_pb2.Run) -> str:
-    """Renders a run as a few readable lines: id, phase, input, output, reason, usage.
+    """Renders a run as a few readable lines: id, phase, input, output, reason, usage, who created it.
 
     Args:
         run: The run.
@@ -96,6 +96,8 @@ def format_run(run: run_pb2.Run) -> str:
         extra.append(f"session={run.session_id}")
     if run.request_key:
         extra.append(f"request_key={run.request_key}")
+    if run.created_by:
+        extra.append(f"created_by={run.created_by}")
     extra.append(f"last_seq={run.last_seq}")
     lines.append("  " + " ".join(extra))
     return "\n".join(lines)
@@ -111,7 +113,8 @@ def format_run_line(run: run_pb2.Run) -> str:
 
 
 def _run_started(e: run_pb2.RunStarted) -> str:
-    return f"agent={e.agent_name} input={_quote(e.input)}"
+    by = f" by={e.started_by}" if e.started_by else ""
+    return f"agent={e.agent_name} input={_quote(e.input)}{by}"
 
 
 def _step_started(e: run_pb2.StepStarted) -> str:

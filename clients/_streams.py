@@ -30,8 +30,9 @@ class EventStream(Iterator[run_pb2.RunEvent]):
         RPCError: From iteration, when the stream ends with an error.
     """
 
-    def __init__(self, call: grpc.CallIterator[Any]) -> None:
+    def __init__(self, call: grpc.CallIterator[Any], *, hint: _errors.Hint | None = None) -> None:
         self._call = call
+        self._hint = hint
         self._it = iter(call)
         self._cancelled = False
 
@@ -46,7 +47,7 @@ class EventStream(Iterator[run_pb2.RunEvent]):
         except grpc.RpcError as exc:
             if self._cancelled:
                 raise StopIteration from None
-            raise _errors.from_call(exc) from exc
+            raise _errors.from_call(exc, hint=self._hint) from exc
         return response.event
 
     def cancel(self) -> None:
@@ -74,8 +75,9 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
         RPCError: From iteration, when the stream ends with an error.
     """
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:
+    def __init__(self, call: grpc.aio.UnaryStreamCall[Any, Any], *, hint: _errors.Hint | None = None) -> None:
         self._call = call
+        self._hint = hint
         self._it = call.__aiter__()
         self._cancelled = False
 
@@ -88,7 +90,7 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
         try:
             response: _HasEvent = await anext(self._it)
         except grpc.aio.AioRpcError as exc:
-            raise await _errors.from_aio_call(self._call, exc) from exc
+            raise await _errors.from_aio_call(self._call, exc, hint=self._hint) from exc
         return response.event
 
     def cancel(self) -> None:

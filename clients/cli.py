@@ -1,8 +1,13 @@
 """The ``agentrt`` command line: start and follow runs, inspect them, run the servers and the demo.
 
+Connection options (``--target``, ``--ca``, ``--cert``, ``--key``, ``--token``, ``--token-file``,
+``--server-name``, ``--tls``) go before or after the command and fall back to ``AGENTRT_TARGET``,
+``AGENTRT_CA``, ``AGENTRT_CERT``, ``AGENTRT_KEY``, ``AGENTRT_TOKEN``, ``AGENTRT_TOKEN_FILE``,
+``AGENTRT_SERVER_NAME`` and ``AGENTRT_TLS``.
+
 Exit codes: 0 success; 1 a followed run did not complete (or the demo failed);
-2 usage error or a failed call (``error: CODE message [reason=...]`` on stderr);
-130 interrupted.
+2 usage error, unusable credentials (``error: ...``) or a failed call
+(``error: CODE message [reason=...]`` on stderr); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,14 +23,18 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
 from agentrt.runtime.v1 import run_pb2
 from clients import _demo
-from clients._client import DEFAULT_TIMEOUT, Client, default_target
-from clients._errors import RPCError
+from clients._client import DEFAULT_TIMEOUT, default_target
+from clients._errors import CredentialsError, RPCError
 from clients._format import event_to_json, format_event, format_run, format_run_line, run_to_json
+from clients._sync_client import Client
+from clients._tokens import DEFAULT_TENANT, ROLES, hash_token_command
 
 # Subcommands whose arguments belong to another program's parser, passed on verbatim.
 _DELEGATES: Final = {"serve": "runtime_server", "toolhost": "tool_host"}
 # Global options that take a value, so the split below can skip it.
-_GLOBAL_WITH_VALUE: Final = frozenset({"--target", "--timeout"})
+_GLOBAL_WITH_VALUE: Final = frozenset(
+    {"--target", "--timeout", "--ca", "--cert", "--key", "--token", "--token-file", "--server-name"}
+)
 
 
 def _phase(text: str) -> run_pb2.RunPhase:
@@ -71,6 +80,29 @@ def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
         type=_positive_float,
         default=default(DEFAULT_TIMEOUT),
         help="deadline of unary calls, seconds",
+    )
+    # None means "not given": the client then reads the AGENTRT_* variable.
+    security = [
+        ("--ca", "FILE", "PEM CA to verify the server with; turns TLS on (env AGENTRT_CA)"),
+        ("--cert", "FILE", "PEM client certificate, for mTLS (env AGENTRT_CERT)"),
+        ("--key", "FILE", "PEM key of the client certificate (env AGENTRT_KEY)"),
+        (
+            "--token",
+            "TOKEN",
+            "bearer token (env AGENTRT_TOKEN); visible to other local users in the process "
+            "list, prefer --token-file",
+        ),
+        ("--token-file", "FILE", "file whose first line is the bearer token (env AGENTRT_TOKEN_FILE)"),
+        ("--server-name", "NAME", "name the server certificate must carry (env AGENTRT_SERVER_NAME)"),
+    ]
+    for flag, metavar, text in security:
+        parser.add_argument(flag, metavar=metavar, default=default(None), help=text)
+    parser.add_argument(
+        "--tls",
+        action="store_const",
+        const=True,
+        default=default(None),
+        help="use TLS with the system's CAs when no --ca is given (env AGENTRT_TLS)",
     )
 
 
@@ -154,7 +186,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--input", default=_demo.DEMO_INPUT, metavar="TEXT", help="the user's input")
     p.set_defaults(func=_cmd_demo)
+
+    _add_auth_commands(sub)
     return parser
+
+
+def _add_auth_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    auth = sub.add_parser("auth", help="credentials for the runtime's [auth] configuration")
+    auth_sub = auth.add_subparsers(dest="auth_command", required=True, metavar="AUTH_COMMAND")
+    p = auth_sub.add_parser(
+        "hash-token",
+        help="print the [[tokens]] entry of a bearer token for the server's tokens_file",
+        description=(
+            "Reads a token from stdin (first line; not echoed on a terminal) or --token-file, or "
+            "makes one with --generate, and prints its [[tokens]] entry (sha256 of the token) on "
+            "stdout, ready to append to the server's tokens_file. A generated token is printed "
+            "once on stderr, or written to a new 0600 file with --token-out."
+        ),
+    )
+    # SUPPRESS: the global --token-file (before `auth`) and this one fill the same field.
+    p.add_argument("--token-file", default=argparse.SUPPRESS, metavar="FILE", help="read the token here")
+    p.add_argument("--generate", action="store_true", help="make a random token (token_urlsafe(32))")
+    p.add_argument("--token-out", metavar="FILE", help="with --generate: write the token to this new file")
+    p.add_argument("--subject", required=True, help="who the token authenticates (recorded on events)")
+    p.add_argument("--tenant", default=DEFAULT_TENANT, help=f"tenant of its runs (default {DEFAULT_TENANT})")
+    p.add_argument("--role", action="append", default=[], choices=ROLES, help="repeatable; default runner")
+    p.set_defaults(func=_cmd_hash_token)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         return func(ns)
     except RPCError as exc:
         _print_rpc_error(exc, ns.target)
+        return 2
+    except CredentialsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -215,7 +275,17 @@ def _delegate(module_name: str, argv: list[str]) -> int:
 
 
 def _client(ns: argparse.Namespace) -> Client:
-    return Client(ns.target, timeout=ns.timeout)
+    return Client(
+        ns.target,
+        timeout=ns.timeout,
+        ca_file=ns.ca,
+        cert_file=ns.cert,
+        key_file=ns.key,
+        token=ns.token,
+        token_file=ns.token_file,
+        server_name=ns.server_name,
+        tls=ns.tls,
+    )
 
 
 def _print_event(ns: argparse.Namespace, event: run_pb2.RunEvent) -> None:
@@ -354,6 +424,19 @@ def _cmd_demo(ns: argparse.Namespace) -> int:
     return _demo.run_demo(input_text=ns.input, json_output=ns.json, timeout=ns.timeout)
 
 
+def _cmd_hash_token(ns: argparse.Namespace) -> int:
+    if ns.token is not None:
+        raise CredentialsError("hash-token reads the token from stdin or --token-file, not --token")
+    return hash_token_command(
+        generate=ns.generate,
+        token_file=ns.token_file,
+        token_out=ns.token_out,
+        subject=ns.subject,
+        tenant=ns.tenant,
+        roles=ns.role,
+    )
+
+
 def _print_rpc_error(exc: RPCError, target: str) -> None:
     reason = f" [reason={exc.reason}]" if exc.reason else ""
     lines = [f"error: {exc.code.name} {exc.message}{reason}"]
@@ -364,6 +447,11 @@ def _print_rpc_error(exc: RPCError, target: str) -> None:
             lines.extend(f"  precondition {v.type} {v.subject}: {v.description}" for v in detail.violations)
         elif isinstance(detail, error_details_pb2.RetryInfo):
             lines.append(f"  retry after {detail.retry_delay.ToTimedelta().total_seconds():g}s")
-    if exc.code == grpc.StatusCode.UNAVAILABLE:
+    if exc.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        # e.g. the permission a role lacks and the subject the server saw.
+        lines.extend(f"  {key}: {value}" for key, value in sorted(exc.metadata.items()))
+    if exc.hint:
+        lines.append(f"hint: {exc.hint}")
+    elif exc.code == grpc.StatusCode.UNAVAILABLE:
         lines.append(f"hint: is `agentrt serve` running at {target}?")
     print("\n".join(lines), file=sys.stderr)

@@ -284,6 +284,14 @@ def load_settings(
 _CLIENT_ENV = frozenset(
     {
         "AGENTRT_TARGET",
+        # The client's connection settings (clients._credentials), not the server's.
+        "AGENTRT_CA",
+        "AGENTRT_CERT",
+        "AGENTRT_KEY",
+        "AGENTRT_TOKEN",
+        "AGENTRT_TOKEN_FILE",
+        "AGENTRT_SERVER_NAME",
+        "AGENTRT_TLS",
         "AGENTRT_FAULT_POINT",
         "AGENTRT_TOOLHOST_FAULT",
         "AGENTRT_TEST_PG",

@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,6 +24,7 @@ from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2
 from clients import cli
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+TOKEN = "cli-t0ken-value"
 
 
 def events_of(run_id: str, phase: run_pb2.RunPhase | None) -> list[run_pb2.RunEvent]:
@@ -64,10 +66,12 @@ class FakeRuntime(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     def __init__(self) -> None:
         self.requests: list[Any] = []
         self.time_remaining: list[float | None] = []
+        self.metadata: list[dict[str, str]] = []
 
     def _record(self, request: Any, context: Ctx) -> None:
         self.requests.append(request)
         self.time_remaining.append(context.time_remaining())
+        self.metadata.append({k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)})
 
     async def RunAgent(
         self, request: runtime_service_pb2.RunAgentRequest, context: Ctx
@@ -105,6 +109,20 @@ class FakeRuntime(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 grpc.StatusCode.NOT_FOUND,
                 "no run missing",
                 error_details_pb2.ErrorInfo(reason="RUN_NOT_FOUND"),
+            )
+        if request.run_id == "anonymous":
+            await abort_rich(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "a credential is required",
+                error_details_pb2.ErrorInfo(reason="CREDENTIAL_MISSING"),
+            )
+        if request.run_id == "forbidden":
+            info = error_details_pb2.ErrorInfo(
+                reason="MISSING_ROLE", metadata={"permission": "read_runs", "subject": "bob"}
+            )
+            await abort_rich(
+                context, grpc.StatusCode.PERMISSION_DENIED, "bob lacks a role that may read runs", info
             )
         phase = (
             run_pb2.RUN_PHASE_WAITING_APPROVAL
@@ -352,6 +370,72 @@ async def test_rpc_errors_print_code_message_reason_and_details(
     assert captured.out == "" and captured.err == "error: ABORTED run moved on [reason=STALE_REVISION]\n"
 
 
+async def test_auth_errors_say_code_reason_and_what_to_check(
+    fake: tuple[FakeRuntime, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, target = fake
+    assert await agentrt("--target", target, "get", "anonymous") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: UNAUTHENTICATED a credential is required [reason=CREDENTIAL_MISSING]",
+        "hint: no credential was sent: give a token (token_file, --token-file or AGENTRT_TOKEN_FILE) "
+        "or a client certificate (cert_file and key_file, --cert and --key)",
+    ]
+    assert await agentrt("--target", target, "get", "forbidden", "--token", TOKEN) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "error: PERMISSION_DENIED bob lacks a role that may read runs [reason=MISSING_ROLE]",
+        "  permission: read_runs",
+        "  subject: bob",
+    ]
+    assert await agentrt("--target", target, "get", "anonymous", "--token", TOKEN) == 2
+    err += capsys.readouterr().err
+    assert "hint" not in err and TOKEN not in err
+
+
+async def test_token_is_sent_as_bearer_to_a_loopback_target(
+    fake: tuple[FakeRuntime, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    servicer, target = fake
+    assert await agentrt("--target", target, "--token", TOKEN, "get", "run-7") == 0
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    assert await agentrt("get", "run-7", "--target", target, "--token-file", str(token_file)) == 0
+    monkeypatch.setenv("AGENTRT_TOKEN", "from-env")
+    assert await agentrt("--target", target, "list") == 0
+    assert await agentrt("--target", target, "run", "ok", "hi", "--follow") == 0
+    capsys.readouterr()
+    assert [m.get("authorization") for m in servicer.metadata] == [
+        f"Bearer {TOKEN}",
+        "Bearer from-file",
+        "Bearer from-env",
+        "Bearer from-env",
+    ]
+
+
+async def test_unusable_credentials_are_refused_before_any_call(
+    fake: tuple[FakeRuntime, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servicer, _ = fake
+    monkeypatch.setenv("AGENTRT_TOKEN", TOKEN)
+    assert await agentrt("--target", "10.255.255.1:50051", "get", "run-7") == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: refusing to send a token in clear to 10.255.255.1:50051: use TLS (--ca / AGENTRT_CA), "
+        "or connect to a loopback address\n"
+    )
+    assert await agentrt("--target", "127.0.0.1:1", "--ca", "/nonexistent/ca.pem", "list") == 2
+    assert (
+        capsys.readouterr().err
+        == "error: cannot read CA file /nonexistent/ca.pem: No such file or directory\n"
+    )
+    assert await agentrt("--target", "127.0.0.1:1", "--cert", "c.pem", "list") == 2
+    assert "needs its key too" in capsys.readouterr().err
+    assert servicer.requests == []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -388,6 +472,10 @@ def test_arguments_after_serve_and_toolhost_pass_through_verbatim() -> None:
     assert split(["--json", "toolhost", "--plugin", "m", "-h"]) == (
         ["--json", "toolhost"],
         ["--plugin", "m", "-h"],
+    )
+    assert split(["--ca", "serve", "--tls", "--token-file", "t", "serve", "--demo"]) == (
+        ["--ca", "serve", "--tls", "--token-file", "t", "serve"],
+        ["--demo"],
     )
     assert split(["get", "serve"]) == (["get", "serve"], [])
     assert split(["run", "a", "b"]) == (["run", "a", "b"], [])

@@ -242,13 +242,15 @@ def test_format_run_and_line() -> None:
         last_seq=12,
         create_time=EXPIRE,
         update_time=EXPIRE,
+        created_by="alice",
     )
     assert format_run(run).splitlines() == [
         "run run-1  FAILED  agent=refund-demo  revision=9",
         "  input:  Refund A100",
         "  reason: budget_exhausted:model_steps",
         "  usage:  model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.0123",
-        "  created=2023-11-14T22:13:20Z updated=2023-11-14T22:13:20Z session=s1 request_key=k1 last_seq=12",
+        "  created=2023-11-14T22:13:20Z updated=2023-11-14T22:13:20Z session=s1 request_key=k1 "
+        "created_by=alice last_seq=12",
     ]
     assert (
         format_run_line(run)
@@ -256,9 +258,17 @@ def test_format_run_and_line() -> None:
     )
     done = run_pb2.Run(run_id="r2", phase=run_pb2.RUN_PHASE_COMPLETED, output="ok")
     assert "  output: ok" in format_run(done).splitlines()
+    assert "created_by" not in format_run(done)
     assert format_run_line(done) == "r2  COMPLETED    -"
     data = json.loads(run_to_json(run))
     assert data["phase"] == "RUN_PHASE_FAILED" and data["run_id"] == "run-1" and "\n" not in run_to_json(run)
+
+
+def test_run_started_shows_who_started_it() -> None:
+    event = run_pb2.RunEvent(
+        seq=1, run_started=run_pb2.RunStarted(agent_name="refund", input="hi", started_by="alice")
+    )
+    assert format_event(event) == '#1  run.started  agent=refund input="hi" by=alice'
 
 
 def test_phase_name_of_unknown_value() -> None:
