@@ -91,8 +91,10 @@ async def one_run(client: AsyncClient) -> float:
     return time.perf_counter() - begun
 
 
-async def measure(address: str, runs: int, concurrent: int) -> tuple[list[float], float]:
-    async with AsyncClient(address, timeout=60) as client:
+async def measure(
+    address: str, runs: int, concurrent: int, **client_options: str
+) -> tuple[list[float], float]:
+    async with AsyncClient(address, timeout=60, **client_options) as client:  # type: ignore[arg-type]
         for _ in range(10):  # warm-up: imports, caches, connection pools
             await one_run(client)
         sequential = [await one_run(client) for _ in range(runs)]
