@@ -75,17 +75,16 @@ def secure_material(work: Path, *, encrypt: bool) -> tuple[list[str], dict[str, 
     ]
     cert, key = hop.client_files["agentrt-runtime"]
     env = {
-        "AGENTRT_TLS": json.dumps(
-            {"cert_file": str(api.server_cert_file), "key_file": str(api.server_key_file)}
-        ),
-        "AGENTRT_AUTH": json.dumps({"tokens_file": str(tokens)}),
-        "AGENTRT_GRANTS": json.dumps({"signing_key_file": str(grant_key)}),
+        "AGENTRT_TLS__CERT_FILE": str(api.server_cert_file),
+        "AGENTRT_TLS__KEY_FILE": str(api.server_key_file),
+        "AGENTRT_AUTH__TOKENS_FILE": str(tokens),
+        "AGENTRT_GRANTS__SIGNING_KEY_FILE": str(grant_key),
         "_HOST_TLS": json.dumps({"ca_file": str(hop.ca_file), "cert_file": str(cert), "key_file": str(key)}),
     }
     if encrypt:
         keys = work / "payload-keys.json"
         write_key_file(keys)
-        env["AGENTRT_ENCRYPTION"] = json.dumps({"key_file": str(keys)})
+        env["AGENTRT_ENCRYPTION__KEY_FILE"] = str(keys)
         host_args += ["--encryption-key-file", str(keys)]
     return host_args, env, {"ca_file": str(api.ca_file), "token": TOKEN}
 
@@ -93,7 +92,7 @@ def secure_material(work: Path, *, encrypt: bool) -> tuple[list[str], dict[str, 
 def bench(work: Path, args: argparse.Namespace, *, secure: bool) -> Result:
     name = "on" if secure else "off"
     host_args: list[str] = []
-    extra_env: dict[str, str] = {"AGENTRT_GRANTS": json.dumps({"enabled": False})}
+    extra_env: dict[str, str] = {"AGENTRT_GRANTS__ENABLED": "false"}
     client_options: dict[str, str] = {}
     if secure:
         host_args, extra_env, client_options = secure_material(work / name, encrypt=args.encrypt)
