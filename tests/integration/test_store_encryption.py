@@ -328,6 +328,7 @@ async def test_a_record_whose_key_left_the_file_fails_alone_with_a_clear_error(
     store = await Store.open(db_url, cipher=cipher(path))
     try:
         await write_run(store, "lost", session_id="s1")
+        await store.create_run(run_values("waiting", session_id="s2"), [("run.started", "{}")], 1000)
     finally:
         await store.close()
     key_file(path, {"k2": KEY2}, "k2")  # k1 dropped from the file
@@ -340,12 +341,14 @@ async def test_a_record_whose_key_left_the_file_fails_alone_with_a_clear_error(
             store.read_signals("lost"),
             store.find_by_request_key("t", "rk-lost"),
             store.session_turns(tenant_id="t", session_id="s1", limit=5),
+            store.request_cancel("waiting", tenant_id="t", reason="x", requested_by="u", now_ms=2000),
         ):
             with pytest.raises(UnreadableRecord) as caught:
                 await read
             error = caught.value
-            assert error.reason == "RECORD_UNREADABLE" and error.metadata["run_id"] == "lost"
-            assert "run lost" in error.message and "'k1'" in error.message
+            run_id = error.metadata["run_id"]
+            assert error.reason == "RECORD_UNREADABLE" and run_id in ("lost", "waiting")
+            assert f"run {run_id}" in error.message and "'k1'" in error.message
             for secret in (KEY1, KEY2):
                 assert base64.b64encode(secret).decode() not in error.message
         # Every other run reads as ever; a listing still shows the lost run, without its payloads.
@@ -354,6 +357,9 @@ async def test_a_record_whose_key_left_the_file_fails_alone_with_a_clear_error(
         lost = next(r for r in listed if r.run_id == "lost")
         assert (lost.input, lost.output, lost.metadata, lost.pending_approval) == ("", "", "{}", None)
         assert lost.phase == "COMPLETED"
+        # The session gate only needs the active run's id: it still finds it.
+        active = await store.active_session_run(tenant_id="t", session_id="s2")
+        assert active is not None and active.run_id == "waiting" and active.input == ""
     finally:
         await store.close()
 
