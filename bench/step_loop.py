@@ -10,6 +10,7 @@ synchronous=FULL) and PostgreSQL it prints:
 - the floor: one bare INSERT + COMMIT per step on the same database.
 
 Run: ``make bench`` (or ``python bench/step_loop.py --runs 200 --concurrent 100``).
+``--encrypt`` turns on payload encryption at rest (a fresh key file, ``[encryption] key_file``).
 Prints figures; asserts nothing.
 """
 
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from clients import AsyncClient  # noqa: E402
 from runtime_server.testing import spawn_runtime  # noqa: E402
+from tool_host.security import write_key_file  # noqa: E402
 from tool_host.testing import spawn_tool_host  # noqa: E402
 
 K = 5
@@ -65,7 +67,7 @@ def floor_postgres(url: str, n: int) -> float:
         return (time.perf_counter() - begun) / n
 
 
-def runtime_env(db_url: str, tool_host: str) -> dict[str, str]:
+def runtime_env(db_url: str, tool_host: str, *, key_file: Path | None = None) -> dict[str, str]:
     """The whole runtime config as AGENTRT_* variables (values that parse as JSON are JSON)."""
     steps = [{"tool_calls": [{"tool": "noop.echo", "arguments": {"i": i}}]} for i in range(K)]
     agent = {
@@ -73,13 +75,16 @@ def runtime_env(db_url: str, tool_host: str) -> dict[str, str]:
         "model": {"provider": "scripted", "options": {"steps": [*steps, {"text": "done"}]}},
         "budgets": {"max_model_steps": K + 1, "timeout_s": 120},
     }
-    return dict(
+    env = dict(
         os.environ,
         AGENTRT_DB_URL=db_url,
         AGENTRT_MAX_CONCURRENT_RUNS="512",
         AGENTRT_TOOL_HOSTS=json.dumps([{"name": "bench", "address": tool_host}]),
         AGENTRT_AGENTS=json.dumps({"bench": agent}),
     )
+    if key_file is not None:
+        env["AGENTRT_ENCRYPTION__KEY_FILE"] = str(key_file)
+    return env
 
 
 async def one_run(client: AsyncClient) -> float:
@@ -112,8 +117,12 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def bench_backend(name: str, db_url: str, floor_s: float, work: Path, args: argparse.Namespace) -> None:
+    key_file = None
+    if args.encrypt:
+        key_file = work / "keys.json"
+        write_key_file(key_file)
     with spawn_tool_host(work / f"host-{name}", plugins=["plugins.demo_tools"]) as host:
-        env = runtime_env(db_url, host.address)
+        env = runtime_env(db_url, host.address, key_file=key_file)
         with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
             sequential, burst = asyncio.run(measure(runtime.address, args.runs, args.concurrent))
             rss = peak_rss_mb(runtime.process.pid)
@@ -122,7 +131,7 @@ def bench_backend(name: str, db_url: str, floor_s: float, work: Path, args: argp
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
     per_step = statistics.mean(sequential) / STEPS_PER_RUN
     rate = args.concurrent * STEPS_PER_RUN / burst
-    print(f"\n== {name}")
+    print(f"\n== {name}{', payloads encrypted at rest' if args.encrypt else ''}")
     print(f"floor: bare INSERT+COMMIT            {floor_s * 1000:8.3f} ms")
     print(
         f"sequential {args.runs} runs x {STEPS_PER_RUN} steps: p50 {p50 * 1000:8.2f} ms/run   "
@@ -142,6 +151,7 @@ def main() -> None:
     parser.add_argument("--floor-commits", type=int, default=2000)
     parser.add_argument("--skip-postgres", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
+    parser.add_argument("--encrypt", action="store_true", help="encrypt payloads at rest (AES-256-GCM)")
     args = parser.parse_args()
     print(
         f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "

@@ -23,7 +23,7 @@ from runtime_server.auth import Authentication, build_authentication, local_prin
 from runtime_server.engine import Engine
 from runtime_server.events import EventBus
 from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
-from runtime_server.store import Store
+from runtime_server.store import Store, load_cipher
 from runtime_server.telemetry import Counters
 from runtime_server.tools import SpawnedToolHost, ToolHostError, ToolRouter
 from tool_host.security import ReloadingServerCredentials, TlsFileError, is_loopback_host
@@ -89,8 +89,15 @@ class RuntimeServer:
             missing = [t for t in agent.tools if t not in served]
             if missing:
                 raise ConfigError(f"agent {name!r} names tools no tool host serves: {missing}")
+        try:
+            cipher = load_cipher(settings.encryption.key_file)
+        except ValueError as exc:  # names the file, never key bytes
+            raise ConfigError(str(exc)) from exc
         self.store = await Store.open(
-            settings.db_url, sqlite_synchronous=settings.sqlite_synchronous, pool_size=settings.db_pool_size
+            settings.db_url,
+            sqlite_synchronous=settings.sqlite_synchronous,
+            pool_size=settings.db_pool_size,
+            cipher=cipher,
         )
         self.engine = Engine(
             store=self.store,

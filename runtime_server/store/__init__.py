@@ -1,7 +1,9 @@
-"""The run store (SQLAlchemy 2.0 Core): SQLite by default, PostgreSQL via psycopg 3."""
+"""The run store (SQLAlchemy 2.0 Core): SQLite by default, PostgreSQL via psycopg 3; payloads optionally
+encrypted at rest."""
 
 from __future__ import annotations
 
+from runtime_server.store._crypt import SEALED_RUN_COLUMNS, UnreadableRecord, load_cipher
 from runtime_server.store._db import (
     Database,
     PostgresDatabase,
@@ -14,6 +16,7 @@ from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
 from runtime_server.store._store import Store
 
 __all__ = [
+    "SEALED_RUN_COLUMNS",
     "Claim",
     "Database",
     "PostgresDatabase",
@@ -22,6 +25,8 @@ __all__ = [
     "SqliteDatabase",
     "Store",
     "StoredEvent",
+    "UnreadableRecord",
+    "load_cipher",
     "migrate",
     "normalise_url",
     "open_database",

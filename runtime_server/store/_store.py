@@ -6,6 +6,9 @@ advances the run row (``revision + 1``) in one transaction fenced by
 group-committed: one transaction carries every append queued while the previous
 one was committing, so at high concurrency the cost per step falls below one
 commit while each caller still waits for its own durable commit.
+
+With a cipher, payloads are sealed before they are queued and opened as they are read
+(``_crypt.py``): callers only ever see plaintext records.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from sqlalchemy.exc import IntegrityError
 
 from runtime_server.core import TERMINAL_PHASES, LeaseLost, Phase
 from runtime_server.store._appends import write_batch
+from runtime_server.store._crypt import RecordCipher
 from runtime_server.store._db import Database, PostgresDatabase, open_database
 from runtime_server.store._pg_appends import PgAppender
 from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
 from runtime_server.store._schema import events, runs, signals
+from tool_host.security import PayloadCipher
 
 _TERMINAL = [p.value for p in TERMINAL_PHASES]
 
@@ -44,16 +49,33 @@ class _PendingAppend:
 class Store:
     """Async facade over one database. Create with :meth:`open`."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, *, cipher: PayloadCipher | None = None):
         self.db = db
+        self._crypt = RecordCipher(cipher=cipher)
         self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
         self._pending: list[_PendingAppend] = []
         self._flusher: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 10) -> Store:
-        """Migrate the schema and connect."""
-        return cls(open_database(url, sqlite_synchronous=sqlite_synchronous, pool_size=pool_size))
+    async def open(
+        cls,
+        url: str,
+        *,
+        sqlite_synchronous: str = "FULL",
+        pool_size: int = 10,
+        cipher: PayloadCipher | None = None,
+    ) -> Store:
+        """Migrate the schema and connect.
+
+        Args:
+            url: ``sqlite:///...`` or ``postgresql://...``.
+            sqlite_synchronous: SQLite's ``PRAGMA synchronous``.
+            pool_size: PostgreSQL connection pool size.
+            cipher: Seals run payloads at rest (R10.2); None stores them in clear. Values written
+                in clear before it was set still read.
+        """
+        database = open_database(url, sqlite_synchronous=sqlite_synchronous, pool_size=pool_size)
+        return cls(database, cipher=cipher)
 
     @property
     def dialect(self) -> str:
@@ -85,21 +107,29 @@ class Store:
                     runs.c.tenant_id == values["tenant_id"], runs.c.request_key == values["request_key"]
                 )
             ).first()
-            return RunRecord.from_row(row) if row else None
+            return crypt.run(row) if row else None
+
+        crypt = self._crypt
+        run_id = values["run_id"]
+        row = dict(values, revision=1, last_seq=len(first_events), created_ms=now_ms, updated_ms=now_ms)
+        sealed_row = crypt.seal_run_values(run_id, row)
+        event_rows = [
+            {
+                "run_id": run_id,
+                "seq": i,
+                "type": t,
+                "payload": crypt.seal_event(run_id, i, p),
+                "created_ms": now_ms,
+            }
+            for i, (t, p) in enumerate(first_events, start=1)
+        ]
 
         def write(conn: Connection) -> tuple[RunRecord, bool]:
             found = existing(conn)
             if found is not None:
                 return found, False
-            row = dict(values, revision=1, last_seq=len(first_events), created_ms=now_ms, updated_ms=now_ms)
-            conn.execute(insert(runs).values(**row))
-            conn.execute(
-                insert(events),
-                [
-                    {"run_id": row["run_id"], "seq": i, "type": t, "payload": p, "created_ms": now_ms}
-                    for i, (t, p) in enumerate(first_events, start=1)
-                ],
-            )
+            conn.execute(insert(runs).values(**sealed_row))
+            conn.execute(insert(events), event_rows)
             # Every column is known here; reading the row back would cost a round trip.
             known = {c.name: None for c in runs.c} | row
             return RunRecord(**known), True
@@ -119,7 +149,7 @@ class Store:
         def read(conn: Connection) -> RunRecord | None:
             query = select(runs).where(runs.c.tenant_id == tenant_id, runs.c.request_key == request_key)
             row = conn.execute(query).first()
-            return RunRecord.from_row(row) if row else None
+            return self._crypt.run(row) if row else None
 
         return await self.db.transaction(read)
 
@@ -137,7 +167,8 @@ class Store:
                 .order_by(runs.c.created_ms)
                 .limit(1)
             ).first()
-            return RunRecord.from_row(row) if row else None
+            # Callers want its id and phase: an unreadable payload must not block the session gate.
+            return self._crypt.run(row, strict=False) if row else None
 
         return await self.db.transaction(read)
 
@@ -156,7 +187,8 @@ class Store:
                 .order_by(runs.c.created_ms.desc())
                 .limit(limit)
             )
-            return [RunRecord.from_row(r) for r in conn.execute(query)][::-1]
+            # Strict: a new turn built on a silently emptied history would be wrong.
+            return [self._crypt.run(r) for r in conn.execute(query)][::-1]
 
         return await self.db.transaction(read)
 
@@ -168,7 +200,7 @@ class Store:
             if tenant_id is not None:
                 query = query.where(runs.c.tenant_id == tenant_id)
             row = conn.execute(query).first()
-            return RunRecord.from_row(row) if row else None
+            return self._crypt.run(row) if row else None
 
         return await self.db.transaction(read)
 
@@ -202,7 +234,8 @@ class Store:
                     )
                 )
             query = query.order_by(runs.c.created_ms.desc(), runs.c.run_id.desc()).limit(page_size + 1)
-            return [RunRecord.from_row(r) for r in conn.execute(query)]
+            # Lenient: one run whose key is gone must not hide the others from a listing.
+            return [self._crypt.run(r, strict=False) for r in conn.execute(query)]
 
         found = await self.db.transaction(read)
         if len(found) <= page_size:
@@ -227,9 +260,7 @@ class Store:
                 .order_by(events.c.seq)
                 .limit(limit)
             )
-            return [
-                StoredEvent(r.run_id, r.seq, r.type, r.payload, r.created_ms) for r in conn.execute(query)
-            ]
+            return [self._crypt.event(r) for r in conn.execute(query)]
 
         return await self.db.transaction(read)
 
@@ -255,12 +286,22 @@ class Store:
         Raises:
             LeaseLost: the run's revision or owner is not what this worker expects.
         """
+        # Sealed here, before queuing, so the group commit itself costs what it did in clear.
+        crypt = self._crypt
         rows = [
-            {"run_id": run_id, "seq": first_seq + i, "type": t, "payload": p, "created_ms": now_ms}
+            {
+                "run_id": run_id,
+                "seq": first_seq + i,
+                "type": t,
+                "payload": crypt.seal_event(run_id, first_seq + i, p),
+                "created_ms": now_ms,
+            }
             for i, (t, p) in enumerate(new_events)
         ]
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        row_values = dict(values, revision=expected_revision + 1, updated_ms=now_ms)
+        row_values = dict(
+            crypt.seal_run_values(run_id, values), revision=expected_revision + 1, updated_ms=now_ms
+        )
         if rows:
             row_values["last_seq"] = rows[-1]["seq"]
         self._pending.append(
@@ -416,7 +457,7 @@ class Store:
 
         def read(conn: Connection) -> list[Signal]:
             query = select(signals).where(signals.c.run_id == run_id).order_by(signals.c.id)
-            return [Signal(r.id, r.run_id, r.kind, r.payload) for r in conn.execute(query)]
+            return [self._crypt.signal(r) for r in conn.execute(query)]
 
         return await self.db.transaction(read)
 
@@ -424,6 +465,7 @@ class Store:
         self, run_id: str, *, kind: str, payload: str, now_ms: int, expected_revision: int | None = None
     ) -> bool:
         """Queue a signal for the run's next owner; False when the run moved past ``expected_revision``."""
+        payload = self._crypt.seal_signal(run_id, kind, payload)
 
         def write(conn: Connection) -> bool:
             if expected_revision is not None:
@@ -456,7 +498,7 @@ class Store:
             row = conn.execute(
                 select(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)
             ).first()
-            return RunRecord.from_row(row) if row else None
+            return self._crypt.run(row) if row else None
 
         return await self.db.transaction(write)
 
