@@ -173,7 +173,7 @@ def test_alg_none_and_hmac_key_confusion_are_refused_before_verification(
     jwks_file: Path, keys: dict[str, Key]
 ) -> None:
     verifier = JwtVerifier(config=config(jwks_file=str(jwks_file), public_keys=[pem(keys["rsa"])]))
-    unsigned = jwt.encode(claims(), None, algorithm="none")
+    unsigned = jwt.encode(claims(), "", algorithm="none")
     # The classic confusion: HS256 keyed with the server's own public key, PEM or JWK text.
     public_pem = pem(keys["rsa"]).encode()
     confused = forged(
@@ -300,7 +300,9 @@ def test_jwks_files_are_validated_without_echoing_key_material(
     caplog.set_level(logging.DEBUG)
     path = tmp_path / "jwks.json"
     secret = "c2VjcmV0LWhtYWMta2V5LW5ldmVyLXRvLWJlLXNob3du"
-    private = RSAAlgorithm.to_jwk(keys["rsa"], as_dict=True)
+    rsa_key = keys["rsa"]
+    assert isinstance(rsa_key, rsa.RSAPrivateKey)
+    private = RSAAlgorithm.to_jwk(rsa_key, as_dict=True)
     bad: dict[str, str] = {
         "{": "not JSON",
         "[]": 'no "keys" list',
