@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -233,6 +234,8 @@ class JwtVerifier:
         )
         self._cache: OrderedDict[bytes, _Cached] = OrderedDict()
         self._cache_size = cache_size
+        # The aio server calls this from its loop only; the lock keeps other callers (threads) safe.
+        self._lock = threading.Lock()
         self.verifications = 0
         """Signature verifications done so far (a cached token needs none)."""
 
@@ -254,22 +257,24 @@ class JwtVerifier:
         """
         generation, keys = self._keys()
         digest = hashlib.sha256(token.encode()).digest()
-        hit = self._cache.get(digest)
-        if hit is not None:
-            if hit.generation == generation and time.time() < hit.expires_at:
-                self._cache.move_to_end(digest)
-                return hit.principal
-            del self._cache[digest]
+        with self._lock:
+            hit = self._cache.get(digest)
+            if hit is not None:
+                if hit.generation == generation and time.time() < hit.expires_at:
+                    self._cache.move_to_end(digest)
+                    return hit.principal
+                del self._cache[digest]
         claims = self._verify(token, keys)
         principal = self._principal(claims)
         if self._cache_size > 0:
-            if self._cache and next(iter(self._cache.values())).generation != generation:
-                self._cache.clear()  # keys changed: nothing verified before counts
-            self._cache[digest] = _Cached(
-                principal=principal, expires_at=float(claims["exp"]), generation=generation
-            )
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            with self._lock:
+                if self._cache and next(iter(self._cache.values())).generation != generation:
+                    self._cache.clear()  # keys changed: nothing verified before counts
+                self._cache[digest] = _Cached(
+                    principal=principal, expires_at=float(claims["exp"]), generation=generation
+                )
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
         return principal
 
     def _candidates(self, token: str, keys: Sequence[_Key]) -> tuple[str, Sequence[_Key]]:

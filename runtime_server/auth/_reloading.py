@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,7 @@ class ReloadingFile(Generic[T]):
         self._what = what
         self._interval = check_interval_s
         self._clock = clock
+        self._lock = threading.Lock()  # one reload at a time when called from several threads
         stamp = _stamp(self.path)
         self._value = self._load()
         self._stamp = stamp
@@ -80,8 +82,10 @@ class ReloadingFile(Generic[T]):
         """The current content, re-read first when the interval passed and the file changed."""
         now = self._clock()
         if now - self._checked >= self._interval:
-            self._checked = now
-            self._refresh()
+            with self._lock:
+                if now - self._checked >= self._interval:
+                    self._checked = now
+                    self._refresh()
         return self._value
 
     def _refresh(self) -> None:

@@ -129,9 +129,6 @@ class StaticTokens:
             path=path, parse=parse_tokens, what="tokens file", check_interval_s=check_interval_s, clock=clock
         )
 
-    def __len__(self) -> int:
-        return len(self._file.value)
-
     def authenticate_token(self, token: str) -> Principal:
         """The principal of a presented token.
 
