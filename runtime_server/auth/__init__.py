@@ -1,9 +1,25 @@
-"""Authentication and authorisation of runtime API callers (DESIGN R10.2)."""
+"""Authentication and authorisation of runtime API callers (DESIGN R10.2).
+
+Built-in authenticators: static bearer tokens stored as SHA-256 hashes (:func:`hash_token`),
+JWT bearer tokens (PyJWT, JWKS file or inline public keys), mTLS client certificates mapped by
+configuration, and ``agentrt_authenticate`` plugin hooks (:mod:`runtime_server.auth.hookspecs`).
+:func:`build_authentication` builds the chain; its module documents the precedence: an
+``authorization`` header decides when present, then a client certificate, then plugins, and a
+presented credential that is refused never falls through to another one.
+"""
 
 from __future__ import annotations
 
 from runtime_server.auth._authentication import Authentication, Authenticator, AuthRequest
-from runtime_server.auth._build import build_authentication
+from runtime_server.auth._build import (
+    MAX_AUTHORIZATION_BYTES,
+    BearerAuthenticator,
+    bearer_token,
+    build_authentication,
+)
+from runtime_server.auth._jwt import JwtVerifier
+from runtime_server.auth._mtls import MtlsAuthenticator
+from runtime_server.auth._plugins import ENTRYPOINT_GROUP, PluginAuthenticator, get_auth_plugin_manager
 from runtime_server.auth._principal import (
     LOCAL_SUBJECT,
     Principal,
@@ -19,21 +35,36 @@ from runtime_server.auth._roles import (
     allowed,
     permission_for,
 )
+from runtime_server.auth._tokens import StaticTokens, hash_token, parse_tokens
+from runtime_server.auth.hookspecs import hookimpl, hookspec
 
 __all__ = [
+    "ENTRYPOINT_GROUP",
     "HEALTH_PREFIX",
     "LOCAL_SUBJECT",
+    "MAX_AUTHORIZATION_BYTES",
     "METHOD_PERMISSIONS",
     "ROLE_PERMISSIONS",
     "AuthRequest",
     "Authentication",
     "Authenticator",
+    "BearerAuthenticator",
+    "JwtVerifier",
+    "MtlsAuthenticator",
     "Permission",
+    "PluginAuthenticator",
     "Principal",
+    "StaticTokens",
     "allowed",
+    "bearer_token",
     "build_authentication",
     "current_principal",
+    "get_auth_plugin_manager",
+    "hash_token",
+    "hookimpl",
+    "hookspec",
     "local_principal",
+    "parse_tokens",
     "permission_for",
     "principal_var",
 ]

@@ -1,7 +1,8 @@
 """Authentication: turning a call's credential into a :class:`Principal` (DESIGN R10.2).
 
-Authenticators are tried in order; the first that recognises a credential decides. With none
-configured on a loopback server every caller is the local principal (the demo, the tests).
+Authenticators are tried in order; the first that recognises a credential decides (the order
+and the routing of bearer tokens are in :mod:`runtime_server.auth._build`). With none configured
+on a loopback server every caller is the local principal (the demo, the tests).
 """
 
 from __future__ import annotations

@@ -26,16 +26,32 @@ class Permission(enum.Enum):
     CANCEL_RUNS = "cancel_runs"  # CancelRun
     RESOLVE_APPROVALS = "resolve_approvals"  # ResolveApproval
     RESOLVE_OUTCOMES = "resolve_outcomes"  # ResolveOutcome
-    INTROSPECT = "introspect"  # server reflection: any authenticated caller
+    INTROSPECT = "introspect"  # server reflection: any caller holding a role
 
 
+# Every role may introspect (reflection describes the API, not any tenant's data); a principal
+# with no role (a JWT whose roles are all unknown) may do nothing.
 ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = {
     "runner": frozenset(
-        {Permission.START_RUNS, Permission.READ_RUNS, Permission.LIST_RUNS, Permission.CANCEL_RUNS}
+        {
+            Permission.START_RUNS,
+            Permission.READ_RUNS,
+            Permission.LIST_RUNS,
+            Permission.CANCEL_RUNS,
+            Permission.INTROSPECT,
+        }
     ),
-    "approver": frozenset({Permission.READ_RUNS, Permission.LIST_RUNS, Permission.RESOLVE_APPROVALS}),
+    "approver": frozenset(
+        {Permission.READ_RUNS, Permission.LIST_RUNS, Permission.RESOLVE_APPROVALS, Permission.INTROSPECT}
+    ),
     "operator": frozenset(
-        {Permission.READ_RUNS, Permission.LIST_RUNS, Permission.CANCEL_RUNS, Permission.RESOLVE_OUTCOMES}
+        {
+            Permission.READ_RUNS,
+            Permission.LIST_RUNS,
+            Permission.CANCEL_RUNS,
+            Permission.RESOLVE_OUTCOMES,
+            Permission.INTROSPECT,
+        }
     ),
     "admin": frozenset(Permission),
 }
