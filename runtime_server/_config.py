@@ -225,6 +225,8 @@ class Settings(_Strict):
                 raise ValueError(f"agent {name!r} names agents that are not configured: {unknown}")
             if agent.model.profile and agent.model.profile not in self.model_profiles:
                 raise ValueError(f"agent {name!r} names an unknown model profile {agent.model.profile!r}")
+        if self.auth.mtls and not self.tls.client_ca_file:
+            raise ValueError("auth.mtls maps client certificates: it needs tls.client_ca_file (mTLS)")
         unknown = [a for a in self.inline_agents.agents if a not in self.agents]
         if unknown:
             raise ValueError(f"inline_agents.agents names agents that are not configured: {unknown}")

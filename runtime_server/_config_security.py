@@ -82,8 +82,10 @@ class ApproverScopeConfig(_Strict):
 class AuthConfig(_Strict):
     """Authentication of runtime API callers (DESIGN R10.2).
 
-    Authenticators run in order: static tokens, JWT, client certificates, then
-    ``agentrt_authenticate`` plugin hooks. The first that recognises a credential decides.
+    An ``authorization: Bearer`` header decides when present (a JWT-shaped token goes to the JWT
+    verifier, any other to the static tokens); without one a client certificate decides, then
+    ``agentrt_authenticate`` plugin hooks. A presented credential that is bad is refused and never
+    falls through to another (see ``runtime_server/auth/_build.py``).
     """
 
     tokens_file: str = ""  # static bearer tokens, stored as sha256 hashes (see `agentrt auth hash-token`)

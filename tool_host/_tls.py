@@ -80,6 +80,8 @@ def _pair_matches(cert_pem: bytes, key_pem: bytes) -> bool:
 class ReloadingServerCredentials:
     """Server credentials from PEM files, re-read when the files change (no restart).
 
+    Make one per server: gRPC binds the fetcher to the first port that uses it.
+
     Args:
         cert_file: Certificate chain the server presents.
         key_file: Its private key.

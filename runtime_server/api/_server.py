@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pluggy
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -191,7 +192,7 @@ def _authentication(settings: Settings) -> Authentication:
     local = None if settings.auth.configured else local_principal(settings.default_tenant)
     try:
         return build_authentication(settings.auth, local=local)
-    except ValueError as exc:
+    except (ValueError, ImportError, pluggy.PluginValidationError) as exc:
         raise ConfigError(f"auth: {exc}") from exc
 
 

@@ -12,6 +12,7 @@ PACKAGES = [
     "plugins.demo_tools",
     "runtime_server",
     "runtime_server.api",
+    "runtime_server.auth",
     "runtime_server.core",
     "runtime_server.engine",
     "runtime_server.events",
@@ -21,6 +22,7 @@ PACKAGES = [
     "runtime_server.telemetry",
     "runtime_server.tools",
     "tool_host",
+    "tool_host.security",
 ]
 
 

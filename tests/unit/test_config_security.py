@@ -1,0 +1,61 @@
+"""The security configuration refuses what cannot work, naming the key (exit 2 at start)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime_server._config import ConfigError, load_settings
+
+BAD = {
+    "mtls without a client CA": {
+        "tls": {"cert_file": "c.pem", "key_file": "k.pem"},
+        "auth": {"mtls": {"CN=x": {"tenant": "t", "roles": ["runner"]}}},
+    },
+    "cert without key": {"tls": {"cert_file": "c.pem"}},
+    "client CA without TLS": {"tls": {"client_ca_file": "ca.pem"}},
+    "jwt with a shared secret algorithm": {
+        "auth": {"jwt": {"public_keys": ["x"], "issuer": "i", "audience": "a", "algorithms": ["HS256"]}}
+    },
+    "jwt without keys": {"auth": {"jwt": {"issuer": "i", "audience": "a"}}},
+    "jwt without issuer": {"auth": {"jwt": {"public_keys": ["x"], "audience": "a"}}},
+    "unknown role": {"auth": {"mtls": {"CN=x": {"tenant": "t", "roles": ["root"]}}}},
+    "unknown model profile": {"agents": {"a": {"model": {"profile": "nope"}}}},
+    "inline agents naming an unknown agent": {"inline_agents": {"enabled": True, "agents": ["ghost"]}},
+    "host cert without CA": {
+        "tool_hosts": [{"name": "h", "address": "h:1", "cert_file": "c", "key_file": "k"}]
+    },
+    "spawned host with TLS files": {"tool_hosts": [{"name": "h", "spawn": True, "ca_file": "ca"}]},
+    "grant ttl out of range": {"grants": {"ttl_s": 0}},
+    "removed approvers list": {"approvers": ["alice"]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_unusable_security_settings_are_refused(case: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(env={}, base=BAD[case])
+    assert "invalid configuration" in str(info.value)
+
+
+def test_a_complete_secure_configuration_loads() -> None:
+    settings = load_settings(
+        env={},
+        base={
+            "listen": "0.0.0.0:50051",
+            "tls": {"cert_file": "c.pem", "key_file": "k.pem", "client_ca_file": "ca.pem"},
+            "auth": {
+                "tokens_file": "tokens.toml",
+                "mtls": {"URI:spiffe://x/billing": {"tenant": "acme", "roles": ["runner"]}},
+                "approver_scopes": {"bob": {"agents": ["refunds"]}},
+            },
+            "grants": {"signing_key_file": "grant.key", "ttl_s": 30},
+            "encryption": {"key_file": "keys.json"},
+            "model_profiles": {"gpt": {"provider": "openai", "name": "gpt-4o-mini"}},
+            "agents": {"refunds": {"model": {"profile": "gpt"}}},
+            "inline_agents": {"enabled": True, "roles": ["runner"], "agents": ["refunds"]},
+            "tool_hosts": [
+                {"name": "h", "address": "h:1", "ca_file": "ca", "cert_file": "c", "key_file": "k"}
+            ],
+        },
+    )
+    assert settings.auth.configured and settings.tls.enabled and settings.tool_hosts[0].tls
