@@ -7,6 +7,7 @@ InvokeTool counter show that nothing reached the host, not only the run's events
 from __future__ import annotations
 
 import ast
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ import pytest
 from agentrt.runtime.v1 import run_pb2
 from agentrt.toolhost.v1 import tool_pb2
 from clients import Client
-from plugins.demo_tools import count_refunds
+from plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
 from runtime_server.testing import RuntimeProcess, spawn_runtime
-from tests.e2e.conftest import agent_toml
+from tests.e2e.conftest import agent_toml, write_config
+from tests.e2e.test_runtime_process import wait_for_log
 from tool_host.testing import ToolHostProcess
 
 REFUND = {"tool": "refund.issue", "arguments": {"order_id": "A100", "amount": 12.5, "reason": "broken"}}
@@ -134,3 +136,34 @@ def test_after_a_handoff_the_new_agents_list_is_enforced(
     assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
     assert count_refunds(tool_host.data_dir) == 0
     assert host_counters(tool_host).get("invocations", 0) == 1
+
+
+def test_a_started_call_to_a_tool_the_agent_lacks_is_never_sent_by_a_recovering_runtime(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    # Defence in depth behind the decider: a log that already holds tool.started for a tool the
+    # agent lacks (here: the agent's stored tool list was narrowed while the call was in flight).
+    config = write_config(tmp_path / "rt.toml", db_url=sqlite_url, tool_host_address=tool_host.address)
+    args = ["--config", str(config), "--listen", "127.0.0.1:0"]
+    with spawn_runtime(args, cwd=tmp_path) as first, Client(first.address) as client:
+        run_id = client.start_run("sleeper", "nap").run_id
+        for event in client.stream_events(run_id, follow=True, timeout=30):
+            if event.HasField("tool_started"):
+                break
+        wait_for_log(tool_host, "started")
+        first.kill()  # the call stays started, without a result, in the log
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        db.execute(
+            "UPDATE runs SET agent_spec = json_set(agent_spec, '$.config.tools', json('[]'), "
+            "'$.peers.sleeper.tools', json('[]')) WHERE run_id = ?",
+            (run_id,),
+        )
+    with spawn_runtime(args, cwd=tmp_path) as second, Client(second.address) as client:
+        events = [e for e in client.stream_events(run_id, follow=True, timeout=60) if e.seq]
+    refused = refused_calls(events)
+    assert [r.tool for r in refused] == ["sleep.wait", "sleep.wait"]  # the recovered call, then a new one
+    started = [e.tool_started.call_id for e in events if e.HasField("tool_started")]
+    assert started == [refused[0].call_id]  # only the call the first runtime had started
+    assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+    words = (tool_host.data_dir / SLEEP_LOG_FILE).read_text().split()
+    assert words.count("started") == 1  # the tool host never saw the call again
