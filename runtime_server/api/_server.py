@@ -146,7 +146,8 @@ class RuntimeServer:
 
 
 def _check_models(settings: Settings, models: ModelRegistry) -> None:
-    """Every profile and agent model can be created; no profile lets callers pick an endpoint or key.
+    """Every agent's model (and a profile inline agents use as is) can be created; no profile lets
+    callers pick an endpoint or key.
 
     Raises:
         ConfigError: an unusable model, an agent with a profile that also sets provider or name,

@@ -282,6 +282,12 @@ def test_profile_and_allow_list_mistakes_stop_the_server_at_start(
             "model.profile gives the provider",
         ),
         "unknownprofile.toml": (head + '[agents.a]\nmodel = { profile = "nope" }\n', "unknown model profile"),
+        "nokey.toml": (
+            head
+            + '[model_profiles.p]\nprovider = "openai"\noptions = { api_key_env = "E2E_UNSET_KEY_VAR" }\n'
+            "[inline_agents]\nenabled = true\n",
+            "model profile 'p' is unusable",
+        ),
     }
     for name, (text, expected) in cases.items():
         (tmp_path / name).write_text(text)
