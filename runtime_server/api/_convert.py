@@ -100,11 +100,23 @@ def budgets_from_proto(budgets: run_pb2.Budgets) -> dict[str, Any]:
 
 
 def agent_from_proto(spec: run_pb2.AgentSpec) -> AgentConfig:
-    """An inline agent spec as an AgentConfig (pydantic validates it; ValidationError on bad input)."""
-    model: dict[str, Any] = {"provider": spec.model.provider or "scripted", "name": spec.model.name}
+    """An inline agent spec as an AgentConfig (pydantic validates it; ValidationError on bad input).
+
+    Only the shape is converted here; what an inline agent may name (profile, options, tools,
+    agents) is checked before, by the servicer.
+    """
+    model: dict[str, Any] = {"profile": spec.model.profile, "name": spec.model.name}
+    if spec.model.provider:
+        model["provider"] = spec.model.provider
     if spec.model.HasField("options"):
         model["options"] = json_format.MessageToDict(spec.model.options)
-    data: dict[str, Any] = {"instructions": spec.instructions, "model": model, "tools": list(spec.tools)}
+    data: dict[str, Any] = {
+        "instructions": spec.instructions,
+        "model": model,
+        "tools": list(spec.tools),
+        "handoffs": list(spec.handoffs),
+        "agent_tools": list(spec.agent_tools),
+    }
     if spec.HasField("budgets"):
         defaults = AgentConfig().budgets.model_dump()
         data["budgets"] = dict(defaults, **budgets_from_proto(spec.budgets))

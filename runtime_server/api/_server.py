@@ -17,11 +17,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentrt.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
-from runtime_server._config import ConfigError, Settings
+from runtime_server._config import ConfigError, ModelConfig, Settings
 from runtime_server.api._interceptor import AuthInterceptor
 from runtime_server.api._servicer import RuntimeServicer
 from runtime_server.auth import Authentication, build_authentication, local_principal
-from runtime_server.engine import Engine
+from runtime_server.engine import Engine, bind_model, sensitive_option
 from runtime_server.events import EventBus
 from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from runtime_server.store import Store, load_cipher
@@ -63,15 +63,7 @@ class RuntimeServer:
         authentication = _authentication(settings)
         credentials = _server_credentials(settings)
         self.models = ModelRegistry(get_model_plugin_manager())
-        for name, agent in settings.agents.items():
-            try:
-                self.models.provider(
-                    ModelSpecData(
-                        provider=agent.model.provider, name=agent.model.name, options=agent.model.options
-                    )
-                )
-            except ModelConfigError as exc:
-                raise ConfigError(f"agent {name!r} has an unusable model: {exc}") from exc
+        _check_models(settings, self.models)
         try:
             for host in settings.tool_hosts:
                 address = host.address
@@ -90,6 +82,9 @@ class RuntimeServer:
             missing = [t for t in agent.tools if t not in served]
             if missing:
                 raise ConfigError(f"agent {name!r} names tools no tool host serves: {missing}")
+        missing = [t for t in settings.inline_agents.tools if t not in served]
+        if missing:
+            raise ConfigError(f"inline_agents.tools names tools no tool host serves: {missing}")
         try:
             cipher = load_cipher(settings.encryption.key_file)
         except ValueError as exc:  # names the file, never key bytes
@@ -156,6 +151,42 @@ class RuntimeServer:
         # One machine-readable line: operators and tests read the process's counters from it.
         counters = json.dumps(self.counters.snapshot(), sort_keys=True)
         print(f"agentrt-counters {counters}", file=sys.stderr, flush=True)
+
+
+def _check_models(settings: Settings, models: ModelRegistry) -> None:
+    """Every agent's model (and a profile inline agents use as is) can be created; no profile lets
+    callers pick an endpoint or key.
+
+    Raises:
+        ConfigError: an unusable model, an agent with a profile that also sets provider or name,
+            or a profile whose ``inline_options`` lists an endpoint, key source or header option.
+    """
+    for name, profile in settings.model_profiles.items():
+        sensitive = sorted(k for k in profile.inline_options if sensitive_option(k))
+        if sensitive:
+            raise ConfigError(
+                f"model profile {name!r}: inline_options may not list {sensitive}: endpoints, key "
+                "sources and headers stay in server config"
+            )
+        if not settings.inline_agents.enabled or profile.inline_options:
+            continue  # completed by the options of the agents that name it, checked below or per request
+        try:  # inline agents use exactly these options
+            spec = ModelSpecData(provider=profile.provider, name=profile.name, options=profile.options)
+            models.provider(spec)
+        except ModelConfigError as exc:
+            raise ConfigError(f"model profile {name!r} is unusable: {exc}") from exc
+    for name, agent in settings.agents.items():
+        model = agent.model
+        # (Settings are re-validated from a dump after CLI overrides: compare with the defaults.)
+        if model.profile and (model.name or model.provider != ModelConfig().provider):
+            raise ConfigError(
+                f"agent {name!r}: model.profile gives the provider and model name; remove model.provider "
+                "and model.name (options stay, on top of the profile's)"
+            )
+        try:
+            models.provider(bind_model(model, settings.model_profiles).spec)
+        except ModelConfigError as exc:
+            raise ConfigError(f"agent {name!r} has an unusable model: {exc}") from exc
 
 
 def _loopback(settings: Settings) -> bool:

@@ -19,6 +19,7 @@ from runtime_server.api._convert import (
     run_to_proto,
 )
 from runtime_server.api._errors import abort_internal, abort_with
+from runtime_server.api._inline import INLINE_AGENT_NAME, check_inline_agent
 from runtime_server.api._streams import follow_events
 from runtime_server.auth import Principal, current_principal
 from runtime_server.core import (
@@ -34,8 +35,8 @@ from runtime_server.core import (
     parse_rfc3339_ms,
     replay,
 )
-from runtime_server.engine import Engine, ResolvedAgent, StartRequest
-from runtime_server.models import ModelConfigError, ModelSpecData
+from runtime_server.engine import Engine, ResolvedAgent, StartRequest, bind_model
+from runtime_server.models import ModelConfigError
 from runtime_server.store import RunRecord
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -62,13 +63,14 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self, request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest
     ) -> ResolvedAgent:
         if request.HasField("agent"):
+            check_inline_agent(request.agent, settings=self.settings, principal=self._principal())
             try:
                 config = agent_from_proto(request.agent)
             except ValidationError as exc:
                 first = exc.errors()[0]
                 field = "agent." + ".".join(str(p) for p in first["loc"])
                 raise InvalidRequest(f"inline agent is invalid: {first['msg']}", field=field) from exc
-            name = request.agent.name or "inline"
+            name = request.agent.name or INLINE_AGENT_NAME
         else:
             if not request.agent_name:
                 raise InvalidRequest("agent_name or an inline agent is required", field="agent_name")
@@ -93,15 +95,15 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 reason="UNKNOWN_TOOL",
             )
         try:
-            self.engine.models.provider(
-                ModelSpecData(
-                    provider=config.model.provider, name=config.model.name, options=config.model.options
-                )
-            )
+            bound = bind_model(config.model, self.settings.model_profiles)
         except ModelConfigError as exc:
-            raise InvalidRequest(
-                f"agent model is invalid: {exc}", field="agent.model", reason="INVALID_MODEL"
-            ) from exc
+            raise InvalidRequest(str(exc), field="agent.model.profile", reason="UNKNOWN_PROFILE") from None
+        try:
+            self.engine.models.provider(bound.spec)
+        except ModelConfigError as exc:
+            # A profile's endpoints and key sources are the server's business, not the caller's.
+            message = f"agent model is invalid: {bound.redact(str(exc))}"
+            raise InvalidRequest(message, field="agent.model", reason="INVALID_MODEL") from None
 
     def _start_request(
         self,

@@ -16,6 +16,7 @@ from runtime_server.core._budgets import (
 from runtime_server.core._deadline import backoff_delay_s, call_timeout_s, retry_fits
 from runtime_server.core._decide import (
     BUDGET_PREFIX,
+    NOT_ALLOWED_CODE,
     Append,
     CallModel,
     Clock,
@@ -32,6 +33,7 @@ from runtime_server.core._decide import (
     corrective_step,
     decide,
     end_events,
+    not_allowed_error,
 )
 from runtime_server.core._errors import (
     AgentRtError,
@@ -71,6 +73,7 @@ from runtime_server.core._upgrade import (
 __all__ = [
     "ACTIVE_PHASES",
     "BUDGET_PREFIX",
+    "NOT_ALLOWED_CODE",
     "RULES",
     "STATE_VERSION",
     "TERMINAL_PHASES",
@@ -122,6 +125,7 @@ __all__ = [
     "exhausted_before_model_step",
     "exhausted_before_tool_call",
     "idempotency_key",
+    "not_allowed_error",
     "parse_rfc3339_ms",
     "replay",
     "retry_fits",

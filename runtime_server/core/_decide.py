@@ -113,6 +113,9 @@ Decision = (
 class Policy:
     """What the decider needs beyond budgets: loop thresholds and which tools may run in parallel."""
 
+    # The active agent's tools, handoff and agent-as-tool pseudo-tools: a call to anything else
+    # never runs (R10.2). None means no list (the decider's own tests); the engine always sets one.
+    allowed_tools: frozenset[str] | None = None
     loops: LoopPolicy = field(default_factory=LoopPolicy)
     parallel_safe: frozenset[str] = frozenset()
     needs_approval: frozenset[str] = frozenset()  # call ids a person must approve before they run
@@ -121,6 +124,19 @@ class Policy:
     agent_name: str = ""  # the agent in control
     pause_on_exhaustion: bool = False  # a spent budget asks a person for more instead of failing
     fail_expired_approvals: bool = False  # else an expired approval is re-previewed and asked again
+
+    def allows(self, tool: str) -> bool:
+        """True when the active agent was given ``tool``."""
+        return self.allowed_tools is None or tool in self.allowed_tools
+
+
+NOT_ALLOWED_CODE = "TOOL_ERROR_CODE_NOT_ALLOWED"
+
+
+def not_allowed_error(tool: str, agent_name: str) -> dict[str, str]:
+    """The error of a call to a tool its agent was not given (the same text each time: loops count it)."""
+    who = f"agent {agent_name!r}" if agent_name else "this agent"
+    return {"code": NOT_ALLOWED_CODE, "message": f"tool {tool[:200]!r} is not available to {who}"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,6 +231,23 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
         if len(in_flight) > 1:
             return InvokeTools(tuple(in_flight))
         return InvokeTool(in_flight[0])
+    refused = [c for c in pending if not policy.allows(c.tool)]
+    if refused:
+        # Never started, never sent, not a tool call for the budgets: the model hears why (R10.2).
+        return Append(
+            tuple(
+                ev.Event(
+                    ev.TOOL_FAILED,
+                    {
+                        "step": c.step,
+                        "call_id": c.call_id,
+                        "tool": c.tool,
+                        "error": not_allowed_error(c.tool, policy.agent_name),
+                    },
+                )
+                for c in refused
+            )
+        )
     first = pending[0]
     repeat = state.loops.would_repeat(policy.loops, first.tool, first.arguments_json)
     if repeat is not None:

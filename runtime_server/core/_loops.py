@@ -15,7 +15,12 @@ from runtime_server.core._keys import canonical_json
 
 # Errors that say "this call, as made, will not work": repeating them is a loop.
 NON_RETRYABLE_CODES = frozenset(
-    {"TOOL_ERROR_CODE_INVALID_INPUT", "TOOL_ERROR_CODE_PERMANENT", "TOOL_ERROR_CODE_UNKNOWN_TOOL"}
+    {
+        "TOOL_ERROR_CODE_INVALID_INPUT",
+        "TOOL_ERROR_CODE_PERMANENT",
+        "TOOL_ERROR_CODE_UNKNOWN_TOOL",
+        "TOOL_ERROR_CODE_NOT_ALLOWED",
+    }
 )
 
 

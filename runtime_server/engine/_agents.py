@@ -1,17 +1,138 @@
-"""Resolving what a run executes: the agent snapshot and its effective budgets."""
+"""Resolving what a run executes: the agent snapshot, its model (through a profile) and its budgets.
+
+A model profile (``[model_profiles.<name>]``) holds a provider, a model name and options that may
+name endpoints, key sources and headers. A run's snapshot keeps only the profile's name and the
+agent's own options; the profile is looked up when the run's owner calls the model, so a
+profile's keys and endpoints can change without touching stored runs, and none of its values
+enters the database or an event (R5.7).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime_server._config import AgentConfig, LimitsConfig
+from runtime_server._config import AgentConfig, LimitsConfig, ModelConfig
+from runtime_server._config_security import ModelProfileConfig
 from runtime_server.core import Budgets, InvalidRequest, canonical_json
+from runtime_server.models import ModelConfigError, ModelSpecData
 
 RUNTIME_VERSION = "0.1.0"
+
+# Option keys that can point a provider at a place (a URL, a server file, an environment
+# variable) or carry a credential: they stay in server config (a profile may set them, an inline
+# agent never) and their values are kept out of events and error messages.
+_SENSITIVE_KEYS = frozenset(
+    {
+        "base_url",
+        "url",
+        "endpoint",
+        "headers",
+        "organization",
+        "project",
+        "file",
+        "path",
+        "key",
+        "token",
+        "secret",
+        "password",
+        "authorization",
+    }
+)
+_SENSITIVE_SUFFIXES = (
+    "_url",
+    "_env",
+    "_file",
+    "_path",
+    "_key",
+    "_token",
+    "_secret",
+    "_headers",
+    "_endpoint",
+)
+
+
+def sensitive_option(key: str) -> bool:
+    """True for an option key that names an endpoint, a key source or headers (never from a caller)."""
+    key = key.lower()
+    return key in _SENSITIVE_KEYS or key.endswith(_SENSITIVE_SUFFIXES)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BoundModel:
+    """An agent's model as it is called: provider, model name and the options that reach the provider.
+
+    Attributes:
+        spec: What the model registry is asked for.
+        profile: The profile the spec came from ("" for a model configured in the agent itself).
+        hidden: Values of the profile's sensitive options (endpoints, key sources, headers),
+            longest first; :meth:`redact` keeps them out of messages that enter events.
+    """
+
+    spec: ModelSpecData
+    profile: str = ""
+    hidden: tuple[str, ...] = ()
+
+    def redact(self, text: str) -> str:
+        """``text`` with every value of the profile's sensitive options replaced by the profile's name."""
+        for value in self.hidden:
+            text = text.replace(value, f"<profile {self.profile}>")
+        return text
+
+
+def bind_model(model: ModelConfig, profiles: Mapping[str, ModelProfileConfig]) -> BoundModel:
+    """The provider spec of ``model``: its profile's provider, name and options, its own options on top.
+
+    Build it once per agent config and reuse it: the model registry recognises options by
+    identity, and a fresh merged dict per step would make it serialise them every time.
+
+    Raises:
+        ModelConfigError: ``unknown_profile`` when the profile is not configured (any more).
+    """
+    if not model.profile:
+        return BoundModel(spec=ModelSpecData(provider=model.provider, name=model.name, options=model.options))
+    profile = profiles.get(model.profile)
+    if profile is None:
+        raise ModelConfigError(
+            f"no model profile named {model.profile!r} is configured", reason="unknown_profile"
+        )
+    hidden = {
+        text
+        for key, value in profile.options.items()
+        if sensitive_option(key)
+        for found in _strings(value)
+        for text in (found, found.rstrip("/"))
+        if len(text) >= 3
+    }
+    return BoundModel(
+        spec=ModelSpecData(
+            provider=profile.provider, name=profile.name, options={**profile.options, **model.options}
+        ),
+        profile=model.profile,
+        hidden=tuple(sorted(hidden, key=lambda t: (-len(t), t))),
+    )
+
+
+def _config_json(config: AgentConfig) -> dict[str, Any]:
+    data = config.model_dump(mode="json", by_alias=True)
+    if config.model.profile:
+        # Only the profile's name and the agent's own options: never what the profile holds.
+        data["model"] = {"profile": config.model.profile, "options": data["model"]["options"]}
+    return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,8 +168,8 @@ class ResolvedAgent:
         return canonical_json(
             {
                 "name": self.name,
-                "config": self.config.model_dump(mode="json", by_alias=True),
-                "peers": {n: c.model_dump(mode="json", by_alias=True) for n, c in sorted(self.peers.items())},
+                "config": _config_json(self.config),
+                "peers": {n: _config_json(c) for n, c in sorted(self.peers.items())},
             }
         )
 

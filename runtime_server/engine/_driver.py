@@ -48,7 +48,7 @@ from runtime_server.core import (
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import ResolvedAgent
 from runtime_server.engine._approval_step import ApprovalStep
-from runtime_server.engine._control import HANDOFF_PREFIX, Cancelled, Parked
+from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from runtime_server.engine._finalize import finalize
 from runtime_server.engine._model_step import ModelStep
 from runtime_server.engine._tool_step import ToolStep
@@ -171,7 +171,7 @@ class RunDriver:
         return None
 
     def _policy(self) -> Policy:
-        """Loop thresholds from the agent; read-only, concurrency-safe tools may run in parallel."""
+        """The active agent's rules: the tools it was given, loop thresholds, parallel-safe tools."""
         safe = frozenset(
             name
             for name in self.agent.config.tools
@@ -183,8 +183,17 @@ class RunDriver:
         versions = {
             name: spec.version for name in config.tools if (spec := self.engine.tools.spec(name)) is not None
         }
+        # What the active agent was given, nothing else: a call to any other tool never runs.
+        allowed = frozenset(
+            (
+                *config.tools,
+                *(f"{HANDOFF_PREFIX}{a}" for a in config.handoffs),
+                *(f"{AGENT_TOOL_PREFIX}{a}" for a in config.agent_tools),
+            )
+        )
         return Policy(
             agent_name=self.agent.name,
+            allowed_tools=allowed,
             handoffs={f"{HANDOFF_PREFIX}{a}": a for a in config.handoffs},
             tool_versions=versions,
             loops=config.loops.to_policy(),

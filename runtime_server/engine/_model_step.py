@@ -12,16 +12,16 @@ import math
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from runtime_server._config import AgentConfig
+from runtime_server._config import AgentConfig, ModelConfig
 from runtime_server.core import Event, Phase, end_events, retry_fits, rfc3339
 from runtime_server.core import events as ev
+from runtime_server.engine._agents import BoundModel, bind_model
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
 from runtime_server.models import (
     Message,
     ModelAuthError,
     ModelError,
     ModelRequest,
-    ModelSpecData,
     ModelToolCall,
     ModelTransientError,
     ToolDef,
@@ -37,8 +37,20 @@ class ModelStep:
 
     def __init__(self, driver: RunDriver):
         self.d = driver
+        self._bound: tuple[ModelConfig, BoundModel] | None = None
 
-    def _request(self, timeout_s: float) -> ModelRequest:
+    def _model(self) -> BoundModel:
+        """The active agent's model through its profile, bound once per agent config.
+
+        Raises:
+            ModelConfigError: the agent's profile is no longer configured.
+        """
+        model = self.d.agent.config.model
+        if self._bound is None or self._bound[0] is not model:  # first step, or a handoff
+            self._bound = (model, bind_model(model, self.d.engine.settings.model_profiles))
+        return self._bound[1]
+
+    def _request(self, timeout_s: float, bound: BoundModel) -> ModelRequest:
         config: AgentConfig = self.d.agent.config
         messages: list[Message] = []
         if config.instructions:
@@ -94,11 +106,10 @@ class ModelStep:
                     },
                 )
             )
-        model = config.model
         return ModelRequest(
             run_id=self.d.run_id,
             step=self.d.state.usage.model_steps + 1,
-            spec=ModelSpecData(provider=model.provider, name=model.name, options=model.options),
+            spec=bound.spec,
             messages=tuple(messages),
             tools=tuple(tools),
             timeout_s=timeout_s,
@@ -106,14 +117,16 @@ class ModelStep:
 
     async def run_step(self, step: int) -> None:
         engine = self.d.engine
-        model = self.d.agent.config.model
+        bound: BoundModel | None = None
         try:
-            provider = engine.models.provider(
-                ModelSpecData(provider=model.provider, name=model.name, options=model.options)
-            )
+            bound = self._model()
+            provider = engine.models.provider(bound.spec)
         except ModelError as exc:
-            self.d.add(*end_events(self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=str(exc)))
+            message = bound.redact(str(exc)) if bound is not None else str(exc)
+            self.d.add(*end_events(self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=message))
             return
+        # Messages of provider errors enter events: a profile's endpoints and key sources must not.
+        redact = bound.redact
         attempt = 0
         while True:
             attempt += 1
@@ -121,7 +134,7 @@ class ModelStep:
             if timeout <= 0:
                 self.d.add(*end_events(self.d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
                 return
-            request = self._request(timeout)
+            request = self._request(timeout, bound)
             sink = self._delta_sink(step, attempt)
             try:
                 response = await self.d.io(partial(provider.complete, request, on_text_delta=sink))
@@ -140,7 +153,9 @@ class ModelStep:
                     engine.counters.inc("retry_exhausted_count")
                     reason = "model_unavailable"
                     self.d.add(
-                        *end_events(self.d.state, Phase.FAILED, reason, message=str(exc), retryable=True)
+                        *end_events(
+                            self.d.state, Phase.FAILED, reason, message=redact(str(exc)), retryable=True
+                        )
                     )
                     return
                 engine.counters.inc("retry_count")
@@ -150,7 +165,7 @@ class ModelStep:
                     "step": step,
                     "attempt": attempt + 1,
                     "delay": f"{delay:.3f}s",
-                    "reason": f"model {exc.reason}: {exc.message}"[:400],
+                    "reason": redact(f"model {exc.reason}: {exc.message}")[:400],
                     "due_time": rfc3339(engine.now_ms() + math.ceil(delay * 1000)),
                 }
                 self.d.add(Event(ev.RETRY_SCHEDULED, data))
@@ -160,11 +175,13 @@ class ModelStep:
                 except Cancelled:
                     return
             except ModelAuthError as exc:
-                self.d.add(*end_events(self.d.state, Phase.FAILED, "model_auth", message=str(exc)))
+                self.d.add(*end_events(self.d.state, Phase.FAILED, "model_auth", message=redact(str(exc))))
                 return
             except ModelError as exc:
                 self.d.add(
-                    *end_events(self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=str(exc))
+                    *end_events(
+                        self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=redact(str(exc))
+                    )
                 )
                 return
         usage = self.d.state.usage
@@ -174,7 +191,7 @@ class ModelStep:
             model_steps=usage.model_steps + 1,
             input_tokens=usage.input_tokens + response.input_tokens,
             output_tokens=usage.output_tokens + response.output_tokens,
-            cost_usd=usage.cost_usd + self._cost(response.input_tokens, response.output_tokens),
+            cost_usd=usage.cost_usd + self._cost(bound, response.input_tokens, response.output_tokens),
         )
         calls = [
             {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
@@ -189,9 +206,9 @@ class ModelStep:
         }
         self.d.add(Event(ev.MODEL_COMPLETED, data))
 
-    def _cost(self, input_tokens: int, output_tokens: int) -> float:
+    def _cost(self, bound: BoundModel, input_tokens: int, output_tokens: int) -> float:
         # Models without a price entry cost 0: the cost budget only binds priced models.
-        price = self.d.engine.settings.prices.get(self.d.agent.config.model.name)
+        price = self.d.engine.settings.prices.get(bound.spec.name)
         return price.cost(input_tokens, output_tokens) if price is not None else 0.0
 
     def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:

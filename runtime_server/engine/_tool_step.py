@@ -18,7 +18,16 @@ import grpc
 from google.protobuf import json_format
 
 from agentrt.toolhost.v1 import tool_pb2
-from runtime_server.core import CallState, Event, LeaseLost, Phase, end_events, retry_fits, rfc3339
+from runtime_server.core import (
+    CallState,
+    Event,
+    LeaseLost,
+    Phase,
+    end_events,
+    not_allowed_error,
+    retry_fits,
+    rfc3339,
+)
 from runtime_server.core import events as ev
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from runtime_server.store import RunRecord
@@ -59,9 +68,20 @@ class ToolStep:
 
     # -- one call -----------------------------------------------------------------------------------
 
+    def _refused(self, call: CallState) -> bool:
+        """Defence in depth behind the decider: a tool the active agent lacks is never sent (R10.2)."""
+        policy = self.d.policy
+        if policy.allows(call.tool):
+            return False
+        error = not_allowed_error(call.tool, policy.agent_name)
+        self.record(call, ToolOutcome.failure("NOT_ALLOWED", error["message"]))
+        return True
+
     async def run_call(self, call: CallState) -> None:
         """Send a started call (or, for an inherited write, query first) and record what happened."""
         d, engine = self.d, self.engine
+        if self._refused(call):
+            return
         if call.tool.startswith(AGENT_TOOL_PREFIX):
             self.record(call, await self._child_run(call))
             return
@@ -215,6 +235,9 @@ class ToolStep:
         a cancel keeps every result that had arrived and marks the rest cancelled.
         """
         d = self.d
+        calls = tuple(c for c in calls if not self._refused(c))
+        if not calls:
+            return
         d.check_lease()
         settled: dict[str, list[tuple[Event | None, ToolOutcome]]] = {c.call_id: [] for c in calls}
         with contextlib.suppress(Cancelled):  # results that arrived before the cancel are kept below

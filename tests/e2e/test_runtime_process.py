@@ -202,7 +202,8 @@ def test_bad_requests_get_clear_statuses_and_write_nothing(runtime: RuntimeProce
         inline = run_pb2.AgentSpec(name="inline", tools=["no.such.tool"])
         with pytest.raises(RPCError) as info:
             client.start_run(input="hi", agent=inline)
-        assert info.value.reason == "UNKNOWN_TOOL"
+        assert info.value.code == grpc.StatusCode.PERMISSION_DENIED  # off unless configured (R10.2)
+        assert info.value.reason == "INLINE_AGENTS_DISABLED"
         for call in (
             lambda: client.get_run("nope"),
             lambda: list(client.stream_events("nope", timeout=5)),

@@ -274,3 +274,108 @@ def test_parallel_safe_calls_start_together_within_the_parallel_budget() -> None
         unsafe.apply(event)
     one = decide(unsafe, Budgets(max_parallel_tool_calls=3), clock, Policy())
     assert isinstance(one, Append) and len(one.events) == 1  # writes (not parallel-safe) go one at a time
+
+
+# -- the tool allow-list (R10.2, invariant §11.9) ------------------------------------------------------
+
+
+def _after_model_step(state: RunState, step: int, calls: list[tuple[str, str]]) -> None:
+    """Fold a model step whose answer calls ``(call_id, tool)`` pairs into ``state``."""
+    if step == 1:
+        state.apply(Event(ev.RUN_STARTED, {"input": "hi"}))
+    state.apply(Event(ev.STEP_STARTED, {"step": step, "kind": "model", "usage": state.usage.to_json()}))
+    wanted = [{"call_id": c, "tool": t, "arguments_json": "{}"} for c, t in calls]
+    after = dict(state.usage.to_json(), model_steps=state.usage.model_steps + 1)
+    data = {"step": step, "text": "", "tool_calls": wanted, "usage_before": {}, "usage_after": after}
+    state.apply(Event(ev.MODEL_COMPLETED, data))
+
+
+CLOCK = Clock(now_s=0, deadline_s=100)
+
+
+def test_a_call_to_a_tool_the_agent_lacks_fails_not_allowed_without_starting() -> None:
+    policy = Policy(agent_name="support", allowed_tools=frozenset({"noop.echo"}))
+    state = RunState(run_id="r")
+    _after_model_step(state, 1, [("c1", "refund.issue")])
+    decision = decide(state, Budgets(), CLOCK, policy)
+    assert isinstance(decision, Append) and [e.type for e in decision.events] == [ev.TOOL_FAILED]
+    failed = decision.events[0].data
+    assert failed["call_id"] == "c1" and failed["tool"] == "refund.issue"
+    assert failed["error"]["code"] == "TOOL_ERROR_CODE_NOT_ALLOWED"
+    assert "refund.issue" in failed["error"]["message"] and "support" in failed["error"]["message"]
+    for event in decision.events:
+        state.apply(event)  # the fold accepts the failure of a call that never started
+    assert state.phase is Phase.TOOL_STEP and not state.any_tool_started
+    assert state.usage.tool_calls == 0 and state.usage.calls_per_tool == {}
+    assert state.history[-1].failed and "NOT_ALLOWED" in state.history[-1].content  # the model hears why
+    back = decide(state, Budgets(), CLOCK, policy)
+    assert isinstance(back, Append) and back.events[0].type == ev.STEP_STARTED  # back to the model
+
+
+def test_a_mixed_batch_refuses_only_the_calls_outside_the_list_and_runs_the_rest() -> None:
+    policy = Policy(allowed_tools=frozenset({"noop.echo"}), parallel_safe=frozenset({"noop.echo"}))
+    state = RunState(run_id="r")
+    _after_model_step(state, 1, [("c0", "noop.echo"), ("c1", "refund.issue"), ("c2", "noop.echo")])
+    budgets = Budgets(max_parallel_tool_calls=3)
+    refused = decide(state, budgets, CLOCK, policy)
+    assert isinstance(refused, Append)
+    assert [(e.type, e.data["call_id"]) for e in refused.events] == [(ev.TOOL_FAILED, "c1")]
+    for event in refused.events:
+        state.apply(event)
+    started = decide(state, budgets, CLOCK, policy)
+    assert isinstance(started, Append)
+    assert [(e.type, e.data["call_id"]) for e in started.events] == [
+        (ev.TOOL_STARTED, "c0"),
+        (ev.TOOL_STARTED, "c2"),
+    ]
+    assert started.events[-1].data["usage_after"]["tool_calls"] == 2  # the refused call is not counted
+    for event in started.events:
+        state.apply(event)
+    batch = decide(state, budgets, CLOCK, policy)
+    assert isinstance(batch, InvokeTools) and [c.call_id for c in batch.calls] == ["c0", "c2"]
+
+
+def test_after_a_handoff_the_new_agents_list_decides() -> None:
+    first = Policy(
+        agent_name="triage",
+        allowed_tools=frozenset({"orders.lookup", "handoff.billing"}),
+        handoffs={"handoff.billing": "billing"},
+    )
+    state = RunState(run_id="r")
+    _after_model_step(state, 1, [("c1", "handoff.billing")])
+    handoff = decide(state, Budgets(), CLOCK, first)
+    assert isinstance(handoff, Append) and handoff.events[0].type == ev.HANDOFF
+    for event in handoff.events:
+        state.apply(event)
+    assert state.active_agent == "billing"
+    # The shell recomputes the policy for the agent now in control (RunDriver._policy).
+    second = Policy(agent_name="billing", allowed_tools=frozenset({"refund.issue"}))
+    step = decide(state, Budgets(), CLOCK, second)
+    assert isinstance(step, Append)
+    for event in step.events:
+        state.apply(event)
+    _after_model_step(state, state.step + 1, [("c2", "orders.lookup"), ("c3", "refund.issue")])
+    refused = decide(state, Budgets(), CLOCK, second)
+    assert isinstance(refused, Append)
+    assert [(e.type, e.data["tool"]) for e in refused.events] == [(ev.TOOL_FAILED, "orders.lookup")]
+    assert "billing" in refused.events[0].data["error"]["message"]
+    for event in refused.events:
+        state.apply(event)
+    started = decide(state, Budgets(), CLOCK, second)
+    assert isinstance(started, Append) and started.events[0].type == ev.TOOL_STARTED
+    assert started.events[0].data["tool"] == "refund.issue"
+
+
+def test_a_model_that_keeps_calling_a_tool_it_lacks_ends_loop_detected() -> None:
+    policy = Policy(allowed_tools=frozenset({"noop.echo"}), loops=LoopPolicy(max_repeated_errors=3))
+    log = simulate([1] * 10, Budgets(), policy=policy, tool="refund.issue")
+    assert not [e for e in log if e.type == ev.TOOL_STARTED]  # never started, never sent
+    refused = [e for e in log if e.type == ev.TOOL_FAILED]
+    assert len(refused) == 3
+    assert {e.data["error"]["code"] for e in refused} == {"TOOL_ERROR_CODE_NOT_ALLOWED"}
+    diagnostic = [e for e in log if e.type == ev.STEP_STARTED and e.data["kind"] == "diagnostic"]
+    assert len(diagnostic) == 1 and "refund.issue: NOT_ALLOWED 3 times" in diagnostic[0].data["reason"]
+    assert log[-1].data["phase"] == "RUN_PHASE_FAILED" and log[-1].data["reason"] == "loop_detected"
+    assert log[-1].data["partial"] is False and log[-1].data["usage"]["tool_calls"] == 0
+    state = replay("run-1", log)
+    assert state.phase is Phase.FAILED and state.seq == len(log)
