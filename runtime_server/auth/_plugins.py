@@ -9,6 +9,7 @@ from types import MappingProxyType
 import pluggy
 
 from runtime_server._config_security import ROLES
+from runtime_server._hooks import reject_unknown_hooks
 from runtime_server.auth import hookspecs
 from runtime_server.auth._authentication import AuthRequest
 from runtime_server.auth._principal import Principal
@@ -54,18 +55,7 @@ def check_auth_hooks(pm: pluggy.PluginManager) -> None:
     Raises:
         pluggy.PluginValidationError: Naming the hook and the plugin.
     """
-    # pm.check_pending() would also reject the tool and model hooks of plugins in the shared group.
-    for name in vars(pm.hook):
-        if not name.startswith(_AUTH_HOOK_PREFIX):
-            continue
-        caller: pluggy.HookCaller = getattr(pm.hook, name)
-        if caller.has_spec():
-            continue
-        for impl in caller.get_hookimpls():
-            if not impl.optionalhook:
-                raise pluggy.PluginValidationError(
-                    impl.plugin, f"unknown hook {name!r} in plugin {impl.plugin_name!r}"
-                )
+    reject_unknown_hooks(pm, _AUTH_HOOK_PREFIX)
 
 
 class PluginAuthenticator:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pluggy
 
+from runtime_server._hooks import reject_unknown_hooks
+
 from . import hookspecs
 from ._errors import ModelConfigError
 from ._types import ModelProvider, ModelSpecData
@@ -62,23 +64,8 @@ def get_model_plugin_manager(
             pm.register(importlib.import_module(name), name=name)
     if entrypoints:
         pm.load_setuptools_entrypoints(ENTRYPOINT_GROUP)
-    _check_model_hooks(pm)
+    reject_unknown_hooks(pm, _MODEL_HOOK_PREFIX)
     return pm
-
-
-def _check_model_hooks(pm: pluggy.PluginManager) -> None:
-    # pm.check_pending() would also reject the tool hooks of plugins in the shared group.
-    for name in vars(pm.hook):
-        if not name.startswith(_MODEL_HOOK_PREFIX):
-            continue
-        caller: pluggy.HookCaller = getattr(pm.hook, name)
-        if caller.has_spec():
-            continue
-        for impl in caller.get_hookimpls():
-            if not impl.optionalhook:
-                raise pluggy.PluginValidationError(
-                    impl.plugin, f"unknown hook {name!r} in plugin {impl.plugin_name!r}"
-                )
 
 
 def _json_default(value: object) -> object:
