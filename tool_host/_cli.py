@@ -5,17 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tool_host._cipher import CipherError, PayloadCipher
 from tool_host._config import ToolHostConfig
 from tool_host._context import DEFAULT_DATA_DIR
 from tool_host._errors import PluginError
+from tool_host._grants import GrantVerifier
 from tool_host._host import ToolHost, parse_listen
+from tool_host._ledger_schema import LedgerVersionError
 from tool_host._plugins import collect_tools, get_plugin_manager
+from tool_host._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
 
 __all__ = ["LISTENING_PREFIX", "main"]
 
@@ -65,12 +70,122 @@ def _parser() -> argparse.ArgumentParser:
         "--cancel-grace", type=float, default=2.0, help="seconds a cancelled tool gets to stop"
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    security = parser.add_argument_group(
+        "security",
+        "Off loopback the host needs mTLS and call grants (or --insecure). Files are re-read when they "
+        "change, so certificates and grant keys rotate without a restart.",
+    )
+    security.add_argument("--tls-cert", default="", metavar="FILE", help="PEM certificate chain to serve")
+    security.add_argument("--tls-key", default="", metavar="FILE", help="its PEM private key")
+    security.add_argument(
+        "--client-ca",
+        default="",
+        metavar="FILE",
+        help="PEM CA that every client (the runtime) must present a certificate from; "
+        "give --tls-cert, --tls-key and --client-ca together",
+    )
+    security.add_argument(
+        "--grant-keys",
+        default="",
+        metavar="FILE",
+        help="PEM Ed25519 public keys whose call grants the host obeys; without it unsigned calls "
+        "are obeyed (development on loopback)",
+    )
+    security.add_argument(
+        "--grant-leeway",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="clock skew allowed on grant expiry",
+    )
+    security.add_argument(
+        "--encryption-key-file",
+        default="",
+        metavar="FILE",
+        help='encrypt stored results: JSON {"active": ID, "keys": {ID: BASE64 of 32 bytes}}',
+    )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --listen without mTLS and call grants (logged loudly; not for production)",
+    )
     return parser
 
 
 def _usage_error(message: str) -> int:
     print(f"agentrt-toolhost: error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+class _SecurityError(Exception):
+    """The security flags are incomplete, refer to unusable files, or leave a public port open."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Security:
+    credentials: ReloadingServerCredentials | None
+    verifier: GrantVerifier | None
+    cipher: PayloadCipher | None
+
+
+def _security(args: argparse.Namespace) -> _Security:
+    """Build TLS credentials, the grant verifier and the cipher; refuse an open public port.
+
+    Raises:
+        _SecurityError: A flag is missing or a file unusable, or a non-loopback --listen lacks
+            mTLS or grant keys and --insecure was not given.
+    """
+    tls_files = (args.tls_cert, args.tls_key, args.client_ca)
+    if any(tls_files) and not all(tls_files):
+        raise _SecurityError("give --tls-cert, --tls-key and --client-ca together (mTLS), or none of them")
+    if not args.grant_leeway >= 0:
+        raise _SecurityError("--grant-leeway must not be negative")
+    host, _ = parse_listen(args.listen)
+    secured = all(tls_files) and bool(args.grant_keys)
+    if not secured and not is_loopback_host(host):
+        missing = " and ".join(
+            name for name, on in (("mTLS", all(tls_files)), ("call grants", bool(args.grant_keys))) if not on
+        )
+        if not args.insecure:
+            raise _SecurityError(
+                f"refusing to listen on {args.listen} without {missing}: give --tls-cert, --tls-key, "
+                "--client-ca and --grant-keys, listen on loopback, or pass --insecure"
+            )
+        _log.warning(
+            "INSECURE (--insecure): serving %s without %s; anyone who reaches this port can run tools",
+            args.listen,
+            missing,
+        )
+    try:
+        credentials = (
+            ReloadingServerCredentials(
+                cert_file=args.tls_cert, key_file=args.tls_key, client_ca_file=args.client_ca
+            )
+            if all(tls_files)
+            else None
+        )
+    except TlsFileError as exc:
+        raise _SecurityError(str(exc)) from None
+    verifier = None
+    if args.grant_keys:
+        try:
+            verifier = GrantVerifier(keys_file=args.grant_keys, leeway_s=args.grant_leeway)
+        except OSError as exc:
+            raise _SecurityError(f"cannot read --grant-keys {args.grant_keys}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise _SecurityError(f"--grant-keys {args.grant_keys}: {exc}") from None
+    else:
+        _log.warning(
+            'no --grant-keys: calls are obeyed without a call grant, all as tenant ""; '
+            "for development on loopback only"
+        )
+    cipher = None
+    if args.encryption_key_file:
+        try:
+            cipher = PayloadCipher.from_file(args.encryption_key_file)
+        except CipherError as exc:
+            raise _SecurityError(f"--encryption-key-file: {exc}") from None
+    return _Security(credentials=credentials, verifier=verifier, cipher=cipher)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         options[key] = value
     if not (args.grace >= 0 and args.cancel_grace >= 0):
         return _usage_error("--grace and --cancel-grace must not be negative")
+    try:
+        security = _security(args)
+    except _SecurityError as exc:
+        return _usage_error(str(exc))
     config = ToolHostConfig(data_dir=args.data_dir, options=options)
     try:
         pm = get_plugin_manager(plugins=args.plugin, entrypoints=not args.no_entrypoints)
@@ -114,7 +233,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(str(exc))
     if not tools:
         _log.warning("no plugin provides any tool")
-    host = ToolHost(tools=tools, data_dir=config.data_dir, pm=pm, cancel_grace=args.cancel_grace)
+    host = ToolHost(
+        tools=tools,
+        data_dir=config.data_dir,
+        pm=pm,
+        cancel_grace=args.cancel_grace,
+        credentials=security.credentials,
+        verifier=security.verifier,
+        cipher=security.cipher,
+    )
     try:
         return asyncio.run(_serve(host, listen=args.listen, grace=args.grace))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
@@ -124,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(host: ToolHost, *, listen: str, grace: float) -> int:
     try:
         address = await host.start(listen)
-    except OSError as exc:
+    except (OSError, LedgerVersionError) as exc:
         return _usage_error(str(exc))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

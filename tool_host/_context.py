@@ -77,7 +77,10 @@ class ToolContext:
 
     Attributes:
         idempotency_key: Stable key of the call (``x-agentrt-idempotency-key``); use it
-            to make external effects idempotent.
+            to make external effects idempotent. Unique within ``tenant`` only: a plugin
+            keeping its own store keys it by ``(tenant, idempotency_key)``.
+        tenant: The tenant the call acts for, from its verified call grant; "" on a host
+            that verifies no grants (loopback development).
         run_id: Run that made the call (``x-agentrt-run-id``), or "".
         call_id: Tool call id within the run (``x-agentrt-call-id``), or "".
         attempt: 1 for the first attempt, then 2, 3, ... (``x-agentrt-attempt``).
@@ -89,6 +92,7 @@ class ToolContext:
     """
 
     idempotency_key: str
+    tenant: str = ""
     run_id: str = ""
     call_id: str = ""
     attempt: int = 1

@@ -15,11 +15,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentrt.toolhost.v1 import tool_host_service_pb2, tool_host_service_pb2_grpc
+from tool_host._authorize import CallGate
+from tool_host._cipher import PayloadCipher
 from tool_host._context import DEFAULT_DATA_DIR
+from tool_host._grants import GrantVerifier
 from tool_host._ledger import Ledger
 from tool_host._plugins import get_plugin_manager
 from tool_host._sdk import Tool
 from tool_host._server import ToolHostServicer
+from tool_host._tls import ReloadingServerCredentials
 
 __all__ = ["LEDGER_FILE", "SERVICE_NAME", "ToolHost", "parse_listen"]
 
@@ -62,6 +66,10 @@ class ToolHost:
         data_dir: Directory of the ledger; handed to tools as ``ctx.data_dir``.
         pm: Plugin manager for ``agentrt_preview_tool``; an empty one when None.
         cancel_grace: Seconds a cancelled tool gets to stop on its own.
+        credentials: TLS (mTLS with a client CA) to serve with; plaintext when None.
+        verifier: Verifies the runtime's call grants; None obeys unsigned calls as tenant ""
+            (development on loopback).
+        cipher: Seals stored outcomes in the ledger; None stores them in clear.
     """
 
     def __init__(
@@ -71,8 +79,14 @@ class ToolHost:
         data_dir: Path = DEFAULT_DATA_DIR,
         pm: pluggy.PluginManager | None = None,
         cancel_grace: float = 2.0,
+        credentials: ReloadingServerCredentials | None = None,
+        verifier: GrantVerifier | None = None,
+        cipher: PayloadCipher | None = None,
     ) -> None:
         self.tools = dict(tools)
+        self._credentials = credentials
+        self._gate = CallGate(verifier=verifier)
+        self._cipher = cipher
         self.data_dir = data_dir
         self.counters: collections.Counter[str] = collections.Counter()
         self.address: str | None = None
@@ -102,19 +116,23 @@ class ToolHost:
         host, _ = parse_listen(listen)
         server = grpc.aio.server()
         try:
-            port = server.add_insecure_port(listen)
+            if self._credentials is None:
+                port = server.add_insecure_port(listen)
+            else:
+                port = server.add_secure_port(listen, self._credentials.credentials)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {listen}: {exc}") from None
         if port == 0:
             raise OSError(f"cannot listen on {listen}")
         # The ledger is opened only after the bind worked, so a bad address leaves no files behind.
-        ledger = Ledger(self.data_dir / LEDGER_FILE, owner=uuid.uuid4().hex)
+        ledger = Ledger(self.data_dir / LEDGER_FILE, owner=uuid.uuid4().hex, cipher=self._cipher)
         servicer = ToolHostServicer(
             tools=self.tools,
             pm=self._pm,
             ledger=ledger,
             data_dir=self.data_dir,
             counters=self.counters,
+            gate=self._gate,
             cancel_grace=self._cancel_grace,
         )
         tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server(servicer, server)
@@ -131,7 +149,14 @@ class ToolHost:
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health, self._ledger, self._servicer = server, health_servicer, ledger, servicer
         self.address = f"{host}:{port}"
-        _log.info("serving %d tool(s) on %s, data in %s", len(self.tools), self.address, self.data_dir)
+        _log.info(
+            "serving %d tool(s) on %s (%s, %s), data in %s",
+            len(self.tools),
+            self.address,
+            "plaintext" if self._credentials is None else "mTLS",
+            "call grants verified" if self._gate.verifying else "unsigned calls obeyed",
+            self.data_dir,
+        )
         return self.address
 
     async def stop(self, grace: float | None = 5.0) -> None:

@@ -52,7 +52,7 @@ class Operation:
 
 
 class Operations:
-    """The calls running in this host process, by idempotency key.
+    """The calls running in this host process, by tenant and idempotency key.
 
     Args:
         ledger: Where outcomes are recorded.
@@ -64,19 +64,19 @@ class Operations:
         self._ledger = ledger
         self._counters = counters
         self._grace = cancel_grace
-        self._running: dict[str, Operation] = {}
+        self._running: dict[tuple[str, str], Operation] = {}
 
     def __len__(self) -> int:
         return len(self._running)
 
-    def get(self, key: str) -> Operation | None:
-        """Return the running call of a key, if any."""
-        return self._running.get(key)
+    def get(self, key: str, *, tenant: str = "") -> Operation | None:
+        """Return the running call of a key in ``tenant``, if any."""
+        return self._running.get((tenant, key))
 
     def start(self, *, key: str, tool: Tool, args: pydantic.BaseModel, ctx: ToolContext) -> Operation:
-        """Start a call whose RUNNING entry the ledger just recorded."""
+        """Start a call whose RUNNING entry the ledger just recorded (in ``ctx.tenant``)."""
         op = Operation(key=key, tool=tool, args=args, ctx=ctx)
-        self._running[key] = op
+        self._running[(ctx.tenant, key)] = op
         op.task = asyncio.get_running_loop().create_task(self._run(op), name=f"tool {tool.name} {key}")
         return op
 
@@ -98,8 +98,8 @@ class Operations:
             self._record(op, outcome)
             return outcome
         finally:
-            if self._running.get(op.key) is op:
-                del self._running[op.key]
+            if self._running.get((op.ctx.tenant, op.key)) is op:
+                del self._running[(op.ctx.tenant, op.key)]
             _wake(op.settled)
 
     @staticmethod
@@ -118,7 +118,7 @@ class Operations:
             )
             return
         try:
-            self._ledger.finish(op.key, outcome)
+            self._ledger.finish(op.key, outcome, tenant=op.ctx.tenant)
         except sqlite3.Error:
             # The entry stays RUNNING, which a later call reads as "outcome unknown": the safe side.
             _log.exception("cannot record the outcome of %s (key %s)", op.tool.name, op.key)

@@ -21,9 +21,11 @@ from opentelemetry import propagate, trace
 from agentrt.toolhost.v1 import tool_host_service_pb2 as pb
 from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc
 from agentrt.toolhost.v1 import tool_pb2
+from tool_host._authorize import CallGate, grant_of
 from tool_host._context import ToolContext
 from tool_host._convert import failure_to_proto, operation_to_proto, tool_to_spec
 from tool_host._errors import ErrorCode, InvalidInput
+from tool_host._grants import GRANT_HEADER, MAX_FENCING_TOKEN
 from tool_host._ledger import (
     Conflict,
     Fenced,
@@ -58,7 +60,11 @@ TRACEPARENT = "traceparent"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CallMetadata:
-    """The agentrt call metadata of one InvokeTool call (R3.3)."""
+    """The agentrt call metadata of one InvokeTool call (R3.3).
+
+    ``tenant`` is never read from a header: it is "" until the call's grant is verified,
+    then the grant's tenant.
+    """
 
     idempotency_key: str
     run_id: str = ""
@@ -66,13 +72,16 @@ class CallMetadata:
     attempt: int = 1
     fencing_token: int | None = None
     traceparent: str | None = None
+    grant: str = dataclasses.field(default="", repr=False)
+    tenant: str = ""
 
 
 def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMetadata:
     """Read the agentrt call metadata.
 
     Raises:
-        InvalidRequest: The idempotency key is missing, or attempt / fencing token is not an integer.
+        InvalidRequest: The idempotency key is missing, or attempt / fencing token is not an
+            integer in 0..2**63-1.
     """
     values: dict[str, str] = {}
     for key, value in metadata or ():
@@ -94,18 +103,24 @@ def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMe
         attempt=attempt or 1,
         fencing_token=fencing_token,
         traceparent=values.get(TRACEPARENT) or None,
+        grant=values.get(GRANT_HEADER, ""),
     )
+
+
+_MAX_DIGITS = len(str(MAX_FENCING_TOKEN))
 
 
 def _non_negative_int(values: Mapping[str, str], name: str) -> int | None:
     text = values.get(name, "")
     if not text:
         return None
-    if not (text.isascii() and text.isdigit()):
+    # The length is checked before int(): a huge number must neither reach the ledger (SQLite
+    # integers are 64-bit) nor cost a long conversion.
+    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_DIGITS or int(text) > MAX_FENCING_TOKEN:
         raise InvalidRequest(
-            f"metadata {name} must be a non-negative integer",
+            f"metadata {name} must be an integer in 0..{MAX_FENCING_TOKEN}",
             reason="INVALID_METADATA",
-            violations=[(name, f"not a non-negative integer: {text[:40]!r}")],
+            violations=[(name, f"not an integer in 0..{MAX_FENCING_TOKEN}: {text[:40]!r}")],
         )
     return int(text)
 
@@ -159,6 +174,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         ledger: The operation ledger.
         data_dir: Handed to tools in their context.
         counters: Counters to increment (shared with the host).
+        gate: Checks call grants; None obeys every call as tenant "" (development).
         cancel_grace: Seconds a cancelled tool gets to stop on its own.
         deadline_reserve: Seconds kept back from the caller's deadline so a typed
             timeout reaches the caller before its deadline does.
@@ -172,10 +188,12 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         ledger: Ledger,
         data_dir: Path,
         counters: collections.Counter[str],
+        gate: CallGate | None = None,
         cancel_grace: float = 2.0,
         deadline_reserve: float = 0.05,
     ) -> None:
         self._tools = dict(tools)
+        self._gate = gate if gate is not None else CallGate(verifier=None)
         self._pm = pm
         self._ledger = ledger
         self._data_dir = data_dir
@@ -197,6 +215,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             meta = parse_metadata(
                 cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())
             )
+            meta = self._granted(request, meta)
             if meta.traceparent is None and not _tracing_configured():
                 # No span would be recorded nor a trace continued: skip its cost. A tool sees
                 # the same (invalid) current span either way.
@@ -213,6 +232,21 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         except Exception:
             _log.exception("InvokeTool failed")
             await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
+
+    def _granted(self, request: pb.InvokeToolRequest, meta: CallMetadata) -> CallMetadata:
+        """The call as its grant allows it: the grant's tenant and fencing token (R3.3)."""
+        if not self._gate.verifying:
+            return meta
+        granted = self._gate.invoke(
+            grant=meta.grant,
+            tool=request.tool,
+            arguments_json=request.arguments_json,
+            idempotency_key=meta.idempotency_key,
+            run_id=meta.run_id,
+            call_id=meta.call_id,
+            fencing_token=meta.fencing_token,
+        )
+        return dataclasses.replace(meta, tenant=granted.tenant, fencing_token=granted.fencing_token)
 
     async def _invoke_logged(
         self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
@@ -273,6 +307,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             # The first begin also checks the fencing token, in the same transaction; the call
             # is fenced or not once, as it arrives, not again after waiting for a duplicate.
             decision = self._ledger.begin(
+                tenant=meta.tenant,
                 idempotency_key=meta.idempotency_key,
                 tool=tool.name,
                 input_hash=input_hash,
@@ -288,6 +323,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 case Start():
                     ctx = ToolContext(
                         idempotency_key=meta.idempotency_key,
+                        tenant=meta.tenant,
                         run_id=meta.run_id,
                         call_id=meta.call_id,
                         attempt=meta.attempt,
@@ -314,7 +350,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                         {"idempotency_key": meta.idempotency_key, "recorded_tool": record.tool},
                     )
                 case InFlight():
-                    running = self.operations.get(meta.idempotency_key)
+                    running = self.operations.get(meta.idempotency_key, tenant=meta.tenant)
                     if running is None:
                         # RUNNING under this process but no task: its outcome could not be recorded.
                         return self._outcome_unknown(meta)
@@ -341,7 +377,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         caller hears FENCED whatever else is wrong with its call.
         """
         if meta.fencing_token is not None and meta.run_id:
-            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token)
+            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token, tenant=meta.tenant)
             if higher is not None:
                 return self._fenced_error(meta, higher)
         self._counters[counter] += 1
@@ -367,15 +403,20 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
     async def GetOperation(
         self, request: pb.GetOperationRequest, context: ServicerContext
     ) -> pb.GetOperationResponse:
-        """Reports a past invocation by idempotency key."""
+        """Reports a past invocation by idempotency key, within the tenant of the call's grant."""
         try:
+            tenant = self._gate.get_operation(
+                grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
+                idempotency_key=request.idempotency_key,
+            )
             if not request.idempotency_key:
                 raise InvalidRequest(
                     "idempotency_key is required",
                     reason="MISSING_FIELD",
                     violations=[("idempotency_key", "required")],
                 )
-            record = self._ledger.get(request.idempotency_key)
+            # Another tenant's entry is not found, exactly like a missing one.
+            record = self._ledger.get(request.idempotency_key, tenant=tenant)
             if record is None:
                 raise NotFound(
                     "no operation with this idempotency key",
@@ -409,14 +450,19 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             )
         else:
             return record
-        self._ledger.settle_orphan(record.idempotency_key, outcome)
-        return self._ledger.get(record.idempotency_key) or record
+        self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
+        return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
 
     async def PreviewTool(
         self, request: pb.PreviewToolRequest, context: ServicerContext
     ) -> pb.PreviewToolResponse:
         """Describes the impact a call would have; runs no effect."""
         try:
+            self._gate.preview(
+                grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
+                tool=request.tool,
+                arguments_json=request.arguments_json,
+            )
             tool = self._tools.get(request.tool)
             if tool is None:
                 raise NotFound(

@@ -10,6 +10,10 @@ Error tree::
     │   reasons: MISSING_IDEMPOTENCY_KEY, INVALID_METADATA, INVALID_ARGUMENTS, MISSING_FIELD
     ├── NotFound                        NOT_FOUND
     │   reasons: OPERATION_NOT_FOUND, UNKNOWN_TOOL
+    ├── Unauthenticated                 UNAUTHENTICATED: no call grant the host can trust
+    │   reasons: GRANT_REQUIRED, GRANT_INVALID, GRANT_EXPIRED, GRANT_UNKNOWN_KEY
+    ├── PermissionDenied                PERMISSION_DENIED: a valid grant, but for another call
+    │   reasons: GRANT_MISMATCH
     └── InternalFailure                 INTERNAL
         reasons: INTERNAL, PREVIEW_FAILED
 """
@@ -27,13 +31,24 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-__all__ = ["DOMAIN", "InternalFailure", "InvalidRequest", "NotFound", "RpcFailure", "abort_with"]
+__all__ = [
+    "DOMAIN",
+    "InternalFailure",
+    "InvalidRequest",
+    "NotFound",
+    "PermissionDenied",
+    "RpcFailure",
+    "Unauthenticated",
+    "abort_with",
+]
 
 DOMAIN = "toolhost.agentrt"
 
 _CODES: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: code_pb2.INVALID_ARGUMENT,
     grpc.StatusCode.NOT_FOUND: code_pb2.NOT_FOUND,
+    grpc.StatusCode.UNAUTHENTICATED: code_pb2.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED: code_pb2.PERMISSION_DENIED,
     grpc.StatusCode.INTERNAL: code_pb2.INTERNAL,
 }
 
@@ -99,6 +114,18 @@ class NotFound(RpcFailure):
     """The named operation or tool does not exist."""
 
     code = grpc.StatusCode.NOT_FOUND
+
+
+class Unauthenticated(RpcFailure):
+    """The call carries no grant the host trusts: missing, malformed, unknown key or expired."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(RpcFailure):
+    """The grant is genuine but binds another call (tool, arguments, key, run, call or fencing token)."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class InternalFailure(RpcFailure):

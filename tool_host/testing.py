@@ -119,6 +119,27 @@ class ToolHostProcess:
         self._stderr_file.close()
 
 
+def _security_args(
+    *,
+    tls_cert: str | Path,
+    tls_key: str | Path,
+    client_ca: str | Path,
+    grant_keys: str | Path,
+    encryption_key_file: str | Path,
+) -> list[str]:
+    args: list[str] = []
+    for flag, value in (
+        ("--tls-cert", tls_cert),
+        ("--tls-key", tls_key),
+        ("--client-ca", client_ca),
+        ("--grant-keys", grant_keys),
+        ("--encryption-key-file", encryption_key_file),
+    ):
+        if value:
+            args += [flag, str(value)]
+    return args
+
+
 def start_tool_host(
     data_dir: Path,
     *,
@@ -127,6 +148,11 @@ def start_tool_host(
     entrypoints: bool = False,
     listen: str = "127.0.0.1:0",
     startup_timeout: float = 30.0,
+    tls_cert: str | Path = "",
+    tls_key: str | Path = "",
+    client_ca: str | Path = "",
+    grant_keys: str | Path = "",
+    encryption_key_file: str | Path = "",
 ) -> ToolHostProcess:
     """Start ``sys.executable -m tool_host`` and wait for its listening line.
 
@@ -135,10 +161,16 @@ def start_tool_host(
     Args:
         data_dir: The host's ``--data-dir``.
         plugins: ``--plugin`` values (module names or ``.py`` paths).
-        extra_args: More command-line arguments, e.g. ``["--set", "k=v"]``.
+        extra_args: More command-line arguments, e.g. ``["--set", "k=v"]`` or ``["--insecure"]``.
         entrypoints: Also load the ``agentrt.plugins`` entry points (off: tests name their plugins).
         listen: ``--listen`` address.
         startup_timeout: Seconds to wait for the listening line.
+        tls_cert: ``--tls-cert`` (with ``tls_key`` and ``client_ca``: serve mTLS), e.g. from
+            :func:`tool_host.security.generate_dev_pki`.
+        tls_key: ``--tls-key``.
+        client_ca: ``--client-ca``.
+        grant_keys: ``--grant-keys``: PEM public keys whose call grants the host obeys.
+        encryption_key_file: ``--encryption-key-file``: seal stored results.
 
     Returns:
         The running process, with its address.
@@ -151,6 +183,13 @@ def start_tool_host(
         cmd += ["--plugin", plugin]
     if not entrypoints:
         cmd.append("--no-entrypoints")
+    cmd += _security_args(
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        client_ca=client_ca,
+        grant_keys=grant_keys,
+        encryption_key_file=encryption_key_file,
+    )
     cmd += list(extra_args)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
@@ -182,7 +221,13 @@ def spawn_tool_host(
     plugins: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     entrypoints: bool = False,
+    listen: str = "127.0.0.1:0",
     startup_timeout: float = 30.0,
+    tls_cert: str | Path = "",
+    tls_key: str | Path = "",
+    client_ca: str | Path = "",
+    grant_keys: str | Path = "",
+    encryption_key_file: str | Path = "",
 ) -> Iterator[ToolHostProcess]:
     """Run a real tool host process for the duration of a ``with`` block.
 
@@ -191,7 +236,13 @@ def spawn_tool_host(
         plugins: ``--plugin`` values (module names or ``.py`` paths).
         extra_args: More command-line arguments.
         entrypoints: Also load the ``agentrt.plugins`` entry points.
+        listen: ``--listen`` address.
         startup_timeout: Seconds to wait for the listening line.
+        tls_cert: ``--tls-cert``; see :func:`start_tool_host`.
+        tls_key: ``--tls-key``.
+        client_ca: ``--client-ca``.
+        grant_keys: ``--grant-keys``.
+        encryption_key_file: ``--encryption-key-file``.
 
     Yields:
         The running process; ``.address`` is ``HOST:PORT``. It is stopped (SIGTERM) on exit
@@ -202,7 +253,13 @@ def spawn_tool_host(
         plugins=plugins,
         extra_args=extra_args,
         entrypoints=entrypoints,
+        listen=listen,
         startup_timeout=startup_timeout,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        client_ca=client_ca,
+        grant_keys=grant_keys,
+        encryption_key_file=encryption_key_file,
     )
     try:
         yield host

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import grpc
 import pluggy
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentrt.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
-from runtime_server._config import ConfigError, ModelConfig, Settings
+from runtime_server._config import ConfigError, ModelConfig, Settings, ToolHostConfig
 from runtime_server.api._interceptor import AuthInterceptor
 from runtime_server.api._servicer import RuntimeServicer
 from runtime_server.auth import Authentication, build_authentication, local_principal
@@ -26,8 +27,8 @@ from runtime_server.events import EventBus
 from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from runtime_server.store import Store, load_cipher
 from runtime_server.telemetry import Counters
-from runtime_server.tools import SpawnedToolHost, ToolHostError, ToolRouter
-from tool_host.security import ReloadingServerCredentials, TlsFileError, is_loopback_host
+from runtime_server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter
+from tool_host.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
 
 log = logging.getLogger("agentrt.server")
 SERVICE_NAME = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name
@@ -64,17 +65,23 @@ class RuntimeServer:
         credentials = _server_credentials(settings)
         self.models = ModelRegistry(get_model_plugin_manager())
         _check_models(settings, self.models)
+        self.tools.signer = _grant_signer(settings)
         try:
             for host in settings.tool_hosts:
-                address = host.address
+                address, tls = host.address, _host_tls(settings, host)
                 if host.spawn:
                     data_dir = host.data_dir or str(Path(settings.data_dir) / f"toolhost-{host.name}")
+                    signer = self.tools.signer
                     spawned = await SpawnedToolHost.start(
-                        data_dir=data_dir, plugins=host.plugins, entrypoints=host.entrypoints
+                        data_dir=data_dir,
+                        plugins=host.plugins,
+                        entrypoints=host.entrypoints,
+                        grant_public_key=signer.public_key_pem if signer is not None else None,
+                        encryption_key_file=settings.encryption.key_file,
                     )
                     self.spawned.append(spawned)
-                    address = spawned.address
-                await self.tools.add_host(host.name, address)
+                    address, tls = spawned.address, spawned.tls
+                await self.tools.add_host(host.name, address, tls=tls)
         except (ToolHostError, RuntimeError) as exc:
             raise ConfigError(str(exc)) from exc
         served = set(self.tools.tool_names())
@@ -238,6 +245,63 @@ def _server_credentials(settings: Settings) -> ReloadingServerCredentials | None
         )
     except TlsFileError as exc:
         raise ConfigError(f"tls: {exc}") from exc
+
+
+def _grant_signer(settings: Settings) -> GrantSigner | None:
+    """The signer of call grants: the configured key file, else a key made now (enough for spawned hosts).
+
+    Raises:
+        ConfigError: the signing key file cannot be read or is not an Ed25519 private key.
+    """
+    grants = settings.grants
+    if not grants.enabled:
+        log.warning("call grants are off (grants.enabled = false): only tool hosts without grant keys obey")
+        return None
+    if not grants.signing_key_file:
+        if any(not host.spawn for host in settings.tool_hosts):
+            log.info(
+                "call grants are signed with a key made at start; tool hosts at an address that verify "
+                "grants need grants.signing_key_file and its public key"
+            )
+        return GrantSigner(key=Ed25519PrivateKey.generate(), ttl_s=grants.ttl_s)
+    try:
+        return GrantSigner(key_file=grants.signing_key_file, ttl_s=grants.ttl_s)
+    except OSError as exc:
+        raise ConfigError(
+            f"grants: cannot read signing_key_file {grants.signing_key_file}: {exc.strerror}"
+        ) from exc
+    except ValueError as exc:
+        raise ConfigError(f"grants: signing_key_file {grants.signing_key_file}: {exc}") from exc
+
+
+def _host_tls(settings: Settings, host: ToolHostConfig) -> HostTls | None:
+    """mTLS to a host at an address; plaintext only on loopback or with ``--insecure``.
+
+    Raises:
+        ConfigError: a non-loopback host address without ``ca_file`` (and no ``--insecure``).
+    """
+    if host.spawn:
+        return None  # a spawned host gets its own TLS material
+    if host.tls:
+        return HostTls(
+            ca_file=host.ca_file,
+            cert_file=host.cert_file,
+            key_file=host.key_file,
+            server_name=host.server_name,
+        )
+    if not is_loopback_host(host.address.rpartition(":")[0]):
+        if not settings.insecure:
+            raise ConfigError(
+                f"tool host {host.name!r} at {host.address} is not on loopback: configure its ca_file, "
+                "cert_file and key_file (mTLS), or pass --insecure"
+            )
+        log.warning(
+            "INSECURE (--insecure): calling tool host %r at %s without TLS; anyone on the path can read "
+            "and alter tool calls",
+            host.name,
+            host.address,
+        )
+    return None
 
 
 async def serve(settings: Settings, *, announce: Callable[[str], None] = print) -> None:

@@ -66,7 +66,9 @@ class ApprovalStep:
             canonical = canonical_json(json.loads(call.arguments_json or "{}"))
         except ValueError:
             canonical = call.arguments_json
-        impact = await engine.tools.preview(call.tool, canonical, timeout_s=PREVIEW_TIMEOUT_S)
+        impact = await engine.tools.preview(
+            call.tool, canonical, metadata=d.tools.call_metadata(call), timeout_s=PREVIEW_TIMEOUT_S
+        )
         requirement = self._requirements.get(call.call_id)
         now_ms = engine.now_ms()
         expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)

@@ -53,13 +53,15 @@ class ToolStep:
         self.d = driver
         self.engine = driver.engine
 
-    def _metadata(self, call: CallState) -> CallMetadata:
+    def call_metadata(self, call: CallState) -> CallMetadata:
+        """What a call to its tool host carries (R3.3); the router signs its grant from it."""
         return CallMetadata(
             idempotency_key=call.idempotency_key,
             run_id=self.d.run_id,
             call_id=call.call_id,
             attempt=call.attempts,
             fencing_token=self.d.handle.generation,
+            tenant_id=self.d.tenant_id,
         )
 
     def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
@@ -142,7 +144,7 @@ class ToolStep:
         engine.faults.hit("tool_before_send")
         sending = asyncio.ensure_future(
             engine.tools.invoke(
-                call.tool, call.arguments_json, metadata=self._metadata(call), timeout_s=timeout_s
+                call.tool, call.arguments_json, metadata=self.call_metadata(call), timeout_s=timeout_s
             )
         )
         if engine.faults.armed:
@@ -370,8 +372,8 @@ class ToolStep:
         try:
             operation = await self.engine.tools.get_operation(
                 call.tool,
-                call.idempotency_key,
-                metadata=self._metadata(call),
+                call.arguments_json,
+                metadata=self.call_metadata(call),
                 timeout_s=self.engine.settings.query_timeout_s,
             )
         except grpc.aio.AioRpcError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runtime_server.tools._channel import HostTls
 from runtime_server.tools._router import (
     CallMetadata,
     ToolHostError,
@@ -13,6 +14,7 @@ from runtime_server.tools._spawn import SpawnedToolHost
 
 __all__ = [
     "CallMetadata",
+    "HostTls",
     "SpawnedToolHost",
     "ToolHostError",
     "ToolOutcome",

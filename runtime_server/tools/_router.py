@@ -1,26 +1,29 @@
 """Client side of the tool host contract: which host serves which tool, and one call.
 
 Channel-level retries are off: the runtime's tool scheduler is the one owner of
-tool retries (R6.3). Every call carries its deadline and the R3.3 metadata.
+tool retries (R6.3). Every call carries its deadline and the R3.3 metadata, and,
+when the router has a signer, a call grant binding that metadata to the tool and
+the exact arguments text sent: the host obeys nothing else (R3.3).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import grpc
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format
 
 from agentrt.toolhost.v1 import tool_host_service_pb2 as svc
-from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as svc_grpc
 from agentrt.toolhost.v1 import tool_pb2
+from runtime_server.tools._channel import TLS_CHECK_S, HostChannel, HostTls
+from tool_host.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
 
-if TYPE_CHECKING:
-    from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceAsyncStub
-
-CHANNEL_OPTIONS = (("grpc.enable_retries", 0), ("grpc.max_receive_message_length", 16 * 1024 * 1024))
+_log = logging.getLogger("agentrt.tools")
 
 
 class ToolHostError(Exception):
@@ -29,13 +32,14 @@ class ToolHostError(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallMetadata:
-    """What travels with a call (R3.3)."""
+    """What travels with a call (R3.3); ``tenant_id`` only inside its grant, never as a header."""
 
     idempotency_key: str
     run_id: str
     call_id: str
     attempt: int
     fencing_token: int
+    tenant_id: str = ""
     traceparent: str = ""
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
@@ -65,39 +69,53 @@ class ToolOutcome:
         return cls(None, {"code": f"TOOL_ERROR_CODE_{code}", "message": message}, in_doubt=in_doubt)
 
 
-@dataclass(slots=True)
-class _Host:
-    name: str
-    address: str
-    channel: grpc.aio.Channel
-    stub: ToolHostServiceAsyncStub
-
-
 class ToolRouter:
-    """Knows every configured tool host and routes calls by tool name."""
+    """Knows every configured tool host and routes calls by tool name.
 
-    def __init__(self) -> None:
-        self._hosts: dict[str, _Host] = {}
-        self._specs: dict[str, tuple[tool_pb2.ToolSpec, _Host]] = {}
+    Args:
+        signer: Signs a call grant for every InvokeTool, GetOperation and PreviewTool;
+            None sends none (``grants.enabled = false``; only hosts without grant keys obey).
+        tls_check_s: Seconds between looks at TLS files (and at the signing key, for the log).
+    """
 
-    async def add_host(self, name: str, address: str, *, timeout_s: float = 10.0) -> list[str]:
-        """Connect to a host and learn its tools.
+    def __init__(self, *, signer: GrantSigner | None = None, tls_check_s: float = TLS_CHECK_S) -> None:
+        self.signer = signer
+        self._tls_check_s = tls_check_s
+        self._hosts: dict[str, HostChannel] = {}
+        self._specs: dict[str, tuple[tool_pb2.ToolSpec, HostChannel]] = {}
+        self._signing_kid = ""
+        self._kid_checked = 0.0
+
+    async def add_host(
+        self, name: str, address: str, *, tls: HostTls | None = None, timeout_s: float = 10.0
+    ) -> list[str]:
+        """Connect to a host (over mTLS when ``tls`` is given) and learn its tools.
 
         Raises:
-            ToolHostError: unreachable host, or a tool name another host already serves.
+            ToolHostError: unreachable host, unusable TLS files, a failed TLS handshake, or a tool
+                name another host already serves.
         """
-        channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-        host = _Host(name, address, channel, svc_grpc.ToolHostServiceStub(channel))
         try:
-            listed = await host.stub.ListTools(svc.ListToolsRequest(), timeout=timeout_s, wait_for_ready=True)
+            host = HostChannel(name=name, address=address, tls=tls, check_every_s=self._tls_check_s)
+        except TlsFileError as exc:
+            raise ToolHostError(f"tool host {name!r}: {exc}") from exc
+        try:
+            listed = await host.stub().ListTools(
+                svc.ListToolsRequest(), timeout=timeout_s, wait_for_ready=True
+            )
         except grpc.aio.AioRpcError as exc:
-            await channel.close(None)
+            detail = f"{exc.code().name} {exc.details()}"
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                detail += await _last_connect_error(host)
+            await host.close()
+            secured = "over mTLS " if tls is not None else ""
             raise ToolHostError(
-                f"tool host {name!r} at {address} did not answer ListTools: {exc.code().name} {exc.details()}"
+                f"tool host {name!r} at {address} did not answer ListTools {secured}within {timeout_s:g}s: "
+                f"{detail}"
             ) from exc
         for spec in listed.tools:
             if spec.name in self._specs:
-                await channel.close(None)
+                await host.close()
                 other = self._specs[spec.name][1].name
                 raise ToolHostError(f"tool {spec.name!r} is served by both {other!r} and {name!r}")
         self._hosts[name] = host
@@ -112,6 +130,40 @@ class ToolRouter:
     def tool_names(self) -> list[str]:
         return sorted(self._specs)
 
+    def _metadata(
+        self, tool: str, arguments_json: str, metadata: CallMetadata
+    ) -> tuple[tuple[str, str], ...]:
+        """The call's metadata, with a fresh grant for exactly this tool and arguments text."""
+        pairs = metadata.pairs()
+        signer = self.signer
+        if signer is None:
+            return pairs
+        self._note_signing_key(signer)
+        grant = signer.sign(
+            tenant=metadata.tenant_id,
+            run_id=metadata.run_id,
+            call_id=metadata.call_id,
+            idempotency_key=metadata.idempotency_key,
+            fencing_token=metadata.fencing_token,
+            tool=tool,
+            arguments_json=arguments_json,
+        )
+        return (*pairs, (GRANT_HEADER, grant))
+
+    def _note_signing_key(self, signer: GrantSigner) -> None:
+        # Operators rotating the signing key file learn from the log when the new key is in use.
+        now = time.monotonic()
+        if now - self._kid_checked < self._tls_check_s:
+            return
+        self._kid_checked = now
+        public = serialization.load_pem_public_key(signer.public_key_pem)
+        assert isinstance(public, Ed25519PublicKey)
+        kid = key_id(public)
+        if kid != self._signing_kid:
+            if self._signing_kid:
+                _log.info("call grants are now signed with key %s (was %s)", kid, self._signing_kid)
+            self._signing_kid = kid
+
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:
@@ -121,10 +173,10 @@ class ToolRouter:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no configured tool host serves {tool!r}")
         _, host = found
         try:
-            reply = await host.stub.InvokeTool(
+            reply = await host.stub().InvokeTool(
                 svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json),
                 timeout=timeout_s,
-                metadata=metadata.pairs(),
+                metadata=self._metadata(tool, arguments_json, metadata),
             )
         except grpc.aio.AioRpcError as exc:
             return _transport_failure(exc)
@@ -134,21 +186,25 @@ class ToolRouter:
         return ToolOutcome(reply.result_json, None, reply.replayed)
 
     async def get_operation(
-        self, tool: str, idempotency_key: str, *, metadata: CallMetadata | None = None, timeout_s: float
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> tool_pb2.Operation | None:
-        """The host's ledger entry for a key; None when the host has none.
+        """The host's ledger entry for the call's idempotency key; None when the host has none.
 
         Raises:
-            grpc.aio.AioRpcError: the host could not answer (unreachable, deadline).
+            grpc.aio.AioRpcError: the host could not answer (unreachable, deadline, refused grant).
         """
         found = self._specs.get(tool)
         if found is None:
             return None
         try:
-            reply = await found[1].stub.GetOperation(
-                svc.GetOperationRequest(idempotency_key=idempotency_key),
-                timeout=timeout_s,
-                metadata=metadata.pairs() if metadata is not None else None,
+            reply = (
+                await found[1]
+                .stub()
+                .GetOperation(
+                    svc.GetOperationRequest(idempotency_key=metadata.idempotency_key),
+                    timeout=timeout_s,
+                    metadata=self._metadata(tool, arguments_json, metadata),
+                )
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
@@ -156,14 +212,22 @@ class ToolRouter:
             raise
         return reply.operation
 
-    async def preview(self, tool: str, arguments_json: str, *, timeout_s: float) -> str:
+    async def preview(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
+    ) -> str:
         """The tool host's impact summary for approvers; a plain fallback when it cannot give one."""
         found = self._specs.get(tool)
         if found is None:
             return f"{tool} is not served by any tool host"
         try:
-            reply = await found[1].stub.PreviewTool(
-                svc.PreviewToolRequest(tool=tool, arguments_json=arguments_json), timeout=timeout_s
+            reply = (
+                await found[1]
+                .stub()
+                .PreviewTool(
+                    svc.PreviewToolRequest(tool=tool, arguments_json=arguments_json),
+                    timeout=timeout_s,
+                    metadata=self._metadata(tool, arguments_json, metadata),
+                )
             )
         except grpc.aio.AioRpcError as exc:
             return f"Would call {tool} with {arguments_json} (no preview: {exc.code().name})"
@@ -171,9 +235,18 @@ class ToolRouter:
 
     async def close(self) -> None:
         for host in self._hosts.values():
-            await host.channel.close(None)
+            await host.close()
         self._hosts.clear()
         self._specs.clear()
+
+
+async def _last_connect_error(host: HostChannel) -> str:
+    """Why the channel cannot connect (a refused port, a failed TLS handshake), asked without waiting."""
+    try:
+        await host.stub().ListTools(svc.ListToolsRequest(), timeout=2.0)
+    except grpc.aio.AioRpcError as exc:
+        return f" ({exc.details()})"
+    return ""
 
 
 def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
@@ -188,6 +261,9 @@ def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
         return ToolOutcome.failure("CANCELLED", "call cancelled")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return ToolOutcome.failure("INVALID_INPUT", exc.details() or "invalid call")
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        # The host does not trust this runtime's grants: a configuration error, never the model's.
+        _log.error("a tool host refused the runtime's call grant: %s %s", code.name, exc.details())
     return ToolOutcome.failure("PERMANENT", f"tool host {code.name}: {exc.details()}")
 
 

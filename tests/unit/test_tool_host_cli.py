@@ -43,8 +43,11 @@ def test_an_unbindable_address_exits_2_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = tmp_path / "data"
-    # 192.0.2.1 (TEST-NET-1) is never a local address, so binding it fails.
-    code, out, err = _run(["--listen", "192.0.2.1:0", "--data-dir", str(data), "--no-entrypoints"], capsys)
+    # 192.0.2.1 (TEST-NET-1) is never a local address, so binding it fails (--insecure: past the
+    # refusal of a public address without mTLS and grants).
+    code, out, err = _run(
+        ["--listen", "192.0.2.1:0", "--data-dir", str(data), "--no-entrypoints", "--insecure"], capsys
+    )
     assert code == 2
     assert out == ""
     assert "cannot listen on 192.0.2.1:0" in err
@@ -106,3 +109,46 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(["--help"], capsys)
     assert code == 0
     assert "--plugin MODULE_OR_FILE" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tls-cert", "c.pem"], "give --tls-cert, --tls-key and --client-ca together"),
+        (
+            ["--tls-cert", "c.pem", "--tls-key", "k.pem"],
+            "give --tls-cert, --tls-key and --client-ca together",
+        ),
+        (["--client-ca", "ca.pem"], "give --tls-cert, --tls-key and --client-ca together"),
+        (["--tls-cert", "c.pem", "--tls-key", "k.pem", "--client-ca", "ca.pem"], "cannot read certificate"),
+        (["--grant-keys", "missing.pem"], "cannot read --grant-keys missing.pem"),
+        (["--grant-leeway", "-1"], "--grant-leeway must not be negative"),
+        (["--encryption-key-file", "missing.json"], "--encryption-key-file: cannot read key file"),
+        (["--listen", "10.1.2.3:0"], "refusing to listen on 10.1.2.3:0 without mTLS and call grants"),
+    ],
+)
+def test_unusable_security_flags_exit_2_and_write_nothing(
+    flags: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    code, out, err = _run(["--data-dir", str(data), "--no-entrypoints", *flags], capsys)
+    assert (code, out) == (2, "")
+    assert message in err
+    assert not data.exists()
+
+
+def test_grant_keys_that_are_not_ed25519_public_keys_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = tmp_path / "keys.pem"
+    keys.write_text("not a key")
+    code, _, err = _run(
+        ["--data-dir", str(tmp_path / "d"), "--no-entrypoints", "--grant-keys", str(keys)], capsys
+    )
+    assert code == 2
+    assert "no PEM public key found" in err
