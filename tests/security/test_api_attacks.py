@@ -133,9 +133,11 @@ def test_another_tenants_runs_answer_not_found_like_missing_ones(stack: SecureSt
         assert run_id in {r.run_id for r in alice.list_runs(page_size=500).runs}
         # Request keys are per tenant: the same key in another tenant starts that tenant's own run.
         mine = alice.start_run("small-refund", "refund A100", request_key="shared-key")
+        list(alice.stream_events(mine.run_id, follow=True, timeout=60))  # leave no run behind
     with stack.client("carol") as carol:
         theirs = carol.start_run("small-refund", "refund A100", request_key="shared-key")
         assert theirs.run_id != mine.run_id and theirs.tenant_id == "globex"
+        list(carol.stream_events(theirs.run_id, follow=True, timeout=60))
 
 
 def test_only_approvers_approve_and_the_approver_is_the_principal(stack: SecureStack) -> None:
