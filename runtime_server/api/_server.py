@@ -69,9 +69,13 @@ class RuntimeServer:
         try:
             for host in settings.tool_hosts:
                 address, tls = host.address, _host_tls(settings, host)
+                signer = None
                 if host.spawn:
                     data_dir = host.data_dir or str(Path(settings.data_dir) / f"toolhost-{host.name}")
-                    signer = self.tools.signer
+                    if self.tools.signer is not None:
+                        # Our own child trusts a key of its own: rotating the configured signing
+                        # key can never lock it out.
+                        signer = GrantSigner(key=Ed25519PrivateKey.generate(), ttl_s=settings.grants.ttl_s)
                     spawned = await SpawnedToolHost.start(
                         data_dir=data_dir,
                         plugins=host.plugins,
@@ -81,7 +85,7 @@ class RuntimeServer:
                     )
                     self.spawned.append(spawned)
                     address, tls = spawned.address, spawned.tls
-                await self.tools.add_host(host.name, address, tls=tls)
+                await self.tools.add_host(host.name, address, tls=tls, signer=signer)
         except (ToolHostError, RuntimeError) as exc:
             raise ConfigError(str(exc)) from exc
         served = set(self.tools.tool_names())

@@ -85,11 +85,21 @@ class ToolRouter:
         self._specs: dict[str, tuple[tool_pb2.ToolSpec, HostChannel]] = {}
         self._signing_kid = ""
         self._kid_checked = 0.0
+        self._host_signers: dict[str, GrantSigner] = {}
 
     async def add_host(
-        self, name: str, address: str, *, tls: HostTls | None = None, timeout_s: float = 10.0
+        self,
+        name: str,
+        address: str,
+        *,
+        tls: HostTls | None = None,
+        signer: GrantSigner | None = None,
+        timeout_s: float = 10.0,
     ) -> list[str]:
         """Connect to a host (over mTLS when ``tls`` is given) and learn its tools.
+
+        ``signer`` signs this host's grants instead of the router's: a host the runtime spawned
+        trusts a key of its own, which lives as long as the child and never needs rotating.
 
         Raises:
             ToolHostError: unreachable host, unusable TLS files, a failed TLS handshake, or a tool
@@ -119,6 +129,8 @@ class ToolRouter:
                 other = self._specs[spec.name][1].name
                 raise ToolHostError(f"tool {spec.name!r} is served by both {other!r} and {name!r}")
         self._hosts[name] = host
+        if signer is not None:
+            self._host_signers[name] = signer
         for spec in listed.tools:
             self._specs[spec.name] = (spec, host)
         return [spec.name for spec in listed.tools]
@@ -131,14 +143,15 @@ class ToolRouter:
         return sorted(self._specs)
 
     def _metadata(
-        self, tool: str, arguments_json: str, metadata: CallMetadata
+        self, host: HostChannel, tool: str, arguments_json: str, metadata: CallMetadata
     ) -> tuple[tuple[str, str], ...]:
         """The call's metadata, with a fresh grant for exactly this tool and arguments text."""
         pairs = metadata.pairs()
-        signer = self.signer
+        signer = self._host_signers.get(host.name, self.signer)
         if signer is None:
             return pairs
-        self._note_signing_key(signer)
+        if signer is self.signer:
+            self._note_signing_key(signer)
         grant = signer.sign(
             tenant=metadata.tenant_id,
             run_id=metadata.run_id,
@@ -176,7 +189,7 @@ class ToolRouter:
             reply = await host.stub().InvokeTool(
                 svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json),
                 timeout=timeout_s,
-                metadata=self._metadata(tool, arguments_json, metadata),
+                metadata=self._metadata(host, tool, arguments_json, metadata),
             )
         except grpc.aio.AioRpcError as exc:
             return _transport_failure(exc)
@@ -196,15 +209,12 @@ class ToolRouter:
         found = self._specs.get(tool)
         if found is None:
             return None
+        host = found[1]
         try:
-            reply = (
-                await found[1]
-                .stub()
-                .GetOperation(
-                    svc.GetOperationRequest(idempotency_key=metadata.idempotency_key),
-                    timeout=timeout_s,
-                    metadata=self._metadata(tool, arguments_json, metadata),
-                )
+            reply = await host.stub().GetOperation(
+                svc.GetOperationRequest(idempotency_key=metadata.idempotency_key),
+                timeout=timeout_s,
+                metadata=self._metadata(host, tool, arguments_json, metadata),
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
@@ -219,15 +229,12 @@ class ToolRouter:
         found = self._specs.get(tool)
         if found is None:
             return f"{tool} is not served by any tool host"
+        host = found[1]
         try:
-            reply = (
-                await found[1]
-                .stub()
-                .PreviewTool(
-                    svc.PreviewToolRequest(tool=tool, arguments_json=arguments_json),
-                    timeout=timeout_s,
-                    metadata=self._metadata(tool, arguments_json, metadata),
-                )
+            reply = await host.stub().PreviewTool(
+                svc.PreviewToolRequest(tool=tool, arguments_json=arguments_json),
+                timeout=timeout_s,
+                metadata=self._metadata(host, tool, arguments_json, metadata),
             )
         except grpc.aio.AioRpcError as exc:
             return f"Would call {tool} with {arguments_json} (no preview: {exc.code().name})"

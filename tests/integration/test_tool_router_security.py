@@ -456,3 +456,23 @@ def test_a_spawned_host_gets_mtls_grants_and_encryption_with_no_setup(
     ledger_bytes = b"".join(p.read_bytes() for p in host_dir.glob("ledger.sqlite*"))
     assert refund_id.encode() not in ledger_bytes and b"Ada Lovelace" not in ledger_bytes
     assert b"enc:v1:" in ledger_bytes
+
+
+def test_rotating_the_signing_key_never_locks_out_a_spawned_host(tmp_path: Path, sqlite_url: str) -> None:
+    # A spawned host trusts a key of the runtime's own, not the configured one, which may rotate
+    # (for the hosts at an address) while the child lives.
+    signing_key_file = tmp_path / "grant.key"
+    write_signing_key(signing_key_file)
+    hosts = (
+        '[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["plugins.demo_tools"]\n'
+        "entrypoints = false\n"
+    )
+    extra = f'data_dir = "{tmp_path / "data"}"\n[grants]\nsigning_key_file = "{signing_key_file}"\n'
+    config = _write_config(tmp_path / "agentrt.toml", db_url=sqlite_url, hosts=hosts, extra=extra)
+    with _runtime(config, tmp_path) as runtime:
+        _refund_completed(_refund_run(runtime))
+        write_signing_key(signing_key_file)  # a new key under the live runtime
+        # Signers re-read their file at most once a second: keep calling past that.
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            _refund_completed(_refund_run(runtime))
