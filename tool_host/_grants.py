@@ -1,6 +1,9 @@
 """Call grants (DESIGN R3.3): the runtime's signed permission for one tool host call.
 
-A grant is a compact JWT signed with Ed25519 (``alg: EdDSA``); its header names the key id,
+A grant is a compact JWT (RFC 7519, JWS compact form) signed with Ed25519 (``alg: EdDSA``), so
+any JWT library can read one; it is framed here by hand with ``cryptography`` doing the signing,
+because a library's generic checks cost as much as the signature on every tool call. Its
+header names the key id,
 derived from the public key, so keys rotate by adding the new public key to the hosts'
 trusted set before the runtime signs with it. The claims bind everything the host acts on:
 
@@ -22,8 +25,10 @@ A host verifies signature, expiry and every binding before any ledger write or p
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
+import json
 import os
 import threading
 import time
@@ -31,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jwt
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -55,7 +60,18 @@ MAX_FENCING_TOKEN = 2**63 - 1  # fencing tokens are BIGINT lease generations
 _MAX_GRANT_BYTES = 4096
 _ALGORITHM = "EdDSA"
 _RELOAD_CHECK_S = 1.0
-_BINDINGS = ("ten", "run", "call", "key", "fen", "tool", "ahash")
+_REQUIRED = ("exp", "iat", "aud", "ten", "run", "call", "key", "fen", "tool", "ahash")
+_URLSAFE = str.maketrans("-_", "+/")
+
+
+def _b64encode(data: str | bytes) -> str:
+    raw = data.encode() if isinstance(data, str) else data
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _b64decode(text: str) -> bytes:
+    # Strict: a character outside the base64url alphabet is an error, never silently dropped.
+    return base64.b64decode(text.translate(_URLSAFE) + "=" * (-len(text) % 4), validate=True)
 
 
 class GrantError(Exception):
@@ -245,7 +261,10 @@ class GrantSigner:
             "exp": now + max(1, round(self._ttl if ttl_s is None else ttl_s)),
             "aud": AUDIENCE,
         }
-        return jwt.encode(claims, key, algorithm=_ALGORITHM, headers={"kid": kid})
+        header = _b64encode(json.dumps({"alg": _ALGORITHM, "kid": kid, "typ": "JWT"}, separators=(",", ":")))
+        body = _b64encode(json.dumps(claims, separators=(",", ":")))
+        signing_input = f"{header}.{body}"
+        return f"{signing_input}.{_b64encode(key.sign(signing_input.encode()))}"
 
 
 class GrantVerifier:
@@ -254,7 +273,7 @@ class GrantVerifier:
     Args:
         keys_file: One or more PEM Ed25519 public keys, concatenated.
         leeway_s: Clock skew allowed on ``exp`` and ``iat``.
-        clock: Epoch seconds, for re-reading the file.
+        clock: Epoch seconds (expiry; when to look at the file again).
 
     Raises:
         ValueError: The file holds no Ed25519 public key.
@@ -265,7 +284,8 @@ class GrantVerifier:
         self, *, keys_file: str | Path, leeway_s: float = 5.0, clock: Callable[[], float] = time.time
     ) -> None:
         self._keys = _WatchedFile(Path(keys_file), _load_public_keys, clock)
-        self._leeway = leeway_s  # expiry itself is checked by PyJWT against the real clock
+        self._leeway = leeway_s
+        self._clock = clock
 
     def verify(self, token: str) -> CallGrant:
         """The grant's bindings once its signature and expiry hold.
@@ -277,27 +297,36 @@ class GrantVerifier:
             raise GrantError("a call grant signed by the runtime is required", reason="GRANT_REQUIRED")
         if len(token) > _MAX_GRANT_BYTES:
             raise GrantError("the call grant is too large", reason="GRANT_INVALID")
+        parts = token.split(".")
+        if len(parts) != 3:
+            raise GrantError("the call grant is malformed", reason="GRANT_INVALID")
         try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
+            header = json.loads(_b64decode(parts[0]))
+            signature = _b64decode(parts[2])
+        except (ValueError, RecursionError):  # RecursionError: hostile nesting in the header
             raise GrantError("the call grant is malformed", reason="GRANT_INVALID") from None
         keys: dict[str, Ed25519PublicKey] = self._keys.current()
-        key = keys.get(str(header.get("kid", "")))
+        key = keys.get(str(header.get("kid", ""))) if isinstance(header, dict) else None
         if key is None or header.get("alg") != _ALGORITHM:
             raise GrantError("the call grant is not signed by a trusted key", reason="GRANT_UNKNOWN_KEY")
         try:
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=[_ALGORITHM],
-                audience=AUDIENCE,
-                leeway=self._leeway,
-                options={"require": ["exp", "iat", "aud", *_BINDINGS]},
-            )
-        except jwt.ExpiredSignatureError:
-            raise GrantError("the call grant expired", reason="GRANT_EXPIRED") from None
-        except jwt.PyJWTError:
+            key.verify(signature, f"{parts[0]}.{parts[1]}".encode())
+        except InvalidSignature:
             raise GrantError("the call grant does not verify", reason="GRANT_INVALID") from None
+        try:
+            claims = json.loads(_b64decode(parts[1]))
+        except (ValueError, RecursionError):
+            raise GrantError("the call grant is malformed", reason="GRANT_INVALID") from None
+        if not isinstance(claims, dict) or any(name not in claims for name in _REQUIRED):
+            raise GrantError("the call grant lacks a binding", reason="GRANT_INVALID")
+        now = self._clock()
+        expires, issued = claims["exp"], claims["iat"]
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in (expires, issued)):
+            raise GrantError("the call grant's times are malformed", reason="GRANT_INVALID")
+        if claims["aud"] != AUDIENCE or issued > now + self._leeway:
+            raise GrantError("the call grant is not for a tool host now", reason="GRANT_INVALID")
+        if expires <= now - self._leeway:
+            raise GrantError("the call grant expired", reason="GRANT_EXPIRED")
         fencing = claims["fen"]
         if not isinstance(fencing, int) or isinstance(fencing, bool) or not 0 <= fencing <= MAX_FENCING_TOKEN:
             raise GrantError("the call grant's fencing token is out of range", reason="GRANT_INVALID")

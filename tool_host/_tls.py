@@ -250,6 +250,9 @@ def issue_certificate(
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
@@ -270,7 +273,8 @@ def generate_dev_pki(
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
     now = datetime.datetime.now(datetime.UTC)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentrt local CA")])
+    # A name of its own: a peer trusting two of these CAs tells them apart by name and key id.
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"agentrt local CA {os.urandom(4).hex()}")])
     ca_cert = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -280,6 +284,7 @@ def generate_dev_pki(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,

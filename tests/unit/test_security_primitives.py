@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tool_host.security import (
@@ -126,16 +127,45 @@ def test_grant_keys_rotate_by_file_without_restart(tmp_path: Path) -> None:
     pub_file.write_bytes(public_key_pem(old))
     signer = GrantSigner(key_file=key_file, clock=lambda: now[0])
     verifier = GrantVerifier(keys_file=pub_file, clock=lambda: now[0])
+    old_token = _sign(signer)
     new = Ed25519PrivateKey.generate()
     pub_file.write_bytes(public_key_pem(old) + public_key_pem(new))  # hosts trust both first
     write_signing_key(key_file, new)  # then the runtime signs with the new one
+    assert jwt.get_unverified_header(_sign(signer))["kid"] == key_id(old.public_key())  # not yet re-read
     now[0] += 2  # files are re-read at most once a second
     token = _sign(signer)
     assert jwt.get_unverified_header(token)["kid"] == key_id(new.public_key())
-    with pytest.raises(GrantError):  # real expiry is checked against the real clock
+    assert verifier.verify(token).tenant == "acme"
+    assert verifier.verify(old_token).tenant == "acme"
+    pub_file.write_bytes(public_key_pem(new))  # the old key is dropped
+    now[0] += 2
+    with pytest.raises(GrantError) as info:
+        verifier.verify(old_token)
+    assert info.value.reason == "GRANT_UNKNOWN_KEY"
+    now[0] += 3600
+    with pytest.raises(GrantError) as info:
         verifier.verify(token)
-    live = GrantSigner(key_file=key_file)
-    assert verifier.verify(_sign(live)).tenant == "acme"
+    assert info.value.reason == "GRANT_EXPIRED"
+
+
+def test_grants_are_standard_jwts_both_ways(tmp_path: Path) -> None:
+    signer, verifier, key_file, _ = _signer_and_verifier(tmp_path)
+    key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    assert isinstance(key, Ed25519PrivateKey)
+    claims = jwt.decode(_sign(signer), key.public_key(), algorithms=["EdDSA"], audience="agentrt-toolhost")
+    assert claims["ten"] == "acme" and claims["fen"] == 3
+    by_library = jwt.encode(
+        {**claims, "ten": "globex"}, key, algorithm="EdDSA", headers={"kid": key_id(key.public_key())}
+    )
+    assert verifier.verify(by_library).tenant == "globex"
+    header, body, signature = _sign(signer).split(".")
+    for bad in (f"{header}.{body}.{signature[:-2]}!!", f"{header}.{body}", "e30." * 2 + "e30.e30"):
+        with pytest.raises(GrantError) as info:
+            verifier.verify(bad)
+        assert info.value.reason == "GRANT_INVALID", bad
+    nested = jwt.utils.base64url_encode(b"[" * 2000 + b"]" * 2000).decode()
+    with pytest.raises(GrantError):
+        verifier.verify(f"{nested}.{body}.{signature}")
 
 
 def test_dev_pki_files_and_loopback_names(tmp_path: Path) -> None:
@@ -145,3 +175,43 @@ def test_dev_pki_files_and_loopback_names(tmp_path: Path) -> None:
     assert b"BEGIN CERTIFICATE" in pki.ca_file.read_bytes()
     assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "[::1]", "::1"))
     assert not any(is_loopback_host(h) for h in ("0.0.0.0", "10.0.0.5", "example.com", "[::]"))
+
+
+def test_a_server_trusting_two_dev_cas_accepts_clients_of_both(tmp_path: Path) -> None:
+    import asyncio
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from tool_host.security import ReloadingServerCredentials, channel_credentials
+
+    first = generate_dev_pki(tmp_path / "a", clients=["one"])
+    second = generate_dev_pki(tmp_path / "b", clients=["two"])
+    bundle = tmp_path / "clients-ca.pem"
+    bundle.write_bytes(first.ca_file.read_bytes() + second.ca_file.read_bytes())
+
+    async def check() -> None:
+        creds = ReloadingServerCredentials(
+            cert_file=str(first.server_cert_file),
+            key_file=str(first.server_key_file),
+            client_ca_file=str(bundle),
+        )
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)  # type: ignore[attr-defined]
+        port = server.add_secure_port("127.0.0.1:0", creds.credentials)
+        await server.start()
+        try:
+            for pki, name in ((first, "one"), (second, "two")):
+                cert, key = pki.client_files[name]
+                credentials = channel_credentials(
+                    ca_file=str(first.ca_file), cert_file=str(cert), key_file=str(key)
+                )
+                async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
+                    reply = await health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=10
+                    )
+                    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            await server.stop(0)
+
+    asyncio.run(check())
