@@ -184,6 +184,7 @@ class Settings(_Strict):
     poll_interval_s: float = Field(1.0, gt=0)
     max_concurrent_runs: int = Field(512, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)  # how long start waits for each tool host to answer
     model_timeout_s: float = Field(120.0, gt=0)
     call_reserve_s: float = Field(0.2, ge=0)
     tool_attempts: int = Field(3, ge=1)

@@ -85,7 +85,9 @@ class RuntimeServer:
                     )
                     self.spawned.append(spawned)
                     address, tls = spawned.address, spawned.tls
-                await self.tools.add_host(host.name, address, tls=tls, signer=signer)
+                await self.tools.add_host(
+                    host.name, address, tls=tls, signer=signer, timeout_s=settings.connect_timeout_s
+                )
         except (ToolHostError, RuntimeError) as exc:
             raise ConfigError(str(exc)) from exc
         served = set(self.tools.tool_names())
