@@ -201,6 +201,23 @@ def _run_ended(e: run_pb2.RunEnded) -> str:
     )
 
 
+def _run_fault(e: run_pb2.RunFault) -> str:
+    return (
+        f"step={e.step} {e.error_class} fault {e.fault_count}/{e.max_faults} "
+        f"message={_quote(e.message)} usage: {_usage(e.usage_after)}"
+    )
+
+
+def _run_waiting(e: run_pb2.RunWaiting) -> str:
+    reason = (
+        run_pb2.WaitReason.Name(e.reason).removeprefix("WAIT_REASON_")
+        if e.reason in run_pb2.WaitReason.values()
+        else str(e.reason)
+    )
+    detail = f" detail={_quote(e.detail)}" if e.detail else ""
+    return f"{reason} phase={phase_name(e.phase)}{detail}"
+
+
 def _tool_outcome_unknown(e: run_pb2.ToolOutcomeUnknown) -> str:
     return f"{e.tool} ?? outcome unknown call={e.call_id} key={e.idempotency_key} reason={_quote(e.reason)}"
 
@@ -236,6 +253,8 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "tool_outcome_unknown": _tool_outcome_unknown,
     "handoff": _handoff,
     "outcome_resolved": _outcome_resolved,
+    "run_fault": _run_fault,
+    "run_waiting": _run_waiting,
 }
 
 

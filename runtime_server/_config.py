@@ -17,6 +17,15 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runtime_server._config_limits import (
+    AdmissionConfig,
+    FaultsConfig,
+    ModelCacheConfig,
+    PayloadsConfig,
+    RetentionConfig,
+    StreamsConfig,
+    ToolLimitsConfig,
+)
 from runtime_server._config_security import (
     AuthConfig,
     EncryptionConfig,
@@ -169,6 +178,8 @@ class LimitsConfig(_Strict):
     max_model_steps: int = Field(200, ge=1)
     max_tool_calls: int = Field(1000, ge=0)
     max_timeout_s: float = Field(86400.0, gt=0)
+    max_metadata_bytes: int = Field(16 * 1024, ge=0)  # keys and values of one run's metadata together
+    max_id_bytes: int = Field(128, ge=16, le=200)  # run ids, request keys, session ids, payload ids
 
 
 class Settings(_Strict):
@@ -204,6 +215,13 @@ class Settings(_Strict):
     encryption: EncryptionConfig = Field(default_factory=EncryptionConfig)
     model_profiles: dict[str, ModelProfileConfig] = Field(default_factory=dict)
     inline_agents: InlineAgentsConfig = Field(default_factory=InlineAgentsConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    payloads: PayloadsConfig = Field(default_factory=PayloadsConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    tool_limits: ToolLimitsConfig = Field(default_factory=ToolLimitsConfig)
+    streams: StreamsConfig = Field(default_factory=StreamsConfig)
+    model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

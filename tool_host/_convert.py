@@ -37,6 +37,7 @@ ERROR_CODES: dict[ErrorCode, tool_pb2.ToolErrorCode] = {
     ErrorCode.KEY_CONFLICT: tool_pb2.TOOL_ERROR_CODE_KEY_CONFLICT,
     ErrorCode.FENCED: tool_pb2.TOOL_ERROR_CODE_FENCED,
     ErrorCode.NOT_ALLOWED: tool_pb2.TOOL_ERROR_CODE_NOT_ALLOWED,
+    ErrorCode.RESULT_TOO_LARGE: tool_pb2.TOOL_ERROR_CODE_RESULT_TOO_LARGE,
 }
 
 OPERATION_STATUSES: dict[OperationStatus, tool_pb2.OperationStatus] = {

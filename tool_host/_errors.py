@@ -52,6 +52,7 @@ class ErrorCode(enum.Enum):
     KEY_CONFLICT = "KEY_CONFLICT"
     FENCED = "FENCED"
     NOT_ALLOWED = "NOT_ALLOWED"  # set by the runtime: the agent was not given the tool
+    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"  # the result passed the hard maximum; the effect may have landed
 
     @property
     def retryable(self) -> bool:

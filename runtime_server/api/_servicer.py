@@ -325,6 +325,17 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await abort_with(context, exc)
         return runtime_service_pb2.ResolveOutcomeResponse(run=run_to_proto(record))
 
+    async def GetPayload(
+        self, request: runtime_service_pb2.GetPayloadRequest, context: Context
+    ) -> AsyncIterator[runtime_service_pb2.GetPayloadResponse]:
+        # Placeholder until payloads are stored: nothing is ever found.
+        try:
+            await self._get(request.run_id, context)
+            raise NotFound("no such payload", reason="PAYLOAD_NOT_FOUND", metadata={"run_id": request.run_id})
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        yield runtime_service_pb2.GetPayloadResponse()
+
     async def ResolveApproval(
         self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context
     ) -> runtime_service_pb2.ResolveApprovalResponse:

@@ -21,7 +21,7 @@ class Permission(enum.Enum):
     """One thing a caller may do; RPCs map onto these."""
 
     START_RUNS = "start_runs"  # RunAgent, StartRun
-    READ_RUNS = "read_runs"  # GetRun, StreamRunEvents
+    READ_RUNS = "read_runs"  # GetRun, StreamRunEvents, GetPayload
     LIST_RUNS = "list_runs"  # ListRuns
     CANCEL_RUNS = "cancel_runs"  # CancelRun
     RESOLVE_APPROVALS = "resolve_approvals"  # ResolveApproval
@@ -64,6 +64,7 @@ METHOD_PERMISSIONS: Mapping[str, Permission] = {
     _RUNTIME + "StartRun": Permission.START_RUNS,
     _RUNTIME + "GetRun": Permission.READ_RUNS,
     _RUNTIME + "StreamRunEvents": Permission.READ_RUNS,
+    _RUNTIME + "GetPayload": Permission.READ_RUNS,
     _RUNTIME + "ListRuns": Permission.LIST_RUNS,
     _RUNTIME + "CancelRun": Permission.CANCEL_RUNS,
     _RUNTIME + "ResolveApproval": Permission.RESOLVE_APPROVALS,

@@ -29,6 +29,8 @@ RUN_ENDED = "run.ended"
 TOOL_OUTCOME_UNKNOWN = "tool.outcome.unknown"
 HANDOFF = "handoff"
 OUTCOME_RESOLVED = "outcome.resolved"
+RUN_FAULT = "run.fault"
+RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
 
 EVENT_TYPES: tuple[str, ...] = (
     RUN_STARTED,
@@ -50,6 +52,8 @@ EVENT_TYPES: tuple[str, ...] = (
     TOOL_OUTCOME_UNKNOWN,
     HANDOFF,
     OUTCOME_RESOLVED,
+    RUN_FAULT,
+    RUN_WAITING,
 )
 
 

@@ -89,6 +89,7 @@ class RunState:
     active_agent: str | None = None  # set by a handoff; None: the agent the run started with
     corrective: str | None = None  # why the final answer was sent back once for correction
     pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
+    fault_count: int = 0  # run.fault events so far
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -233,6 +234,11 @@ class RunState:
                 call.call_deadline_ms = (
                     parse_rfc3339_ms(data["call_deadline"]) if data.get("call_deadline") else 0
                 )
+            case ev.RUN_FAULT:
+                # No phase move: the faulted attempt is retried from the last committed event.
+                self.fault_count = int(data.get("fault_count", self.fault_count + 1))
+                if data.get("usage_after"):
+                    self._usage_from(data["usage_after"])
             case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA | ev.OUTCOME_RESOLVED:
                 pass  # audit only: the result event that follows an outcome.resolved moves the run
             case ev.APPROVAL_REQUESTED:

@@ -40,6 +40,11 @@ class RunRecord:
     agent_config_hash: str
     created_by: str = ""
     cancel_requested_by: str | None = None
+    request_hash: str | None = None
+    fault_count: int = 0
+    input_ref: str | None = None  # JSON PayloadRef
+    output_ref: str | None = None  # JSON PayloadRef
+    pruned_ms: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

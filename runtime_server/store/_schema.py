@@ -5,7 +5,19 @@ Times are epoch milliseconds in BIGINT columns: exact, portable, cheap to compar
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -52,9 +64,17 @@ runs = Table(
     Column("agent_config_hash", String(64), nullable=False),
     Column("created_by", String(200), nullable=False, server_default=""),  # subject that started it
     Column("cancel_requested_by", String(200), nullable=True),  # subject that asked to cancel it
+    # sha256 of the canonical request; a repeated request_key with another hash is refused.
+    Column("request_hash", String(64), nullable=True),
+    Column("fault_count", Integer, nullable=False, server_default="0"),  # run.fault events so far
+    Column("input_ref", Text, nullable=True),  # JSON PayloadRef when the input is stored as a payload
+    Column("output_ref", Text, nullable=True),  # JSON PayloadRef when the output is stored as a payload
+    Column("pruned_ms", BigInteger, nullable=True),  # retention removed events and payloads: a tombstone
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),
+    Index("ix_runs_tenant_phase", "tenant_id", "phase"),  # admission counts
+    Index("ix_runs_phase_updated", "phase", "updated_ms"),  # retention scans ended runs by age
 )
 
 events = Table(
@@ -85,4 +105,20 @@ checkpoints = Table(
     Column("state_version", Integer, nullable=False),
     Column("state", Text, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
+)
+
+payloads = Table(
+    "run_payloads",
+    metadata,
+    Column("run_id", String(40), nullable=False),
+    Column("payload_id", String(64), nullable=False),
+    Column("tenant_id", String(128), nullable=False),
+    Column("kind", String(32), nullable=False),  # input, output, model_text, tool_arguments, tool_result
+    Column("media_type", String(64), nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("location", String(400), nullable=False),  # "db", or "file:<relative path>" under data_dir
+    Column("content", LargeBinary, nullable=True),  # the bytes when location is "db"
+    Column("created_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("run_id", "payload_id", name="pk_run_payloads"),
 )

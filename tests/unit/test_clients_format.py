@@ -125,6 +125,30 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         },
         'outcome.resolved  call=call_2_0 SUCCEEDED by=ops comment="checked"',
     ),
+    "run_fault": (
+        {
+            "run_fault": run_pb2.RunFault(
+                step=2,
+                error_class="RecursionError",
+                message="too deep",
+                fault_count=1,
+                max_faults=3,
+                usage_after=run_pb2.Usage(model_steps=2),
+            )
+        },
+        'run.fault  step=2 RecursionError fault 1/3 message="too deep" usage: '
+        "model_steps=2 tool_calls=0 tokens=0/0 cost_usd=0.0000",
+    ),
+    "run_waiting": (
+        {
+            "run_waiting": run_pb2.RunWaiting(
+                reason=run_pb2.WAIT_REASON_APPROVAL,
+                phase=run_pb2.RUN_PHASE_WAITING_APPROVAL,
+                detail="appr_1",
+            )
+        },
+        'run.waiting  APPROVAL phase=WAITING_APPROVAL detail="appr_1"',
+    ),
     "run_completed": (
         {"run_completed": run_pb2.RunCompleted(output="Refund R-1 issued.\nThanks")},
         'run.completed  output="Refund R-1 issued. Thanks"',

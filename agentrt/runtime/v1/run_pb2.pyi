@@ -33,6 +33,14 @@ class ApprovalDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     APPROVAL_DECISION_UNSPECIFIED: _ClassVar[ApprovalDecision]
     APPROVAL_DECISION_APPROVE: _ClassVar[ApprovalDecision]
     APPROVAL_DECISION_REJECT: _ClassVar[ApprovalDecision]
+
+class WaitReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WAIT_REASON_UNSPECIFIED: _ClassVar[WaitReason]
+    WAIT_REASON_APPROVAL: _ClassVar[WaitReason]
+    WAIT_REASON_UNKNOWN_OUTCOME: _ClassVar[WaitReason]
+    WAIT_REASON_BUDGET: _ClassVar[WaitReason]
+    WAIT_REASON_SESSION_QUEUE: _ClassVar[WaitReason]
 RUN_PHASE_UNSPECIFIED: RunPhase
 RUN_PHASE_QUEUED: RunPhase
 RUN_PHASE_MODEL_STEP: RunPhase
@@ -48,6 +56,11 @@ RUN_PHASE_EXPIRED: RunPhase
 APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision
 APPROVAL_DECISION_APPROVE: ApprovalDecision
 APPROVAL_DECISION_REJECT: ApprovalDecision
+WAIT_REASON_UNSPECIFIED: WaitReason
+WAIT_REASON_APPROVAL: WaitReason
+WAIT_REASON_UNKNOWN_OUTCOME: WaitReason
+WAIT_REASON_BUDGET: WaitReason
+WAIT_REASON_SESSION_QUEUE: WaitReason
 
 class Budgets(_message.Message):
     __slots__ = ("max_model_steps", "max_tool_calls", "max_calls_per_tool", "timeout", "max_input_tokens", "max_output_tokens", "max_cost_usd", "max_handoffs", "max_parallel_tool_calls")
@@ -125,7 +138,7 @@ class AgentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by")
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +165,10 @@ class Run(_message.Message):
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    PRUNE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FAULT_COUNT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     tenant_id: str
     agent_name: str
@@ -171,7 +188,11 @@ class Run(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     pending_approval: ApprovalRequested
     created_by: str
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ...) -> None: ...
+    input_ref: PayloadRef
+    output_ref: PayloadRef
+    prune_time: _timestamp_pb2.Timestamp
+    fault_count: int
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("call_id", "tool", "arguments_json")
@@ -194,20 +215,22 @@ class SessionTurn(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history", "started_by")
+    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history", "started_by", "input_ref")
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     SESSION_HISTORY_FIELD_NUMBER: _ClassVar[int]
     STARTED_BY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_REF_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     input: str
     budgets: Budgets
     deadline: _timestamp_pb2.Timestamp
     session_history: _containers.RepeatedCompositeFieldContainer[SessionTurn]
     started_by: str
-    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., started_by: _Optional[str] = ...) -> None: ...
+    input_ref: PayloadRef
+    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., started_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class StepStarted(_message.Message):
     __slots__ = ("step", "kind", "usage", "reason")
@@ -234,21 +257,23 @@ class ModelTextDelta(_message.Message):
     def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., attempt: _Optional[int] = ..., superseded: _Optional[bool] = ...) -> None: ...
 
 class ModelCompleted(_message.Message):
-    __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after")
+    __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after", "text_ref")
     STEP_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     USAGE_BEFORE_FIELD_NUMBER: _ClassVar[int]
     USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_REF_FIELD_NUMBER: _ClassVar[int]
     step: int
     text: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
     usage_before: Usage
     usage_after: Usage
-    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    text_ref: PayloadRef
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., text_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class ToolStarted(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "arguments_json", "idempotency_key", "attempt", "usage_before", "usage_after", "tool_version")
+    __slots__ = ("step", "call_id", "tool", "arguments_json", "idempotency_key", "attempt", "usage_before", "usage_after", "tool_version", "arguments_ref")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +283,7 @@ class ToolStarted(_message.Message):
     USAGE_BEFORE_FIELD_NUMBER: _ClassVar[int]
     USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
     TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_REF_FIELD_NUMBER: _ClassVar[int]
     step: int
     call_id: str
     tool: str
@@ -267,21 +293,26 @@ class ToolStarted(_message.Message):
     usage_before: Usage
     usage_after: Usage
     tool_version: str
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., tool_version: _Optional[str] = ...) -> None: ...
+    arguments_ref: PayloadRef
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., tool_version: _Optional[str] = ..., arguments_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class ToolCompleted(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "result_json", "replayed")
+    __slots__ = ("step", "call_id", "tool", "result_json", "replayed", "result_ref", "truncated")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_REF_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     step: int
     call_id: str
     tool: str
     result_json: str
     replayed: bool
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., result_json: _Optional[str] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    result_ref: PayloadRef
+    truncated: bool
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., result_json: _Optional[str] = ..., replayed: _Optional[bool] = ..., result_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class ToolFailed(_message.Message):
     __slots__ = ("step", "call_id", "tool", "error")
@@ -406,10 +437,12 @@ class CancelRequested(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
 
 class RunCompleted(_message.Message):
-    __slots__ = ("output",)
+    __slots__ = ("output", "output_ref")
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REF_FIELD_NUMBER: _ClassVar[int]
     output: str
-    def __init__(self, output: _Optional[str] = ...) -> None: ...
+    output_ref: PayloadRef
+    def __init__(self, output: _Optional[str] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class RunFailed(_message.Message):
     __slots__ = ("reason", "message")
@@ -440,7 +473,7 @@ class RunEnded(_message.Message):
     def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved")
+    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -463,6 +496,8 @@ class RunEvent(_message.Message):
     TOOL_OUTCOME_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     HANDOFF_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    RUN_FAULT_FIELD_NUMBER: _ClassVar[int]
+    RUN_WAITING_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -485,4 +520,48 @@ class RunEvent(_message.Message):
     tool_outcome_unknown: ToolOutcomeUnknown
     handoff: Handoff
     outcome_resolved: OutcomeResolved
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ...) -> None: ...
+    run_fault: RunFault
+    run_waiting: RunWaiting
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ...) -> None: ...
+
+class PayloadRef(_message.Message):
+    __slots__ = ("payload_id", "size_bytes", "sha256", "preview", "media_type")
+    PAYLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    payload_id: str
+    size_bytes: int
+    sha256: str
+    preview: str
+    media_type: str
+    def __init__(self, payload_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., preview: _Optional[str] = ..., media_type: _Optional[str] = ...) -> None: ...
+
+class RunFault(_message.Message):
+    __slots__ = ("step", "error_class", "message", "fault_count", "max_faults", "usage_spent", "usage_after")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAULT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_SPENT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    error_class: str
+    message: str
+    fault_count: int
+    max_faults: int
+    usage_spent: Usage
+    usage_after: Usage
+    def __init__(self, step: _Optional[int] = ..., error_class: _Optional[str] = ..., message: _Optional[str] = ..., fault_count: _Optional[int] = ..., max_faults: _Optional[int] = ..., usage_spent: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class RunWaiting(_message.Message):
+    __slots__ = ("reason", "phase", "detail")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    reason: WaitReason
+    phase: RunPhase
+    detail: str
+    def __init__(self, reason: _Optional[_Union[WaitReason, str]] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., detail: _Optional[str] = ...) -> None: ...

@@ -203,3 +203,21 @@ class ResolveOutcomeResponse(_message.Message):
     RUN_FIELD_NUMBER: _ClassVar[int]
     run: _run_pb2.Run
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class GetPayloadRequest(_message.Message):
+    __slots__ = ("run_id", "payload_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    payload_id: str
+    def __init__(self, run_id: _Optional[str] = ..., payload_id: _Optional[str] = ...) -> None: ...
+
+class GetPayloadResponse(_message.Message):
+    __slots__ = ("ref", "offset", "data")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ref: _run_pb2.PayloadRef
+    offset: int
+    data: bytes
+    def __init__(self, ref: _Optional[_Union[_run_pb2.PayloadRef, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...

@@ -75,6 +75,11 @@ class AgentRuntimeServiceStub:
                 request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeRequest.SerializeToString,
                 response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeResponse.FromString,
                 _registered_method=True)
+        self.GetPayload = channel.unary_stream(
+                '/agentrt.runtime.v1.AgentRuntimeService/GetPayload',
+                request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadRequest.SerializeToString,
+                response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadResponse.FromString,
+                _registered_method=True)
 
 
 class AgentRuntimeServiceServicer:
@@ -138,6 +143,13 @@ class AgentRuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPayload(self, request, context):
+        """Streams a payload of a run (a large input, output or tool result) in chunks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +192,11 @@ def add_AgentRuntimeServiceServicer_to_server(servicer, server):
                     servicer.ResolveOutcome,
                     request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeRequest.FromString,
                     response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeResponse.SerializeToString,
+            ),
+            'GetPayload': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetPayload,
+                    request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadRequest.FromString,
+                    response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +416,33 @@ class AgentRuntimeService:
             '/agentrt.runtime.v1.AgentRuntimeService/ResolveOutcome',
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeRequest.SerializeToString,
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.ResolveOutcomeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPayload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentrt.runtime.v1.AgentRuntimeService/GetPayload',
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadRequest.SerializeToString,
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,8 @@ class AgentRuntimeServiceStub:
     """Approves or rejects a call waiting for a person."""
     ResolveOutcome: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveOutcomeRequest, _runtime_service_pb2.ResolveOutcomeResponse]
     """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
+    GetPayload: _grpc.UnaryStreamMultiCallable[_runtime_service_pb2.GetPayloadRequest, _runtime_service_pb2.GetPayloadResponse]
+    """Streams a payload of a run (a large input, output or tool result) in chunks."""
 
 @_typing.type_check_only
 class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
@@ -75,6 +77,8 @@ class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
     """Approves or rejects a call waiting for a person."""
     ResolveOutcome: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveOutcomeRequest, _runtime_service_pb2.ResolveOutcomeResponse]  # type: ignore[assignment]
     """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
+    GetPayload: _aio.UnaryStreamMultiCallable[_runtime_service_pb2.GetPayloadRequest, _runtime_service_pb2.GetPayloadResponse]  # type: ignore[assignment]
+    """Streams a payload of a run (a large input, output or tool result) in chunks."""
 
 class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     """The agentrt runtime: starts runs, drives their state machines and streams their events."""
@@ -144,5 +148,13 @@ class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_service_pb2.ResolveOutcomeResponse, _abc.Awaitable[_runtime_service_pb2.ResolveOutcomeResponse]]:
         """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
+
+    @_abc_1.abstractmethod
+    def GetPayload(
+        self,
+        request: _runtime_service_pb2.GetPayloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_runtime_service_pb2.GetPayloadResponse], _abc.AsyncIterator[_runtime_service_pb2.GetPayloadResponse]]:
+        """Streams a payload of a run (a large input, output or tool result) in chunks."""
 
 def add_AgentRuntimeServiceServicer_to_server(servicer: AgentRuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

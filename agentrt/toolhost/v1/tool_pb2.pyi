@@ -29,6 +29,7 @@ class ToolErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_ERROR_CODE_KEY_CONFLICT: _ClassVar[ToolErrorCode]
     TOOL_ERROR_CODE_FENCED: _ClassVar[ToolErrorCode]
     TOOL_ERROR_CODE_NOT_ALLOWED: _ClassVar[ToolErrorCode]
+    TOOL_ERROR_CODE_RESULT_TOO_LARGE: _ClassVar[ToolErrorCode]
 
 class OperationStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -50,6 +51,7 @@ TOOL_ERROR_CODE_UNKNOWN_TOOL: ToolErrorCode
 TOOL_ERROR_CODE_KEY_CONFLICT: ToolErrorCode
 TOOL_ERROR_CODE_FENCED: ToolErrorCode
 TOOL_ERROR_CODE_NOT_ALLOWED: ToolErrorCode
+TOOL_ERROR_CODE_RESULT_TOO_LARGE: ToolErrorCode
 OPERATION_STATUS_UNSPECIFIED: OperationStatus
 OPERATION_STATUS_RUNNING: OperationStatus
 OPERATION_STATUS_SUCCEEDED: OperationStatus
