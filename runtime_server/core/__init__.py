@@ -60,6 +60,7 @@ from runtime_server.core._phases import (
     rule_for,
     transition,
 )
+from runtime_server.core._retention import RetentionPolicy
 from runtime_server.core._state import CallState, HistoryEntry, RunState, replay
 from runtime_server.core._timefmt import parse_rfc3339_ms, rfc3339
 from runtime_server.core._upgrade import (
@@ -106,6 +107,7 @@ __all__ = [
     "Policy",
     "Reconcile",
     "RequestApproval",
+    "RetentionPolicy",
     "Rule",
     "RunState",
     "StaleRevision",

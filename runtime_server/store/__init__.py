@@ -13,6 +13,7 @@ from runtime_server.store._db import (
     open_database,
 )
 from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
+from runtime_server.store._retention import PruneCounts, Pruner, PruneReport
 from runtime_server.store._store import Store
 
 __all__ = [
@@ -20,6 +21,9 @@ __all__ = [
     "Claim",
     "Database",
     "PostgresDatabase",
+    "PruneCounts",
+    "PruneReport",
+    "Pruner",
     "RunRecord",
     "Signal",
     "SqliteDatabase",
