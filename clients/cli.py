@@ -30,7 +30,11 @@ from clients._sync_client import Client
 from clients._tokens import DEFAULT_TENANT, ROLES, hash_token_command
 
 # Subcommands whose arguments belong to another program's parser, passed on verbatim.
-_DELEGATES: Final = {"serve": "runtime_server", "toolhost": "tool_host"}
+_DELEGATES: Final = {
+    "serve": "runtime_server",
+    "toolhost": "tool_host",
+    "prune": "runtime_server._prune_main",
+}
 # Global options that take a value, so the split below can skip it.
 _GLOBAL_WITH_VALUE: Final = frozenset(
     {"--target", "--timeout", "--ca", "--cert", "--key", "--token", "--token-file", "--server-name"}
@@ -119,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("serve", help="run the runtime server (arguments go to it; see `agentrt serve --help`)")
     sub.add_parser("toolhost", help="run a tool host (arguments go to it; see `agentrt toolhost --help`)")
+    sub.add_parser(
+        "prune",
+        help="prune ended runs past their retention age from the server's database "
+        "(arguments go to it; see `agentrt prune --help`)",
+    )
 
     p = sub.add_parser("run", parents=[common], help="start a run of an agent")
     p.add_argument("agent", metavar="AGENT")

@@ -5,6 +5,7 @@ Sizes are bytes; times are seconds. Each group is one section of the config file
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -79,14 +80,14 @@ class ModelCacheConfig(_Strict):
 class RetentionConfig(_Strict):
     """Pruning of ended runs' events, payloads and checkpoints (the run row stays as a tombstone)."""
 
-    ended_after_s: float | None = Field(None, gt=0)  # None: keep forever
+    ended_after_s: float | None = Field(None, gt=0, allow_inf_nan=False)  # None: keep forever
     per_tenant: dict[str, float] = Field(default_factory=dict)  # tenant -> ended_after_s
-    interval_s: float = Field(3600.0, gt=0)
+    interval_s: float = Field(3600.0, gt=0, allow_inf_nan=False)
     batch_size: int = Field(500, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _positive_ages(self) -> RetentionConfig:
-        bad = sorted(t for t, age in self.per_tenant.items() if not age > 0)
+        bad = sorted(t for t, age in self.per_tenant.items() if not (math.isfinite(age) and age > 0))
         if bad:
-            raise ValueError(f"retention.per_tenant ages must be > 0 (tenants {bad})")
+            raise ValueError(f"retention.per_tenant ages must be finite and > 0 (tenants {bad[:5]})")
         return self

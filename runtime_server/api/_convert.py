@@ -59,6 +59,9 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
         json_format.ParseDict(json.loads(record.pending_approval), run.pending_approval)
     json_format.ParseDict(json.loads(record.budgets), run.budgets)
     json_format.ParseDict(json.loads(record.usage), run.usage)
+    run.fault_count = record.fault_count or 0  # None on a record create_run built (server default)
+    if record.pruned_ms is not None:
+        run.prune_time.CopyFrom(_timestamp(record.pruned_ms))
     return run
 
 

@@ -21,6 +21,7 @@ from runtime_server.api._convert import (
 from runtime_server.api._errors import abort_internal, abort_with
 from runtime_server.api._inline import INLINE_AGENT_NAME, check_inline_agent
 from runtime_server.api._streams import follow_events
+from runtime_server.api._tombstones import refuse_pruned
 from runtime_server.auth import Principal, current_principal
 from runtime_server.core import (
     AgentRtError,
@@ -143,6 +144,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     ) -> AsyncIterator[runtime_service_pb2.RunAgentResponse]:
         try:
             record, _ = await self.engine.start_run(self._start_request(request, context))
+            refuse_pruned(record)  # a repeated request_key attaching to a pruned run
         except AgentRtError as exc:
             await abort_with(context, exc)
         except Exception as exc:
@@ -218,7 +220,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         try:
             if request.after_seq < 0:
                 raise InvalidRequest("after_seq must not be negative", field="after_seq")
-            await self._get(request.run_id, context)
+            refuse_pruned(await self._get(request.run_id, context))
         except AgentRtError as exc:
             await abort_with(context, exc)
         try:

@@ -12,15 +12,19 @@ from runtime_server.engine._agents import (
     sensitive_option,
 )
 from runtime_server.engine._engine import Engine, StartRequest, new_run_id
+from runtime_server.engine._retention import PAYLOADS_DIR, RetentionJob, build_pruner
 
 __all__ = [
+    "PAYLOADS_DIR",
     "RUNTIME_VERSION",
     "STATE_VERSION",
     "BoundModel",
     "Engine",
     "ResolvedAgent",
+    "RetentionJob",
     "StartRequest",
     "bind_model",
+    "build_pruner",
     "effective_budgets",
     "new_run_id",
     "sensitive_option",

@@ -23,6 +23,7 @@ from runtime_server.core import events as ev
 from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
 from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
 from runtime_server.engine._faults import FaultPlan
+from runtime_server.engine._retention import RetentionJob, build_pruner
 from runtime_server.events import EventBus
 from runtime_server.models import ModelRegistry
 from runtime_server.policies import Policies, get_policy_plugin_manager
@@ -88,6 +89,7 @@ class Engine:
         self._unowned_waiting = False  # a run was accepted without a worker (capacity or session)
         self._idle = asyncio.Event()
         self._idle.set()
+        self.retention: RetentionJob | None = None  # set at start when retention is configured
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -99,6 +101,12 @@ class Engine:
         await self._claim_and_launch()
         loop = asyncio.get_running_loop()
         self._background = [loop.create_task(self._poll_loop()), loop.create_task(self._renew_loop())]
+        pruner = build_pruner(self.settings, self.store.db)
+        if pruner is not None:
+            self.retention = RetentionJob(
+                pruner=pruner, interval_s=self.settings.retention.interval_s, clock=self.clock
+            )
+            self._background.append(loop.create_task(self.retention.run_forever()))
 
     async def stop(self, *, grace_s: float) -> None:
         """Stop taking work, give running runs ``grace_s`` to reach a commit point, then cancel them.

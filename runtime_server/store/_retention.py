@@ -14,9 +14,9 @@ gone, and only when their path resolves inside the payload directory.
 from __future__ import annotations
 
 import logging
-from functools import partial
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 

@@ -56,6 +56,12 @@ def _values(run_id: str, tenant: str, phase: str) -> dict[str, Any]:
     }
 
 
+def _payload_file(payload_dir: Path, run_id: str) -> str:
+    payload_dir.mkdir(parents=True, exist_ok=True)
+    (payload_dir / f"{run_id}.bin").write_bytes(b"x" * 10)
+    return f"file:{run_id}.bin"
+
+
 async def seed(
     store: Store,
     run_id: str,
@@ -71,9 +77,7 @@ async def seed(
     await store.create_run(_values(run_id, tenant, phase), first, ended_ms)
     location = file_location
     if payload_dir is not None and location is None:
-        payload_dir.mkdir(parents=True, exist_ok=True)
-        (payload_dir / f"{run_id}.bin").write_bytes(b"x" * 10)
-        location = f"file:{run_id}.bin"
+        location = _payload_file(payload_dir, run_id)
 
     def write(conn: Any) -> None:
         conn.execute(insert(signals).values(run_id=run_id, kind="k", payload="{}", created_ms=ended_ms))
