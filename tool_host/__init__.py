@@ -36,6 +36,7 @@ from tool_host._errors import (
     Unauthorized,
 )
 from tool_host._host import SERVICE_NAME, ToolHost
+from tool_host._ledger_retention import LedgerRetention
 from tool_host._plugins import collect_tools, get_plugin_manager, load_plugin
 from tool_host._sdk import SideEffect, Tool, ToolFunction, canonical_json, tool
 from tool_host.hookspecs import hookimpl, hookspec
@@ -46,6 +47,7 @@ __all__ = [
     "DuplicateToolError",
     "ErrorCode",
     "InvalidInput",
+    "LedgerRetention",
     "PermanentError",
     "PluginError",
     "SideEffect",

@@ -18,6 +18,7 @@ from tool_host._context import DEFAULT_DATA_DIR
 from tool_host._errors import PluginError
 from tool_host._grants import GrantVerifier
 from tool_host._host import ToolHost, parse_listen
+from tool_host._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_S, MIN_KEEP_S, LedgerRetention
 from tool_host._ledger_schema import LedgerVersionError
 from tool_host._plugins import collect_tools, get_plugin_manager
 from tool_host._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
@@ -68,6 +69,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace", type=float, default=5.0, help="seconds in-flight calls get at shutdown")
     parser.add_argument(
         "--cancel-grace", type=float, default=2.0, help="seconds a cancelled tool gets to stop"
+    )
+    parser.add_argument(
+        "--ledger-keep-s",
+        type=float,
+        default=DEFAULT_KEEP_S,
+        metavar="SECONDS",
+        help="prune settled ledger entries this long after their last update (default: 30 days; at "
+        f"least {MIN_KEEP_S:.0f}, see the README's retention section; inf keeps them all)",
+    )
+    parser.add_argument(
+        "--ledger-prune-interval-s",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help="seconds between ledger pruning passes",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     security = parser.add_argument_group(
@@ -222,6 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.grace >= 0 and args.cancel_grace >= 0):
         return _usage_error("--grace and --cancel-grace must not be negative")
     try:
+        retention = LedgerRetention(keep_s=args.ledger_keep_s, interval_s=args.ledger_prune_interval_s)
+    except ValueError as exc:
+        return _usage_error(f"--ledger-keep-s / --ledger-prune-interval-s: {exc}")
+    try:
         security = _security(args)
     except _SecurityError as exc:
         return _usage_error(str(exc))
@@ -241,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         credentials=security.credentials,
         verifier=security.verifier,
         cipher=security.cipher,
+        ledger_retention=retention,
     )
     try:
         return asyncio.run(_serve(host, listen=args.listen, grace=args.grace))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -20,6 +22,7 @@ from tool_host._cipher import PayloadCipher
 from tool_host._context import DEFAULT_DATA_DIR
 from tool_host._grants import GrantVerifier
 from tool_host._ledger import Ledger
+from tool_host._ledger_retention import LedgerRetention, run_ledger_retention
 from tool_host._plugins import get_plugin_manager
 from tool_host._sdk import Tool
 from tool_host._server import ToolHostServicer
@@ -70,6 +73,7 @@ class ToolHost:
         verifier: Verifies the runtime's call grants; None obeys unsigned calls as tenant ""
             (development on loopback).
         cipher: Seals stored outcomes in the ledger; None stores them in clear.
+        ledger_retention: How long settled ledger entries are kept; None never prunes.
     """
 
     def __init__(
@@ -82,8 +86,11 @@ class ToolHost:
         credentials: ReloadingServerCredentials | None = None,
         verifier: GrantVerifier | None = None,
         cipher: PayloadCipher | None = None,
+        ledger_retention: LedgerRetention | None = LedgerRetention(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self.tools = dict(tools)
+        self._ledger_retention = ledger_retention
+        self._retention_task: asyncio.Task[None] | None = None
         self._credentials = credentials
         self._gate = CallGate(verifier=verifier)
         self._cipher = cipher
@@ -148,6 +155,10 @@ class ToolHost:
         for service in (SERVICE_NAME, health.OVERALL_HEALTH):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health, self._ledger, self._servicer = server, health_servicer, ledger, servicer
+        if self._ledger_retention is not None:
+            self._retention_task = asyncio.get_running_loop().create_task(
+                run_ledger_retention(ledger.path, self._ledger_retention)
+            )
         self.address = f"{host}:{port}"
         _log.info(
             "serving %d tool(s) on %s (%s, %s), data in %s",
@@ -169,6 +180,11 @@ class ToolHost:
             return
         assert self._health is not None and self._ledger is not None and self._servicer is not None
         await self._health.enter_graceful_shutdown()
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention_task
+            self._retention_task = None
         # stop() waits for running RPCs up to grace, then cancels them (their tools get the signal).
         await self._server.stop(grace)
         await self._servicer.operations.drain(within=self._cancel_grace)
