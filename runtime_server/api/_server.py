@@ -22,12 +22,13 @@ from runtime_server._config import ConfigError, ModelConfig, Settings, ToolHostC
 from runtime_server.api._interceptor import AuthInterceptor
 from runtime_server.api._servicer import RuntimeServicer
 from runtime_server.auth import Authentication, build_authentication, local_principal
-from runtime_server.engine import Engine, bind_model, sensitive_option
+from runtime_server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
 from runtime_server.events import EventBus
 from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from runtime_server.store import Store, load_cipher
 from runtime_server.telemetry import Counters
 from runtime_server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter
+from tool_host import LedgerRetention
 from tool_host.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
 
 log = logging.getLogger("agentrt.server")
@@ -66,6 +67,7 @@ class RuntimeServer:
         self.models = ModelRegistry(get_model_plugin_manager())
         _check_models(settings, self.models)
         self.tools.signer = _grant_signer(settings)
+        ledger_keep_s = _ledger_keep_s(settings)
         try:
             for host in settings.tool_hosts:
                 address, tls = host.address, _host_tls(settings, host)
@@ -82,6 +84,7 @@ class RuntimeServer:
                         entrypoints=host.entrypoints,
                         grant_public_key=signer.public_key_pem if signer is not None else None,
                         encryption_key_file=settings.encryption.key_file,
+                        ledger_keep_s=ledger_keep_s,
                     )
                     self.spawned.append(spawned)
                     address, tls = spawned.address, spawned.tls
@@ -200,6 +203,24 @@ def _check_models(settings: Settings, models: ModelRegistry) -> None:
             models.provider(bind_model(model, settings.model_profiles).spec)
         except ModelConfigError as exc:
             raise ConfigError(f"agent {name!r} has an unusable model: {exc}") from exc
+
+
+def _ledger_keep_s(settings: Settings) -> float | None:
+    """The ``--ledger-keep-s`` spawned hosts need: None when their default already covers the bound.
+
+    A late retry must still find its key in the host's ledger (README, retention).
+    """
+    bound = ledger_keep_bound_s(settings)
+    if bound <= LedgerRetention().keep_s:
+        return None
+    if any(not host.spawn for host in settings.tool_hosts):
+        log.warning(
+            "runs may retry a tool call up to %.0f s after it started: tool hosts at an address must "
+            "keep their ledger that long (--ledger-keep-s %.0f)",
+            bound,
+            bound,
+        )
+    return bound
 
 
 def _loopback(settings: Settings) -> bool:

@@ -12,9 +12,16 @@ from runtime_server.engine._agents import (
     sensitive_option,
 )
 from runtime_server.engine._engine import Engine, StartRequest, new_run_id
-from runtime_server.engine._retention import PAYLOADS_DIR, RetentionJob, build_pruner
+from runtime_server.engine._retention import (
+    LEDGER_RECONCILE_HORIZON_S,
+    PAYLOADS_DIR,
+    RetentionJob,
+    build_pruner,
+    ledger_keep_bound_s,
+)
 
 __all__ = [
+    "LEDGER_RECONCILE_HORIZON_S",
     "PAYLOADS_DIR",
     "RUNTIME_VERSION",
     "STATE_VERSION",
@@ -26,6 +33,7 @@ __all__ = [
     "bind_model",
     "build_pruner",
     "effective_budgets",
+    "ledger_keep_bound_s",
     "new_run_id",
     "sensitive_option",
 ]

@@ -13,10 +13,32 @@ from runtime_server._config import Settings
 from runtime_server.core import RetentionPolicy
 from runtime_server.store import Database, Pruner
 
-__all__ = ["PAYLOADS_DIR", "RetentionJob", "build_pruner"]
+__all__ = [
+    "LEDGER_RECONCILE_HORIZON_S",
+    "PAYLOADS_DIR",
+    "RetentionJob",
+    "build_pruner",
+    "ledger_keep_bound_s",
+]
 
 log = logging.getLogger("agentrt.retention")
 PAYLOADS_DIR = "payloads"  # file payloads live under data_dir/payloads
+# How long after a run's deadline a late retry of one of its keys may still come: recovery after an
+# outage and reconciliation of an unknown outcome (whose RUNNING ledger entry is never pruned).
+LEDGER_RECONCILE_HORIZON_S = 86_400.0
+
+
+def ledger_keep_bound_s(settings: Settings) -> float:
+    """How long a tool host must keep a settled ledger entry so a late retry still dedupes.
+
+    A key is first sent when its call starts and retried, at the latest, until the run's deadline
+    (at most ``limits.max_timeout_s``, lengthened by the time it waited for an approval, at most
+    an agent's ``approvals.timeout_s``) plus the reconcile horizon. The README's retention section
+    documents it; spawned tool hosts get at least this as ``--ledger-keep-s``.
+    """
+    approvals = [a.approvals.timeout_s for a in settings.agents.values()]
+    longest_approval = max(approvals, default=86_400.0)
+    return settings.limits.max_timeout_s + longest_approval + LEDGER_RECONCILE_HORIZON_S
 
 
 def build_pruner(settings: Settings, db: Database) -> Pruner | None:

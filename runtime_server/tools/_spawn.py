@@ -63,6 +63,7 @@ class SpawnedToolHost:
         entrypoints: bool = True,
         grant_public_key: bytes | None = None,
         encryption_key_file: str = "",
+        ledger_keep_s: float | None = None,
         timeout_s: float = 30.0,
     ) -> SpawnedToolHost:
         """Start ``python -m tool_host`` on a free loopback port, over mTLS, and wait until it listens.
@@ -74,6 +75,8 @@ class SpawnedToolHost:
             grant_public_key: PEM public key of the runtime's grant signer; None leaves the host
                 obeying unsigned calls (``grants.enabled = false``).
             encryption_key_file: The host seals stored results with this key file when given.
+            ledger_keep_s: ``--ledger-keep-s``, how long the host keeps settled ledger entries;
+                None leaves the host's default.
             timeout_s: Seconds to wait for the readiness line.
 
         Raises:
@@ -88,6 +91,8 @@ class SpawnedToolHost:
             args += ["--plugin", plugin]
         if not entrypoints:
             args.append("--no-entrypoints")
+        if ledger_keep_s is not None:
+            args += ["--ledger-keep-s", repr(ledger_keep_s)]
         args += security
         process = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE)
         assert process.stdout is not None

@@ -12,6 +12,10 @@ from typing import Any
 
 import pytest
 
+from runtime_server import Settings
+from runtime_server.api._server import _ledger_keep_s
+from runtime_server.engine import ledger_keep_bound_s
+from runtime_server.tools import SpawnedToolHost
 from tool_host import LedgerRetention, ToolHost
 from tool_host._cli import main as toolhost_main
 from tool_host._errors import ErrorCode
@@ -140,3 +144,23 @@ async def test_a_host_with_the_default_keep_time_prunes_nothing_recent(tmp_path:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
     assert await asyncio.to_thread(keys, path) == [("settled", "SUCCEEDED")]
+
+
+def test_the_runtime_bound_with_defaults_is_the_hosts_minimum_and_grows_with_its_limits() -> None:
+    assert ledger_keep_bound_s(Settings()) == MIN_KEEP_S
+    assert _ledger_keep_s(Settings()) is None  # the host's default (30 days) covers it
+    long_runs = Settings.model_validate(
+        {"limits": {"max_timeout_s": 40 * 86_400}, "agents": {"a": {"approvals": {"timeout_s": 7 * 86_400}}}}
+    )
+    assert ledger_keep_bound_s(long_runs) == (40 + 7 + 1) * 86_400
+    assert _ledger_keep_s(long_runs) == (40 + 7 + 1) * 86_400
+
+
+async def test_a_spawned_host_gets_the_runtimes_keep_time(tmp_path: Path) -> None:
+    # The host enforces its minimum, so a keep time below it proves the flag reaches the child.
+    with pytest.raises(RuntimeError, match="did not start"):
+        await SpawnedToolHost.start(data_dir=str(tmp_path / "short"), entrypoints=False, ledger_keep_s=60.0)
+    host = await SpawnedToolHost.start(
+        data_dir=str(tmp_path / "long"), entrypoints=False, ledger_keep_s=48 * 86_400.0
+    )
+    await host.stop()
