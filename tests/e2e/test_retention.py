@@ -51,7 +51,9 @@ def assert_tombstone(client: Client, run: run_pb2.Run, *, request_key: str) -> N
         with pytest.raises(FailedPreconditionError) as caught:
             list(client.stream_events(run.run_id, follow=follow, timeout=10))
         assert caught.value.reason == "RUN_PRUNED" and caught.value.metadata["run_id"] == run.run_id
-    # Attaching again by request key finds the tombstone, not a fresh run.
+    # The same request key finds the tombstone, never a fresh run.
+    again = client.start_run("refund", "refund A100", request_key=request_key)
+    assert again.run_id == run.run_id and again.HasField("prune_time")
     with pytest.raises(FailedPreconditionError) as caught:
         list(client.run_agent("refund", "refund A100", request_key=request_key, timeout=10))
     assert caught.value.reason == "RUN_PRUNED"

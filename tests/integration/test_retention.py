@@ -266,3 +266,16 @@ async def test_replicas_pruning_at_once_prune_each_run_exactly_once(store: Store
         return int(conn.execute(select(func.count()).where(runs.c.pruned_ms.is_not(None))).scalar())
 
     assert await store.db.transaction(count_pruned) == 40
+
+
+async def test_a_pruned_turn_leaves_its_sessions_history(store: Store) -> None:
+    for run_id, ended in (("turn-1", 0), ("turn-2", NOW_MS)):
+        values = dict(_values(run_id, "t1", "COMPLETED"), session_id="s")
+        await store.create_run(values, [("run.started", "{}")], ended)
+    before = await store.session_turns(tenant_id="t1", session_id="s", limit=10)
+    assert [t.run_id for t in before] == ["turn-1", "turn-2"]
+
+    await pruner(store, ended_after_s=60).prune(now_ms=NOW_MS)
+
+    after = await store.session_turns(tenant_id="t1", session_id="s", limit=10)
+    assert [t.run_id for t in after] == ["turn-2"]
