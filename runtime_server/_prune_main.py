@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from runtime_server._config import ConfigError, Settings, load_settings
 from runtime_server.engine import build_pruner
+from runtime_server.engine._faults import FaultPlan
 from runtime_server.store import Database, PostgresDatabase, PruneReport, SqliteDatabase, normalise_url
 
 __all__ = ["main"]
@@ -105,7 +106,7 @@ async def _prune(settings: Settings, *, dry_run: bool) -> PruneReport | None:
         return None  # said before the database is touched
     db = _database(settings.db_url)
     try:
-        pruner = build_pruner(settings, db)
+        pruner = build_pruner(settings, db, fault_point=FaultPlan.from_env().hit)
         if pruner is None:
             return None
         return await pruner.prune(now_ms=int(time.time() * 1000), dry_run=dry_run)

@@ -101,7 +101,7 @@ class Engine:
         await self._claim_and_launch()
         loop = asyncio.get_running_loop()
         self._background = [loop.create_task(self._poll_loop()), loop.create_task(self._renew_loop())]
-        pruner = build_pruner(self.settings, self.store.db)
+        pruner = build_pruner(self.settings, self.store.db, fault_point=self.faults.hit)
         if pruner is not None:
             self.retention = RetentionJob(
                 pruner=pruner, interval_s=self.settings.retention.interval_s, clock=self.clock

@@ -9,6 +9,8 @@ Off unless ``AGENTRT_FAULT_POINT`` is set (a comma-separated list). Each entry i
   request has not left;
 - ``tool_request_sent``: a tool call has left (the tool host may be running it);
 - ``tool_response_received``: the tool host answered; nothing is recorded yet.
+- ``retention_before_commit`` / ``retention_after_commit``: around the commit of one
+  retention batch (in the server's job or ``agentrt prune``).
 
 The default action is ``os._exit(FAULT_EXIT_CODE)``: no cleanup, no flush, no lease
 release, exactly like a crash. ``POINT=stop`` instead stops the process with SIGSTOP

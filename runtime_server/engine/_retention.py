@@ -41,8 +41,13 @@ def ledger_keep_bound_s(settings: Settings) -> float:
     return settings.limits.max_timeout_s + longest_approval + LEDGER_RECONCILE_HORIZON_S
 
 
-def build_pruner(settings: Settings, db: Database) -> Pruner | None:
-    """The pruner of ``settings.retention``, or None when retention is not configured."""
+def build_pruner(
+    settings: Settings, db: Database, *, fault_point: Callable[[str], None] | None = None
+) -> Pruner | None:
+    """The pruner of ``settings.retention``, or None when retention is not configured.
+
+    ``fault_point`` is the test facility's hook (``FaultPlan.hit``), see :class:`Pruner`.
+    """
     section = settings.retention
     policy = RetentionPolicy(ended_after_s=section.ended_after_s, per_tenant=dict(section.per_tenant))
     if not policy.configured:
@@ -52,6 +57,7 @@ def build_pruner(settings: Settings, db: Database) -> Pruner | None:
         policy=policy,
         batch_size=section.batch_size,
         payload_dir=Path(settings.data_dir) / PAYLOADS_DIR,
+        fault_point=fault_point,
     )
 
 

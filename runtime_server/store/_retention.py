@@ -4,9 +4,10 @@ blanked, payload references cleared).
 
 Safe with several replicas and with ``agentrt prune`` running beside a server: each batch is one
 short transaction that first marks its runs pruned (``UPDATE ... WHERE pruned_ms IS NULL``; on
-PostgreSQL the candidates are picked ``FOR UPDATE SKIP LOCKED``), so a run is pruned by exactly
-one of them and no transaction holds locks for longer than a batch. Starting with the write also
-takes SQLite's write lock first, so a batch never fails on a stale read snapshot. Idempotent: a
+PostgreSQL the candidates are locked ``FOR UPDATE SKIP LOCKED`` just before), so a run is pruned
+by exactly one of them and no transaction holds locks for longer than a batch. On SQLite the
+batch starts with that write, which takes the write lock before anything is read, so a batch
+never fails on a stale read snapshot. Idempotent: a
 pruned run is never selected again. Payload files are deleted after their rows are committed
 gone, and only when their path resolves inside the payload directory.
 """
@@ -14,7 +15,7 @@ gone, and only when their path resolves inside the payload directory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -111,10 +112,19 @@ class Pruner:
         policy: Ages per tenant.
         batch_size: Runs per transaction.
         payload_dir: Directory of file payloads (``data_dir/payloads``); None deletes no files.
+        fault_point: Test facility (the engine's ``FaultPlan.hit``): called at
+            ``retention_before_commit`` (a batch's deletes are done, not committed) and
+            ``retention_after_commit`` (committed, its payload files not yet deleted).
     """
 
     def __init__(
-        self, db: Database, *, policy: RetentionPolicy, batch_size: int, payload_dir: Path | None
+        self,
+        db: Database,
+        *,
+        policy: RetentionPolicy,
+        batch_size: int,
+        payload_dir: Path | None,
+        fault_point: Callable[[str], None] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -122,6 +132,7 @@ class Pruner:
         self.policy = policy
         self.batch_size = batch_size
         self.payload_dir = payload_dir
+        self._hit = fault_point or (lambda _point: None)
 
     def _scopes(self, now_ms: int) -> list[_Scope]:
         scopes: list[_Scope] = []
@@ -154,6 +165,7 @@ class Pruner:
                     batch = await self.db.transaction(partial(self._measure_batch, scope=scope, after=after))
                 else:
                     batch = await self.db.transaction(partial(self._prune_batch, scope=scope, now_ms=now_ms))
+                    self._hit("retention_after_commit")
                     self._delete_files(batch.files, report)
                 for tenant, counts in batch.counts.items():
                     report._add(tenant, counts)
@@ -199,12 +211,15 @@ class Pruner:
             .limit(self.batch_size)
         )
         if conn.dialect.name == "postgresql":
-            picked = picked.with_for_update(skip_locked=True)
-        # The write comes first: it claims the batch against other replicas (and takes SQLite's
-        # write lock before anything is read).
+            # Locked first, on its own: inside the UPDATE, PostgreSQL may rescan a LIMIT subquery
+            # and mark more than a batch.
+            chosen: Any = list(conn.execute(picked.with_for_update(skip_locked=True)).scalars())
+        else:
+            # The write comes first, so SQLite's write lock is taken before anything is read.
+            chosen = picked.scalar_subquery()
         marked = conn.execute(
             update(runs)
-            .where(runs.c.run_id.in_(picked.scalar_subquery()), runs.c.pruned_ms.is_(None))
+            .where(runs.c.run_id.in_(chosen), runs.c.pruned_ms.is_(None))
             .values(
                 pruned_ms=now_ms,
                 input="",
@@ -222,6 +237,7 @@ class Pruner:
         for chunk in _chunks(ids, 500):
             for table in (events, signals, checkpoints, payloads):
                 conn.execute(delete(table).where(table.c.run_id.in_(chunk)))
+        self._hit("retention_before_commit")
         return _Batch(len(marked), counts, files)
 
     def _delete_files(self, locations: Iterable[str], report: PruneReport) -> None:

@@ -279,3 +279,20 @@ async def test_a_pruned_turn_leaves_its_sessions_history(store: Store) -> None:
 
     after = await store.session_turns(tenant_id="t1", session_id="s", limit=10)
     assert [t.run_id for t in after] == ["turn-2"]
+
+
+async def test_each_batch_prunes_at_most_batch_size_runs(store: Store) -> None:
+    for i in range(5):
+        await seed(store, f"r{i}", ended_ms=0)
+    commits: list[str] = []
+
+    def hook(point: str) -> None:
+        if point == "retention_after_commit":
+            commits.append(point)
+
+    policy = RetentionPolicy(ended_after_s=1)
+    pass_ = Pruner(store.db, policy=policy, batch_size=2, payload_dir=None, fault_point=hook)
+    report = await pass_.prune(now_ms=NOW_MS)
+    # 5 runs in batches of at most 2 take 3 commits (PostgreSQL once marked 4 in the first "batch"
+    # of 2, leaving 2 commits).
+    assert report.total.runs == 5 and len(commits) == 3
