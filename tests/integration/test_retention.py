@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import func, insert, select
 
 from runtime_server.core import RetentionPolicy
-from runtime_server.store import PruneCounts, Pruner, RunRecord, Store
+from runtime_server.store import PruneCounts, Pruner, RunRecord, Store, load_cipher
 from runtime_server.store._schema import checkpoints, events, payloads, runs, signals
+from tool_host.security import write_key_file
 
 DAY_MS = 86_400_000
 NOW_MS = 1_000 * DAY_MS  # the injected "now"
@@ -296,3 +297,19 @@ async def test_each_batch_prunes_at_most_batch_size_runs(store: Store) -> None:
     # 5 runs in batches of at most 2 take 3 commits (PostgreSQL once marked 4 in the first "batch"
     # of 2, leaving 2 commits).
     assert report.total.runs == 5 and len(commits) == 3
+
+
+async def test_a_tombstone_of_an_encrypted_store_reads_back(db_url: str, tmp_path: Path) -> None:
+    key_path = tmp_path / "keys.json"
+    write_key_file(key_path, keys={"k1": bytes(32)}, active="k1")
+    cipher = load_cipher(str(key_path))
+    sealed = await Store.open(db_url, cipher=cipher)
+    try:
+        await seed(sealed, "r", ended_ms=0)
+        await pruner(sealed, ended_after_s=1).prune(now_ms=NOW_MS)
+        tomb = await get(sealed, "r")
+        assert tomb.pruned_ms == NOW_MS and tomb.input == "" and json.loads(tomb.metadata) == {"m": "1"}
+        listed, _ = await sealed.list_runs(tenant_id="t1")
+        assert [r.run_id for r in listed] == ["r"] and listed[0].input == ""
+    finally:
+        await sealed.close()
