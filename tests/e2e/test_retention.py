@@ -126,3 +126,19 @@ def test_the_servers_job_prunes_ended_runs_and_leaves_running_ones(pruning_runti
         active = client.get_run(sleeper.run_id)
         assert not active.HasField("prune_time") and active.input == "nap"
         assert list(client.stream_events(sleeper.run_id, timeout=10))
+
+
+@pytest.mark.parametrize(
+    "db_url, message",
+    [
+        ("sqlite:///{tmp}/empty.sqlite", "cannot prune the run store (OperationalError)"),
+        ("mysql://user:hunter2@db/agentrt", "unusable db_url (ValueError)"),
+    ],
+)
+def test_agentrt_prune_on_an_unusable_store_fails_clearly(tmp_path: Path, db_url: str, message: str) -> None:
+    (tmp_path / "empty.sqlite").write_bytes(b"")  # a file without the schema
+    url = db_url.format(tmp=tmp_path)
+    env = {"AGENTRT_RETENTION__ENDED_AFTER_S": "60"}
+    result = agentrt("prune", "--dry-run", "--db-url", url, cwd=tmp_path, env=env)
+    assert result.returncode == 2 and message in result.stderr
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from runtime_server import ConfigError, load_settings
 from runtime_server.core import Phase, RetentionPolicy
 
 NOW = 10_000_000
@@ -47,3 +48,19 @@ def test_ages_must_be_finite_and_positive(age: float) -> None:
         RetentionPolicy(ended_after_s=age)
     with pytest.raises(ValueError, match="finite and > 0"):
         RetentionPolicy(per_tenant={"t": age})
+
+
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        ({"ended_after_s": math.inf}, "retention.ended_after_s"),
+        ({"ended_after_s": 0}, "retention.ended_after_s"),
+        ({"per_tenant": {"a": math.inf}}, "retention.per_tenant"),
+        ({"per_tenant": {"a": math.nan}}, "retention.per_tenant"),
+        ({"interval_s": math.inf}, "retention.interval_s"),
+        ({"batch_size": 0}, "retention.batch_size"),
+    ],
+)
+def test_config_refuses_ages_the_policy_could_not_use(section: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_settings(env={}, base={"retention": section})
