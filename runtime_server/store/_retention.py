@@ -237,8 +237,15 @@ class Pruner:
         for chunk in _chunks(ids, 500):
             for table in (events, signals, checkpoints, payloads):
                 conn.execute(delete(table).where(table.c.run_id.in_(chunk)))
+        # A file another run's payload row still names (a store that shares files by content)
+        # stays.
+        shared: set[str] = set()
+        for chunk in _chunks(sorted(set(files)), 500):
+            shared.update(
+                conn.execute(select(payloads.c.location).where(payloads.c.location.in_(chunk))).scalars()
+            )
         self._hit("retention_before_commit")
-        return _Batch(len(marked), counts, files)
+        return _Batch(len(marked), counts, sorted(set(files) - shared))
 
     def _delete_files(self, locations: Iterable[str], report: PruneReport) -> None:
         if self.payload_dir is None:

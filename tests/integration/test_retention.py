@@ -313,3 +313,20 @@ async def test_a_tombstone_of_an_encrypted_store_reads_back(db_url: str, tmp_pat
         assert [r.run_id for r in listed] == ["r"] and listed[0].input == ""
     finally:
         await sealed.close()
+
+
+async def test_a_payload_file_another_run_still_names_is_kept(store: Store, tmp_path: Path) -> None:
+    payload_dir = tmp_path / "payloads"
+    location = _payload_file(payload_dir, "shared")
+    await seed(store, "old", ended_ms=0, file_location=location)
+    await seed(store, "young", ended_ms=NOW_MS, file_location=location)
+
+    report = await pruner(store, ended_after_s=60, payload_dir=payload_dir).prune(now_ms=NOW_MS)
+
+    assert report.total.runs == 1 and report.files_deleted == 0
+    assert (payload_dir / "shared.bin").exists() and await owned(store, "young") == {
+        **FULL,
+        "run_payloads": 2,
+    }
+    await pruner(store, ended_after_s=60, payload_dir=payload_dir).prune(now_ms=NOW_MS + 61_000)
+    assert not (payload_dir / "shared.bin").exists()
