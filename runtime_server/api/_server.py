@@ -63,7 +63,9 @@ class RuntimeServer:
         # Everything that can reject the configuration runs before the database is touched.
         authentication = _authentication(settings)
         credentials = _server_credentials(settings)
-        self.models = ModelRegistry(get_model_plugin_manager())
+        self.models = ModelRegistry(
+            get_model_plugin_manager(), max_providers=settings.model_cache.max_providers
+        )
         _check_models(settings, self.models)
         self.tools.signer = _grant_signer(settings)
         try:
