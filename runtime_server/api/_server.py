@@ -27,7 +27,7 @@ from runtime_server.events import EventBus
 from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from runtime_server.store import Store, load_cipher
 from runtime_server.telemetry import Counters
-from runtime_server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter
+from runtime_server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter, ToolSlots
 from tool_host.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
 
 log = logging.getLogger("agentrt.server")
@@ -43,7 +43,10 @@ class RuntimeServer:
         self.settings = settings
         self.counters = Counters()
         self.bus = EventBus()
-        self.tools = ToolRouter()
+        limits = settings.tool_limits
+        self.tools = ToolRouter(
+            slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls)
+        )
         self.spawned: list[SpawnedToolHost] = []
         self.store: Store | None = None
         self.models: ModelRegistry | None = None
