@@ -6,7 +6,7 @@ record of when each call started and finished, not from timings.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -28,6 +28,10 @@ NAP = [
     {"text": "woke"},
 ]
 RUNS = 4
+LONG_NAP = [
+    {"text": "napping", "tool_calls": [{"tool": "sleep.wait", "arguments": {"seconds": 30}}]},
+    {"text": "woke"},
+]
 
 
 def most_at_once(lines: list[str]) -> int:
@@ -50,6 +54,8 @@ def limited_runtime(tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str)
         f'[[tool_hosts]]\nname = "local"\naddress = "{tool_host.address}"\n'
         '[tool_limits]\nmax_concurrent_calls = { "sleep.wait" = 1 }\n'
         + agent_toml("napper", steps=NAP, tools=["sleep.wait"], budgets={"timeout_s": 60})
+        + agent_toml("long", steps=LONG_NAP, tools=["sleep.wait"], budgets={"timeout_s": 60})
+        + agent_toml("hurried", steps=LONG_NAP, tools=["sleep.wait"], budgets={"timeout_s": 3})
     )
     with spawn_runtime(["--config", str(path), "--listen", "127.0.0.1:0"], cwd=tmp_path) as runtime:
         yield runtime
@@ -79,6 +85,65 @@ def test_parallel_runs_never_overlap_calls_of_a_tool_limited_to_one(
     lines = (tool_host.data_dir / SLEEP_LOG_FILE).read_text().splitlines()
     assert sorted(line.split()[0] for line in lines) == ["finished"] * RUNS + ["started"] * RUNS
     assert most_at_once(lines) == 1, lines
+
+
+def log_lines(tool_host: ToolHostProcess) -> list[str]:
+    path = tool_host.data_dir / SLEEP_LOG_FILE
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, f"not {what} within {timeout}s"
+        time.sleep(0.05)
+
+
+class Stub:
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.stub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(channel)
+
+    def start(self, agent: str) -> str:
+        request = runtime_service_pb2.StartRunRequest(agent_name=agent, input="nap")
+        return str(self.stub.StartRun(request, timeout=20).run.run_id)
+
+    def phase(self, run_id: str) -> int:
+        return int(self.stub.GetRun(runtime_service_pb2.GetRunRequest(run_id=run_id), timeout=20).run.phase)
+
+    def cancel(self, run_id: str) -> None:
+        self.stub.CancelRun(runtime_service_pb2.CancelRunRequest(run_id=run_id, reason="test"), timeout=20)
+
+    def events_text(self, run_id: str) -> str:
+        request = runtime_service_pb2.StreamRunEventsRequest(run_id=run_id, follow=False)
+        return "\n".join(str(item.event) for item in self.stub.StreamRunEvents(request, timeout=20))
+
+
+TERMINAL = {run_pb2.RUN_PHASE_COMPLETED, run_pb2.RUN_PHASE_FAILED, run_pb2.RUN_PHASE_CANCELLED}
+TERMINAL |= {run_pb2.RUN_PHASE_EXPIRED}
+
+
+def test_a_call_waiting_for_a_slot_is_cancelled_or_expires_without_reaching_the_host(
+    limited_runtime: RuntimeProcess, tool_host: ToolHostProcess
+) -> None:
+    with grpc.insecure_channel(limited_runtime.address) as channel:
+        api = Stub(channel)
+        holder = api.start("long")
+        wait_until(lambda: log_lines(tool_host) == ["started call_1_0"], "holding the slot")
+
+        queued = api.start("long")
+        wait_until(lambda: api.phase(queued) == run_pb2.RUN_PHASE_TOOL_STEP, "queued for the slot")
+        api.cancel(queued)
+        wait_until(lambda: api.phase(queued) == run_pb2.RUN_PHASE_CANCELLED, "cancelled")
+
+        # Its deadline arrives while it waits: it gives up at the deadline, never sent.
+        hurried = api.start("hurried")
+        wait_until(lambda: api.phase(hurried) in TERMINAL, "ended", timeout=15)
+        assert api.phase(hurried) == run_pb2.RUN_PHASE_EXPIRED
+        assert "no free slot of tool" in api.events_text(hurried)
+
+        assert log_lines(tool_host) == ["started call_1_0"]  # only the holder's call reached the host
+        api.cancel(holder)
+        wait_until(lambda: api.phase(holder) == run_pb2.RUN_PHASE_CANCELLED, "holder cancelled")
 
 
 def test_most_at_once_sees_an_overlap() -> None:
