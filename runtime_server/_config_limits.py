@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
 __all__ = [
     "AdmissionConfig",
@@ -59,7 +59,8 @@ class AdmissionConfig(_Strict):
 class ToolLimitsConfig(_Strict):
     """Global per-tool concurrency in this runtime; calls past it queue instead of overloading a host."""
 
-    max_concurrent_calls: dict[str, int] = Field(default_factory=dict)  # tool name -> slots
+    # tool name -> slots (0: no limit, even if the ToolSpec declares one); overrides the ToolSpec
+    max_concurrent_calls: dict[str, NonNegativeInt] = Field(default_factory=dict)
     default_max_concurrent_calls: int = Field(0, ge=0)  # 0: unlimited unless the ToolSpec says
 
 

@@ -62,6 +62,7 @@ def tool_to_spec(tool: Tool) -> tool_pb2.ToolSpec:
         concurrency_safe=tool.concurrency_safe,
         requires_approval=tool.requires_approval,
         default_timeout=timeout,
+        max_concurrent_calls=tool.max_concurrent_calls,
     )
 
 

@@ -68,6 +68,7 @@ class Tool:
         requires_approval: True when every call needs a person's approval first.
         timeout: Seconds a call may take when the caller's deadline allows more.
         version: Contract version; bump it when the input schema changes.
+        max_concurrent_calls: Calls a runtime process sends at once (0: no limit); more wait.
         fn: The function, sync (runs in a worker thread) or async (runs on the host's loop).
         args_model: The pydantic model of the arguments; its JSON schema is the input schema.
     """
@@ -81,6 +82,7 @@ class Tool:
     requires_approval: bool = False
     timeout: float = 30.0
     version: str = "1"
+    max_concurrent_calls: int = 0
     fn: ToolFunction = dataclasses.field(repr=False, compare=False)
     args_model: type[pydantic.BaseModel] = dataclasses.field(compare=False)
 
@@ -91,6 +93,8 @@ class Tool:
             raise ValueError(f"tool {self.name!r}: timeout must be a positive number of seconds")
         if not self.version:
             raise ValueError(f"tool {self.name!r}: version must not be empty")
+        if not 0 <= self.max_concurrent_calls < 2**32:
+            raise ValueError(f"tool {self.name!r}: max_concurrent_calls must be 0 (no limit) or more")
 
     @property
     def is_async(self) -> bool:
@@ -208,6 +212,7 @@ def tool(
     requires_approval: bool = False,
     timeout: float = 30.0,
     version: str = "1",
+    max_concurrent_calls: int = 0,
     args_model: type[pydantic.BaseModel] | None = None,
 ) -> Callable[[ToolFunction], Tool]:
     """Declare a tool; the decorated function becomes a :class:`Tool`.
@@ -231,6 +236,8 @@ def tool(
         requires_approval: Every call needs a person's approval before it runs.
         timeout: Seconds a call may take; the caller's deadline still caps it.
         version: Contract version; bump it when the input schema changes.
+        max_concurrent_calls: Calls a runtime process sends at once, across all runs (0: no limit);
+            calls past it wait for a slot. Declare what the tool's backend can take.
         args_model: The arguments model, when it cannot be read from the annotation.
 
     Returns:
@@ -238,7 +245,7 @@ def tool(
 
     Raises:
         TypeError: The function's signature or annotation does not fit.
-        ValueError: A bad name, timeout or version.
+        ValueError: A bad name, timeout, version or max_concurrent_calls.
     """
 
     def decorate(fn: ToolFunction) -> Tool:
@@ -252,6 +259,7 @@ def tool(
             requires_approval=requires_approval,
             timeout=float(timeout),
             version=version,
+            max_concurrent_calls=max_concurrent_calls,
             fn=fn,
             args_model=args_model if args_model is not None else _args_model_of(fn),
         )

@@ -1,7 +1,8 @@
 """The one place domain errors become gRPC statuses with google.rpc details (R3.5).
 
 Every status carries ``ErrorInfo{reason, domain, metadata}``; invalid input adds
-``BadRequest`` field violations, state conflicts add ``PreconditionFailure``.
+``BadRequest`` field violations, state conflicts add ``PreconditionFailure``, a limit reached adds
+``RetryInfo``.
 Unexpected exceptions become INTERNAL with no internals leaked.
 """
 
@@ -11,7 +12,7 @@ import logging
 from typing import NoReturn
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
@@ -22,6 +23,7 @@ from runtime_server.core import (
     LeaseLost,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     StaleRevision,
     Unauthenticated,
 )
@@ -37,6 +39,7 @@ _CODES: list[tuple[type[AgentRtError], grpc.StatusCode]] = [
     (StaleRevision, grpc.StatusCode.ABORTED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 
@@ -76,6 +79,12 @@ def to_status(exc: AgentRtError) -> status_pb2.Status:
             )
         )
         details.append(pre)
+    elif isinstance(exc, ResourceExhausted):
+        retry = any_pb2.Any()
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(round(exc.retry_after_s * 1e9))
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(retry)
     return status_pb2.Status(code=code.value[0], message=exc.message, details=details)
 
 

@@ -27,7 +27,7 @@ from runtime_server.events import EventBus
 from runtime_server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from runtime_server.store import Store, load_cipher
 from runtime_server.telemetry import Counters
-from runtime_server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter
+from runtime_server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter, ToolSlots
 from tool_host import LedgerRetention
 from tool_host.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
 
@@ -44,7 +44,10 @@ class RuntimeServer:
         self.settings = settings
         self.counters = Counters()
         self.bus = EventBus()
-        self.tools = ToolRouter()
+        limits = settings.tool_limits
+        self.tools = ToolRouter(
+            slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls)
+        )
         self.spawned: list[SpawnedToolHost] = []
         self.store: Store | None = None
         self.models: ModelRegistry | None = None
@@ -64,7 +67,9 @@ class RuntimeServer:
         # Everything that can reject the configuration runs before the database is touched.
         authentication = _authentication(settings)
         credentials = _server_credentials(settings)
-        self.models = ModelRegistry(get_model_plugin_manager())
+        self.models = ModelRegistry(
+            get_model_plugin_manager(), max_providers=settings.model_cache.max_providers
+        )
         _check_models(settings, self.models)
         self.tools.signer = _grant_signer(settings)
         ledger_keep_s = _ledger_keep_s(settings)

@@ -143,7 +143,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self, request: runtime_service_pb2.RunAgentRequest, context: Context
     ) -> AsyncIterator[runtime_service_pb2.RunAgentResponse]:
         try:
-            record, _ = await self.engine.start_run(self._start_request(request, context))
+            record, _ = await self.engine.start_run(self._start_request(request, context), admit=True)
             refuse_pruned(record)  # a repeated request_key attaching to a pruned run
         except AgentRtError as exc:
             await abort_with(context, exc)
@@ -161,7 +161,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self, request: runtime_service_pb2.StartRunRequest, context: Context
     ) -> runtime_service_pb2.StartRunResponse:
         try:
-            record, _ = await self.engine.start_run(self._start_request(request, context))
+            record, _ = await self.engine.start_run(self._start_request(request, context), admit=True)
         except AgentRtError as exc:
             await abort_with(context, exc)
         except Exception as exc:

@@ -44,6 +44,7 @@ from runtime_server.core._errors import (
     NotFound,
     PayloadTooLarge,
     PermissionDenied,
+    ResourceExhausted,
     StaleRevision,
     Unauthenticated,
 )
@@ -107,6 +108,7 @@ __all__ = [
     "Policy",
     "Reconcile",
     "RequestApproval",
+    "ResourceExhausted",
     "RetentionPolicy",
     "Rule",
     "RunState",

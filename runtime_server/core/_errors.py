@@ -11,6 +11,7 @@ Tree::
     ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
     ├── Unauthenticated               no credential, or a bad one (UNAUTHENTICATED)
     ├── PermissionDenied              the caller may not do this (PERMISSION_DENIED)
+    ├── ResourceExhausted             over a limit; retry later (RESOURCE_EXHAUSTED + RetryInfo)
     └── LeaseLost                     this worker no longer owns the run (ABORTED)
 """
 
@@ -96,6 +97,23 @@ class PermissionDenied(AgentRtError):
     """The caller lacks the role the request needs (e.g. approver)."""
 
     reason = "PERMISSION_DENIED"
+
+
+class ResourceExhausted(AgentRtError):
+    """A limit (queued or active runs, say) is reached; ``retry_after_s`` says when to try again."""
+
+    reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ):
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.retry_after_s = retry_after_s
 
 
 class LeaseLost(AgentRtError):

@@ -27,7 +27,7 @@ from runtime_server.engine._retention import RetentionJob, build_pruner
 from runtime_server.events import EventBus
 from runtime_server.models import ModelRegistry
 from runtime_server.policies import Policies, get_policy_plugin_manager
-from runtime_server.store import RunRecord, Store, StoredEvent
+from runtime_server.store import Admission, RunRecord, Store, StoredEvent
 from runtime_server.telemetry import Counters
 from runtime_server.tools import ToolRouter
 
@@ -137,8 +137,16 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def start_run(self, request: StartRequest) -> tuple[RunRecord, bool]:
-        """Persist a new run (or find the one its request_key started) and start driving it."""
+    async def start_run(self, request: StartRequest, *, admit: bool = False) -> tuple[RunRecord, bool]:
+        """Persist a new run (or find the one its request_key started) and start driving it.
+
+        Args:
+            admit: Apply the admission limits (a caller's request; child runs are part of their parent).
+
+        Raises:
+            ResourceExhausted: Over an admission limit; nothing was written.
+        """
+        admission = self._admission(request.tenant_id) if admit else None
         now_ms = self.now_ms()
         budgets = effective_budgets(request.agent.config, request.budget_overrides, self.settings.limits)
         waits_for_turn = False
@@ -148,6 +156,9 @@ class Engine:
                 found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
                 if found is not None:
                     return found, False
+            if admission is not None:
+                # Before the session policy acts (an interrupt cancels a run): refused means no write.
+                await self.store.check_admission(admission)
             waits_for_turn = await self._session_gate(request)
             turns = await self.store.session_turns(
                 tenant_id=request.tenant_id, session_id=request.session_id, limit=SESSION_HISTORY_TURNS
@@ -193,7 +204,9 @@ class Engine:
         }
         if history:
             started["session_history"] = history
-        record, created = await self.store.create_run(values, [(ev.RUN_STARTED, json.dumps(started))], now_ms)
+        record, created = await self.store.create_run(
+            values, [(ev.RUN_STARTED, json.dumps(started))], now_ms, admission=admission
+        )
         if created:
             self.counters.inc("runs_started")
             if not own:
@@ -202,6 +215,16 @@ class Engine:
                 first = StoredEvent(record.run_id, 1, ev.RUN_STARTED, json.dumps(started), now_ms)
                 self._launch(record.run_id, record.lease_generation, (record, [first]))
         return record, created
+
+    def _admission(self, tenant_id: str) -> Admission:
+        limits = self.settings.admission
+        return Admission(
+            tenant_id=tenant_id,
+            max_queued_runs=limits.max_queued_runs,
+            max_queued_runs_per_tenant=limits.max_queued_runs_per_tenant,
+            max_active_runs_per_tenant=limits.max_active_runs_per_tenant,
+            retry_after_s=limits.retry_after_s,
+        )
 
     async def _session_gate(self, request: StartRequest) -> bool:
         """Apply the session policy; True when the new turn must wait for an earlier one to end.

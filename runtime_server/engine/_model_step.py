@@ -22,6 +22,7 @@ from runtime_server.models import (
     ModelAuthError,
     ModelError,
     ModelRequest,
+    ModelResponse,
     ModelToolCall,
     ModelTransientError,
     ToolDef,
@@ -120,7 +121,7 @@ class ModelStep:
         bound: BoundModel | None = None
         try:
             bound = self._model()
-            provider = engine.models.provider(bound.spec)
+            engine.models.provider(bound.spec)  # a spec that cannot make a provider fails the run here
         except ModelError as exc:
             message = bound.redact(str(exc)) if bound is not None else str(exc)
             self.d.add(*end_events(self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=message))
@@ -137,7 +138,7 @@ class ModelStep:
             request = self._request(timeout, bound)
             sink = self._delta_sink(step, attempt)
             try:
-                response = await self.d.io(partial(provider.complete, request, on_text_delta=sink))
+                response = await self.d.io(partial(self._complete, bound, request, sink))
                 break
             except Cancelled:
                 return
@@ -205,6 +206,11 @@ class ModelStep:
             "usage_after": after,
         }
         self.d.add(Event(ev.MODEL_COMPLETED, data))
+
+    async def _complete(self, bound: BoundModel, request: ModelRequest, sink: _DeltaSink) -> ModelResponse:
+        # The lease keeps the provider open for this call even if the bounded cache evicts it.
+        with self.d.engine.models.lease(bound.spec) as provider:
+            return await provider.complete(request, on_text_delta=sink)
 
     def _cost(self, bound: BoundModel, input_tokens: int, output_tokens: int) -> float:
         # Models without a price entry cost 0: the cost budget only binds priced models.

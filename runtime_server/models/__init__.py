@@ -5,9 +5,9 @@ the built-in ones are ``scripted`` (deterministic, for demos, tests and benchmar
 (Chat Completions over httpx) and ``anthropic`` (the Messages API over httpx); the HTTP ones stream
 text deltas as they arrive. The engine uses them through a :class:`ModelRegistry`::
 
-    registry = ModelRegistry(get_model_plugin_manager())
-    provider = registry.provider(spec)
-    response = await provider.complete(request, on_text_delta=publish_delta)
+    registry = ModelRegistry(get_model_plugin_manager(), max_providers=64)
+    with registry.lease(spec) as provider:  # not closed under the call, even if evicted meanwhile
+        response = await provider.complete(request, on_text_delta=publish_delta)
     ...
     await registry.aclose()
 
@@ -19,6 +19,7 @@ A ``ModelTransientError`` with ``reason="stream_interrupted"`` means a stream br
 from __future__ import annotations
 
 from ._anthropic import AnthropicProvider
+from ._cache import CacheStats, ProviderLease
 from ._errors import (
     ModelAuthError,
     ModelConfigError,
@@ -27,7 +28,13 @@ from ._errors import (
     ModelTransientError,
 )
 from ._openai import OpenAIProvider
-from ._registry import DEFAULT_MODEL_PLUGINS, ENTRYPOINT_GROUP, ModelRegistry, get_model_plugin_manager
+from ._registry import (
+    DEFAULT_MAX_PROVIDERS,
+    DEFAULT_MODEL_PLUGINS,
+    ENTRYPOINT_GROUP,
+    ModelRegistry,
+    get_model_plugin_manager,
+)
 from ._scripted import EXHAUSTED_TEXT, ScriptedProvider
 from ._types import (
     Message,
@@ -41,10 +48,12 @@ from ._types import (
 from .hookspecs import hookimpl, hookspec
 
 __all__ = [
+    "DEFAULT_MAX_PROVIDERS",
     "DEFAULT_MODEL_PLUGINS",
     "ENTRYPOINT_GROUP",
     "EXHAUSTED_TEXT",
     "AnthropicProvider",
+    "CacheStats",
     "Message",
     "ModelAuthError",
     "ModelConfigError",
@@ -58,6 +67,7 @@ __all__ = [
     "ModelToolCall",
     "ModelTransientError",
     "OpenAIProvider",
+    "ProviderLease",
     "ScriptedProvider",
     "ToolDef",
     "get_model_plugin_manager",

@@ -11,7 +11,7 @@ import re
 import socket
 import struct
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -290,10 +290,20 @@ class FakeModelServer:
         host: Address to listen on.
 
     Use it as a context manager (``with`` or ``async with``), or call :meth:`start` and :meth:`stop`.
-    A request with nothing queued gets a 500 whose message says so.
+    A request with nothing queued gets ``default(request)`` when given (a server that answers any
+    number of calls, for benchmarks), else a 500 whose message says so. ``keep_requests`` bounds
+    how many received requests are remembered (the most recent ones).
     """
 
-    def __init__(self, *responses: FakeResponse, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *responses: FakeResponse,
+        host: str = "127.0.0.1",
+        default: Callable[[RecordedRequest], FakeResponse] | None = None,
+        keep_requests: int | None = None,
+    ) -> None:
+        self._default = default
+        self._keep_requests = keep_requests
         self._lock = threading.Lock()
         self._received_one = threading.Condition(self._lock)
         self._queue: list[FakeResponse] = list(responses)
@@ -318,6 +328,18 @@ class FakeModelServer:
         """The requests received so far, in order."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections open now (a closed client's connections leave shortly after)."""
+        with self._lock:
+            return len(self._connections)
+
+    @property
+    def connections_opened(self) -> int:
+        """Client connections accepted since the start."""
+        with self._lock:
+            return self._connection_count
 
     @property
     def pending(self) -> int:
@@ -385,9 +407,13 @@ class FakeModelServer:
     def _received(self, request: RecordedRequest) -> FakeResponse:
         with self._lock:
             self._requests.append(request)
+            if self._keep_requests is not None and len(self._requests) > self._keep_requests:
+                del self._requests[: len(self._requests) - self._keep_requests]
             self._received_one.notify_all()
             if self._queue:
                 return self._queue.pop(0)
+        if self._default is not None:
+            return self._default(request)
         return FakeResponse.json_body(
             {"error": {"message": "FakeModelServer has no response queued", "type": "fake_server_error"}},
             status=500,

@@ -3,6 +3,7 @@ encrypted at rest."""
 
 from __future__ import annotations
 
+from runtime_server.store._admission import GLOBAL_EXACT_WITHIN, Admission
 from runtime_server.store._crypt import SEALED_RUN_COLUMNS, UnreadableRecord, load_cipher
 from runtime_server.store._db import (
     Database,
@@ -17,7 +18,9 @@ from runtime_server.store._retention import PruneCounts, Pruner, PruneReport
 from runtime_server.store._store import Store
 
 __all__ = [
+    "GLOBAL_EXACT_WITHIN",
     "SEALED_RUN_COLUMNS",
+    "Admission",
     "Claim",
     "Database",
     "PostgresDatabase",

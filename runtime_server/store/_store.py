@@ -24,6 +24,7 @@ from sqlalchemy import Connection, and_, exists, func, insert, or_, select, upda
 from sqlalchemy.exc import IntegrityError
 
 from runtime_server.core import TERMINAL_PHASES, LeaseLost, Phase
+from runtime_server.store._admission import Admission
 from runtime_server.store._appends import write_batch
 from runtime_server.store._crypt import RecordCipher
 from runtime_server.store._db import Database, PostgresDatabase, open_database
@@ -91,12 +92,24 @@ class Store:
     # -- runs ---------------------------------------------------------------------------------------
 
     async def create_run(
-        self, values: Mapping[str, Any], first_events: Sequence[tuple[str, str]], now_ms: int
+        self,
+        values: Mapping[str, Any],
+        first_events: Sequence[tuple[str, str]],
+        now_ms: int,
+        *,
+        admission: Admission | None = None,
     ) -> tuple[RunRecord, bool]:
         """Insert a run and its first events; with a repeated request_key return the existing run.
 
+        Args:
+            admission: Limits a new run must fit in, counted in the inserting transaction (a
+                repeated request_key is never refused).
+
         Returns:
             The run and whether this call created it.
+
+        Raises:
+            ResourceExhausted: Over an admission limit; nothing was written.
         """
 
         def existing(conn: Connection) -> RunRecord | None:
@@ -125,9 +138,13 @@ class Store:
         ]
 
         def write(conn: Connection) -> tuple[RunRecord, bool]:
+            if admission is not None:
+                admission.lock(conn)
             found = existing(conn)
             if found is not None:
                 return found, False
+            if admission is not None:
+                admission.check(conn)
             conn.execute(insert(runs).values(**sealed_row))
             conn.execute(insert(events), event_rows)
             # Every column is known here; reading the row back would cost a round trip.
@@ -142,6 +159,10 @@ class Store:
             if found is None:
                 raise
             return found, False
+
+    async def check_admission(self, admission: Admission) -> None:
+        """Raise ResourceExhausted when a new run would be over a limit now (reads only)."""
+        await self.db.transaction(admission.check)
 
     async def find_by_request_key(self, tenant_id: str, request_key: str) -> RunRecord | None:
         """The run a request key started, if any."""

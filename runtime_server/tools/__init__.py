@@ -10,14 +10,17 @@ from runtime_server.tools._router import (
     ToolRouter,
     tool_result_text,
 )
+from runtime_server.tools._slots import SlotTimeout, ToolSlots
 from runtime_server.tools._spawn import SpawnedToolHost
 
 __all__ = [
     "CallMetadata",
     "HostTls",
+    "SlotTimeout",
     "SpawnedToolHost",
     "ToolHostError",
     "ToolOutcome",
     "ToolRouter",
+    "ToolSlots",
     "tool_result_text",
 ]

@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from agentrt.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.toolhost.v1 import tool_pb2
 from runtime_server.tools._channel import TLS_CHECK_S, HostChannel, HostTls
+from runtime_server.tools._slots import SlotTimeout, ToolSlots
 from tool_host.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
 
 _log = logging.getLogger("agentrt.tools")
@@ -76,10 +77,18 @@ class ToolRouter:
         signer: Signs a call grant for every InvokeTool, GetOperation and PreviewTool;
             None sends none (``grants.enabled = false``; only hosts without grant keys obey).
         tls_check_s: Seconds between looks at TLS files (and at the signing key, for the log).
+        slots: Per-tool concurrency limits (none by default).
     """
 
-    def __init__(self, *, signer: GrantSigner | None = None, tls_check_s: float = TLS_CHECK_S) -> None:
+    def __init__(
+        self,
+        *,
+        signer: GrantSigner | None = None,
+        tls_check_s: float = TLS_CHECK_S,
+        slots: ToolSlots | None = None,
+    ) -> None:
         self.signer = signer
+        self.slots = slots or ToolSlots()
         self._tls_check_s = tls_check_s
         self._hosts: dict[str, HostChannel] = {}
         self._specs: dict[str, tuple[tool_pb2.ToolSpec, HostChannel]] = {}
@@ -180,11 +189,28 @@ class ToolRouter:
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:
-        """Send one call. Transport failures become typed outcomes; cancellation propagates."""
+        """Send one call. Transport failures become typed outcomes; cancellation propagates.
+
+        Past the tool's concurrency limit the call first waits for a slot, within ``timeout_s``;
+        with none free in time it fails TRANSIENT, never sent.
+        """
         found = self._specs.get(tool)
         if found is None:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no configured tool host serves {tool!r}")
-        _, host = found
+        spec, host = found
+        limit = self.slots.limit(tool, spec)
+        if not limit:
+            return await self._invoke(host, tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
+        try:
+            async with self.slots.hold(tool, limit, timeout_s) as waited:
+                left = timeout_s - waited
+                return await self._invoke(host, tool, arguments_json, metadata=metadata, timeout_s=left)
+        except SlotTimeout as exc:
+            return ToolOutcome.failure("TRANSIENT", f"deadline exceeded: {exc}")
+
+    async def _invoke(
+        self, host: HostChannel, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
+    ) -> ToolOutcome:
         try:
             reply = await host.stub().InvokeTool(
                 svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json),

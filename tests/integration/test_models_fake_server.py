@@ -245,3 +245,25 @@ def test_every_recorded_exchange_is_well_formed(path: Path) -> None:
     for event in events:
         if event.data != "[DONE]":
             json.loads(event.data)
+
+
+async def test_a_default_answers_when_nothing_is_queued_and_connections_are_counted() -> None:
+    def answer(request: RecordedRequest) -> FakeResponse:
+        return FakeResponse.json_body({"path": request.path})
+
+    async with FakeModelServer(
+        FakeResponse.json_body({"queued": True}), default=answer, keep_requests=2
+    ) as fake:
+        async with httpx.AsyncClient(timeout=5) as first:
+            assert (await first.post(f"{fake.url}/a")).json() == {"queued": True}
+            assert (await first.post(f"{fake.url}/b")).json() == {"path": "/b"}
+            async with httpx.AsyncClient(timeout=5) as second:
+                assert (await second.post(f"{fake.url}/c")).json() == {"path": "/c"}
+                assert (fake.open_connections, fake.connections_opened) == (2, 2)
+        for _ in range(200):  # the server sees the clients' closes shortly after
+            if fake.open_connections == 0:
+                break
+            await asyncio.sleep(0.01)
+
+        assert fake.open_connections == 0
+        assert [r.path for r in fake.requests] == ["/b", "/c"]  # only the last keep_requests

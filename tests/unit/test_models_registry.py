@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -336,3 +337,116 @@ def test_the_api_key_can_come_from_a_secrets_file(tmp_path: Path) -> None:
     (tmp_path / "empty.key").write_text("\n")
     with pytest.raises(ModelConfigError, match="empty"):
         OpenAIProvider(options={"api_key_file": str(tmp_path / "empty.key")}, environ={})
+
+
+# -- bounded cache (issue 9: distinct inline options must not keep providers open forever) ---------
+
+
+async def test_past_the_bound_the_least_recently_used_provider_is_evicted_and_closed(
+    pm: pluggy.PluginManager, echo: EchoPlugin
+) -> None:
+    async with ModelRegistry(pm, max_providers=2) as registry:
+        a = registry.provider(spec("echo", options={"n": 0}))
+        registry.provider(spec("echo", options={"n": 1}))
+        assert registry.provider(spec("echo", options={"n": 0})) is a  # 0 is now the most recent
+        registry.provider(spec("echo", options={"n": 2}))  # evicts 1
+        await registry.drain()
+
+        assert [p.closed for p in echo.created] == [0, 1, 0]
+        assert registry.stats().cached == 2
+        again = registry.provider(spec("echo", options={"n": 1}))  # a new provider, evicting 0
+        await registry.drain()
+
+        assert again is not echo.created[1] and len(echo.created) == 4
+        assert [p.closed for p in echo.created] == [1, 1, 0, 0]
+
+
+async def test_many_distinct_options_never_keep_more_than_the_bound_open(
+    pm: pluggy.PluginManager, echo: EchoPlugin
+) -> None:
+    async with ModelRegistry(pm, max_providers=5) as registry:
+        for n in range(200):
+            with registry.lease(spec("echo", options={"n": n})) as provider:
+                await provider.complete(request())
+            await registry.drain()
+            open_now = sum(1 for p in echo.created if not p.closed)
+            assert open_now <= 5
+        stats = registry.stats()
+
+    assert (stats.cached, stats.in_use, stats.retiring, stats.created, stats.closed) == (5, 0, 0, 200, 195)
+    assert all(p.closed == 1 for p in echo.created)  # the rest closed with the registry
+
+
+async def test_a_provider_in_use_is_closed_only_after_its_last_lease_is_released(
+    pm: pluggy.PluginManager, echo: EchoPlugin
+) -> None:
+    async with ModelRegistry(pm, max_providers=1) as registry:
+        first = registry.lease(spec("echo", options={"n": 0}))
+        second = registry.lease(spec("echo", options={"n": 0}))
+        assert first.provider is second.provider
+        registry.provider(spec("echo", options={"n": 1}))  # evicts n=0 while two calls hold it
+        await registry.drain()
+
+        assert echo.created[0].closed == 0
+        assert registry.stats().retiring == 1 and registry.stats().in_use == 1
+        first.release()
+        first.release()  # idempotent: one lease releases once
+        await registry.drain()
+        assert echo.created[0].closed == 0
+        second.release()
+        await registry.drain()
+
+        assert echo.created[0].closed == 1
+        assert registry.stats().retiring == 0
+        # Asked for again, the evicted spec gets a fresh provider; the closed one is never handed out.
+        with registry.lease(spec("echo", options={"n": 0})) as fresh:
+            assert fresh is not echo.created[0]
+
+
+async def test_an_evicted_provider_is_not_returned_through_the_identity_shortcut(
+    pm: pluggy.PluginManager, echo: EchoPlugin
+) -> None:
+    options = {"n": 0}
+    async with ModelRegistry(pm, max_providers=1) as registry:
+        first = registry.provider(spec("echo", options=options))
+        registry.provider(spec("echo", options={"n": 1}))
+        await registry.drain()
+
+        again = registry.provider(spec("echo", options=options))  # the same object as before
+
+        assert first.closed == 1  # type: ignore[attr-defined]
+        assert again is not first
+
+
+async def test_aclose_closes_providers_still_leased(pm: pluggy.PluginManager, echo: EchoPlugin) -> None:
+    registry = ModelRegistry(pm, max_providers=1)
+    held = registry.lease(spec("echo", options={"n": 0}))
+    registry.provider(spec("echo", options={"n": 1}))
+
+    await registry.aclose()
+
+    assert [p.closed for p in echo.created] == [1, 1]
+    held.release()  # after close: nothing more happens
+    await asyncio.sleep(0)
+    assert [p.closed for p in echo.created] == [1, 1]
+
+
+async def test_a_failed_close_of_an_evicted_provider_is_logged_not_raised(
+    pm: pluggy.PluginManager, echo: EchoPlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with ModelRegistry(pm, max_providers=1) as registry:
+        registry.provider(spec("echo", options={"n": 0, "fail_close": True}))
+        registry.provider(spec("echo", options={"n": 1}))
+        await registry.drain()
+
+        assert "closing evicted model provider" in caplog.text
+        assert registry.stats().closed == 1
+
+
+def test_max_providers_must_be_positive(pm: pluggy.PluginManager) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        ModelRegistry(pm, max_providers=0)
+
+
+def request() -> ModelRequest:
+    return ModelRequest(run_id="r", step=1, spec=spec("echo"), messages=(), tools=(), timeout_s=None)

@@ -58,7 +58,7 @@ OPERATION_STATUS_SUCCEEDED: OperationStatus
 OPERATION_STATUS_FAILED: OperationStatus
 
 class ToolSpec(_message.Message):
-    __slots__ = ("name", "version", "description", "input_schema_json", "side_effect", "idempotent", "supports_query", "concurrency_safe", "requires_approval", "default_timeout")
+    __slots__ = ("name", "version", "description", "input_schema_json", "side_effect", "idempotent", "supports_query", "concurrency_safe", "requires_approval", "default_timeout", "max_concurrent_calls")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class ToolSpec(_message.Message):
     CONCURRENCY_SAFE_FIELD_NUMBER: _ClassVar[int]
     REQUIRES_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_CALLS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -79,7 +80,8 @@ class ToolSpec(_message.Message):
     concurrency_safe: bool
     requires_approval: bool
     default_timeout: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ..., side_effect: _Optional[_Union[SideEffect, str]] = ..., idempotent: _Optional[bool] = ..., supports_query: _Optional[bool] = ..., concurrency_safe: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., default_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    max_concurrent_calls: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ..., side_effect: _Optional[_Union[SideEffect, str]] = ..., idempotent: _Optional[bool] = ..., supports_query: _Optional[bool] = ..., concurrency_safe: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., default_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_concurrent_calls: _Optional[int] = ...) -> None: ...
 
 class ToolError(_message.Message):
     __slots__ = ("code", "message", "details_json")
