@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import accumulate
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ MiB = 1024 * 1024
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a string token, escapes included
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_PAIR = re.compile(r"\[\]|\{\}|\[\}|\{\]")  # an innermost pair (mismatches too: json.loads reports them)
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,24 +60,15 @@ def _reject_constant(name: str) -> Any:
 
 
 def nesting_depth(text: str, *, stop_at: int) -> int:
-    """The bracket nesting of ``text`` outside strings, counted up to ``stop_at`` + 1.
+    """The deepest bracket nesting of ``text`` outside strings (exact once above ``stop_at``).
 
-    Strings and everything but brackets are dropped, then innermost pairs are removed one
-    level per pass, each pass a C-speed regex: no recursion and no per-character Python loop.
+    Strings and everything but brackets are dropped by regex, then the running depth is
+    summed by C-level iterators: no recursion and no per-character Python loop.
     """
     if text.count("[") + text.count("{") <= stop_at:
         return 0  # too few brackets to go past the bound: skip the scan
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    depth = 0
-    while brackets:
-        inner = _PAIR.sub("", brackets)
-        if len(inner) == len(brackets):  # unbalanced: every opener left may nest
-            return depth + inner.count("[") + inner.count("{")
-        depth += 1
-        if depth > stop_at:
-            return depth
-        brackets = inner
-    return depth
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
 def loads_bounded(text: str | bytes, limits: JsonLimits = DEFAULT_JSON_LIMITS) -> Any:

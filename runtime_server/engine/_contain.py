@@ -14,6 +14,7 @@ giving the lease away. The ``faults.max_faults``-th fault ends the run FAILED
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import traceback
@@ -35,6 +36,7 @@ from runtime_server.core import (
     usage_plus,
 )
 from runtime_server.core import events as ev
+from runtime_server.engine._control import Cancelled
 from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
 from runtime_server.store import RunRecord, StoredEvent
 
@@ -79,7 +81,8 @@ async def drive_contained(engine: Engine, handle: RunHandle, fresh: Fresh | None
         if delay is None or engine.stopping:
             return
         fresh = None  # the next attempt starts from what is committed
-        await asyncio.sleep(delay)
+        with contextlib.suppress(Cancelled):  # a cancel request cuts the wait; the next attempt ends it
+            await driver.sleep(delay)
 
 
 async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> float | None:

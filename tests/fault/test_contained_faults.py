@@ -126,9 +126,11 @@ def test_a_guardrail_that_raises_is_guardrail_error_at_once(
 
 
 def test_three_faults_end_the_run_failed_within_seconds_counting_every_model_call(
-    tmp_path: Path, base: dict[str, str], served: tuple[FakeOpenAI, str]
+    tmp_path: Path, refund_host: ToolHostProcess, db_url: str, served: tuple[FakeOpenAI, str]
 ) -> None:
+    """On both stores: run.fault and runs.fault_count are written in one fenced transaction."""
     fake, url = served
+    base = {"db_url": db_url, "tool_host": refund_host.address}
     env = runtime_env(**base, model_url=url, timeout_s=TIMEOUT_S, fault="after_model_response@1..=raise")
     runtime = start_runtime(tmp_path, env)
     try:

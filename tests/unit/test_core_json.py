@@ -50,7 +50,7 @@ def test_depth_bound_is_exact() -> None:
 def test_brackets_inside_strings_do_not_count() -> None:
     text = json.dumps({"a": '[[[[[[[[[[{{{{{{{{{\\"[[[[[[', "b": ["]]]]]]"]})
     assert loads_bounded(text, JsonLimits(max_depth=2)) == json.loads(text)
-    assert nesting_depth(text, stop_at=0) == 1  # counted when it could matter
+    assert nesting_depth(text, stop_at=0) == 2  # the object and the list; none inside strings
 
 
 def test_many_shallow_brackets_are_fine() -> None:
