@@ -163,7 +163,10 @@ async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> flo
 
 
 def _usage(record: RunRecord) -> Usage:
-    data = json.loads(record.usage or "{}")
+    try:
+        data = json.loads(record.usage or "{}")
+    except ValueError:  # recording the fault must not fault in turn
+        data = {}
     return Usage(
         model_steps=int(data.get("model_steps", 0)),
         tool_calls=int(data.get("tool_calls", 0)),

@@ -138,8 +138,12 @@ def test_three_faults_end_the_run_failed_within_seconds_counting_every_model_cal
         events, run = _events(runtime.address, run_id)
         took = time.monotonic() - began
         assert runtime.process.poll() is None  # contained: the process lives on
+        runtime.stop()
+        counters = runtime.counters()
     finally:
         runtime.close()
+    # Each fault was recorded and retried by this worker, not left to a lease expiry and reclaim.
+    assert counters["run_fault_count"] == 3 and counters["lease_lost_count"] == 0
     ended = events[-1].run_ended
     assert ended.phase == run_pb2.RUN_PHASE_FAILED, [event_type(e) for e in events]
     assert ended.reason == "internal_error:InjectedFault" and run.reason == ended.reason
@@ -170,9 +174,12 @@ def test_a_single_transient_fault_is_recorded_and_the_run_completes(
     try:
         run_id, _ = _start(runtime.address)
         events, run = _events(runtime.address, run_id)
+        runtime.stop()
+        counters = runtime.counters()
     finally:
         runtime.close()
     assert run.phase == run_pb2.RUN_PHASE_COMPLETED and run.output == "Refunded 30.00 for A100."
+    assert counters["run_fault_count"] == 1
     faults = _of(events, "run_fault")
     assert len(faults) == 1 and faults[0].fault_count == 1
     assert faults[0].step == _of(events, "model_completed")[1].step  # the refund step's model call
@@ -200,6 +207,8 @@ def test_an_exception_at_any_commit_point_is_contained_exactly_once(
         run_id, began = _start(runtime.address)
         events, run = _events(runtime.address, run_id)
         took = time.monotonic() - began
+        runtime.stop()
+        counters = runtime.counters()
     finally:
         runtime.close()
     assert run.phase == run_pb2.RUN_PHASE_COMPLETED, [event_type(e) for e in events]
@@ -209,5 +218,5 @@ def test_an_exception_at_any_commit_point_is_contained_exactly_once(
     faults = _of(events, "run_fault")
     # After the closing commit there is nothing left to retry: the fault is only logged.
     assert len(faults) == (0 if point == "after_commit:run.ended" else 1)
-    assert run.fault_count == len(faults)
+    assert run.fault_count == len(faults) == counters["run_fault_count"]
     assert took < 30, took
