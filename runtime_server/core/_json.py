@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 __all__ = [
