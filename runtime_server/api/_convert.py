@@ -54,6 +54,7 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
         update_time=_timestamp(record.updated_ms),
         deadline=_timestamp(record.deadline_ms),
         created_by=record.created_by,
+        fault_count=record.fault_count,
     )
     if record.pending_approval and phase is Phase.WAITING_APPROVAL:
         json_format.ParseDict(json.loads(record.pending_approval), run.pending_approval)

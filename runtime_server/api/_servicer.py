@@ -24,6 +24,7 @@ from runtime_server.api._streams import follow_events
 from runtime_server.api._tombstones import refuse_pruned
 from runtime_server.auth import Principal, current_principal
 from runtime_server.core import (
+    RESULT_JSON_LIMITS,
     AgentRtError,
     Event,
     FailedPrecondition,
@@ -33,6 +34,7 @@ from runtime_server.core import (
     PermissionDenied,
     Phase,
     StaleRevision,
+    loads_bounded,
     parse_rfc3339_ms,
     replay,
 )
@@ -310,9 +312,11 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 )
             if request.decision == runtime_service_pb2.OUTCOME_DECISION_SUCCEEDED:
                 try:
-                    json.loads(request.result_json or "null")
+                    loads_bounded(request.result_json or "null", RESULT_JSON_LIMITS)
                 except ValueError as exc:
-                    raise InvalidRequest("result_json is not valid JSON", field="result_json") from exc
+                    raise InvalidRequest(
+                        f"result_json is not valid JSON: {exc}", field="result_json"
+                    ) from exc
             payload = {
                 "call_id": request.call_id,
                 "decision": decision,

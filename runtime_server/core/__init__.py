@@ -49,6 +49,22 @@ from runtime_server.core._errors import (
     Unauthenticated,
 )
 from runtime_server.core._events import Event
+from runtime_server.core._faults import (
+    FAULT_PARK_S,
+    FaultDecision,
+    decide_fault,
+    fault_delay_s,
+    fault_message,
+    usage_plus,
+)
+from runtime_server.core._json import (
+    DEFAULT_JSON_LIMITS,
+    RESULT_JSON_LIMITS,
+    JsonBoundsError,
+    JsonLimits,
+    loads_bounded,
+    nesting_depth,
+)
 from runtime_server.core._keys import args_hash, canonical_json, idempotency_key
 from runtime_server.core._loops import LoopPolicy, LoopTracker
 from runtime_server.core._phases import (
@@ -75,7 +91,10 @@ from runtime_server.core._upgrade import (
 __all__ = [
     "ACTIVE_PHASES",
     "BUDGET_PREFIX",
+    "DEFAULT_JSON_LIMITS",
+    "FAULT_PARK_S",
     "NOT_ALLOWED_CODE",
+    "RESULT_JSON_LIMITS",
     "RULES",
     "STATE_VERSION",
     "TERMINAL_PHASES",
@@ -89,6 +108,7 @@ __all__ = [
     "Decision",
     "Event",
     "FailedPrecondition",
+    "FaultDecision",
     "Finalize",
     "HistoryEntry",
     "Idle",
@@ -97,6 +117,8 @@ __all__ = [
     "InvalidRequest",
     "InvokeTool",
     "InvokeTools",
+    "JsonBoundsError",
+    "JsonLimits",
     "LeaseLost",
     "LoopPolicy",
     "LoopTracker",
@@ -124,11 +146,16 @@ __all__ = [
     "compatible_tool_versions",
     "corrective_step",
     "decide",
+    "decide_fault",
     "end_events",
     "events",
     "exhausted_before_model_step",
     "exhausted_before_tool_call",
+    "fault_delay_s",
+    "fault_message",
     "idempotency_key",
+    "loads_bounded",
+    "nesting_depth",
     "not_allowed_error",
     "parse_rfc3339_ms",
     "replay",
@@ -137,4 +164,5 @@ __all__ = [
     "rule_for",
     "transition",
     "upgrade",
+    "usage_plus",
 ]

@@ -9,7 +9,6 @@ commit points of R5.2 with one commit per step.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from runtime_server.core._budgets import (
     exhausted_before_model_step,
     exhausted_before_tool_call,
 )
+from runtime_server.core._json import DEFAULT_JSON_LIMITS, JsonBoundsError, JsonLimits, loads_bounded
 from runtime_server.core._keys import idempotency_key
 from runtime_server.core._loops import LoopPolicy
 from runtime_server.core._phases import Phase
@@ -124,6 +124,7 @@ class Policy:
     agent_name: str = ""  # the agent in control
     pause_on_exhaustion: bool = False  # a spent budget asks a person for more instead of failing
     fail_expired_approvals: bool = False  # else an expired approval is re-previewed and asked again
+    argument_limits: JsonLimits = DEFAULT_JSON_LIMITS  # a model's tool call arguments past these never run
 
     def allows(self, tool: str) -> bool:
         """True when the active agent was given ``tool``."""
@@ -131,6 +132,20 @@ class Policy:
 
 
 NOT_ALLOWED_CODE = "TOOL_ERROR_CODE_NOT_ALLOWED"
+
+
+INVALID_INPUT_CODE = "TOOL_ERROR_CODE_INVALID_INPUT"
+
+
+def arguments_error(arguments_json: str, limits: JsonLimits) -> dict[str, str] | None:
+    """The INVALID_INPUT error of arguments that are not bounded JSON, or None (empty means none)."""
+    if not arguments_json.strip():
+        return None
+    try:
+        loads_bounded(arguments_json, limits)
+    except JsonBoundsError as exc:
+        return {"code": INVALID_INPUT_CODE, "message": f"tool call arguments rejected: {exc}"}
+    return None
 
 
 def not_allowed_error(tool: str, agent_name: str) -> dict[str, str]:
@@ -248,6 +263,17 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
                 for c in refused
             )
         )
+    malformed = [
+        (c, error) for c in pending if (error := arguments_error(c.arguments_json, policy.argument_limits))
+    ]
+    if malformed:
+        # Never started, never sent: the model hears why and may try again (the run goes on).
+        return Append(
+            tuple(
+                ev.Event(ev.TOOL_FAILED, {"step": c.step, "call_id": c.call_id, "tool": c.tool, "error": e})
+                for c, e in malformed
+            )
+        )
     first = pending[0]
     repeat = state.loops.would_repeat(policy.loops, first.tool, first.arguments_json)
     if repeat is not None:
@@ -358,7 +384,7 @@ def _handoff(state: RunState, budgets: Budgets, policy: Policy, call: CallState)
     if budgets.max_handoffs and state.usage.handoffs >= budgets.max_handoffs:
         return Append(end_events(state, Phase.FAILED, "budget_exhausted:handoffs"))
     try:
-        reason = str(json.loads(call.arguments_json or "{}").get("reason", ""))
+        reason = str(loads_bounded(call.arguments_json or "{}").get("reason", ""))
     except (ValueError, AttributeError):
         reason = ""
     after = dict(state.usage.to_json(), handoffs=state.usage.handoffs + 1)

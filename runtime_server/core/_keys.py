@@ -6,6 +6,8 @@ import hashlib
 import json
 from typing import Any
 
+from runtime_server.core._json import loads_bounded
+
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no insignificant whitespace: equal values give equal text."""
@@ -13,8 +15,12 @@ def canonical_json(value: Any) -> str:
 
 
 def args_hash(arguments_json: str) -> str:
-    """sha256 of the canonical form of a JSON arguments text."""
-    return hashlib.sha256(canonical_json(json.loads(arguments_json)).encode()).hexdigest()
+    """sha256 of the canonical form of a JSON arguments text.
+
+    Raises:
+        JsonBoundsError: the text is not JSON or exceeds the default bounds.
+    """
+    return hashlib.sha256(canonical_json(loads_bounded(arguments_json)).encode()).hexdigest()
 
 
 def idempotency_key(run_id: str, step: int, call_index: int) -> str:

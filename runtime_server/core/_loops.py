@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from runtime_server.core._json import loads_bounded
 from runtime_server.core._keys import canonical_json
 
 # Errors that say "this call, as made, will not work": repeating them is a loop.
@@ -34,9 +35,9 @@ class LoopPolicy:
 
 
 def signature(tool: str, payload_json: str) -> str:
-    """Stable identity of (tool, canonical JSON payload); malformed JSON is taken as text."""
+    """Stable identity of (tool, canonical JSON payload); malformed or unbounded JSON is taken as text."""
     try:
-        text = canonical_json(json.loads(payload_json or "null"))
+        text = canonical_json(loads_bounded(payload_json or "null"))
     except ValueError:
         text = payload_json
     return hashlib.sha256(f"{tool}\x00{text}".encode()).hexdigest()[:32]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from runtime_server.core import (
     Phase,
     canonical_json,
     end_events,
+    loads_bounded,
     parse_rfc3339_ms,
     rfc3339,
 )
@@ -63,7 +63,7 @@ class ApprovalStep:
         """Persist WAITING_APPROVAL for ``call`` and park the run until its expiry."""
         d, engine = self.d, self.engine
         try:
-            canonical = canonical_json(json.loads(call.arguments_json or "{}"))
+            canonical = canonical_json(loads_bounded(call.arguments_json or "{}"))
         except ValueError:
             canonical = call.arguments_json
         impact = await engine.tools.preview(

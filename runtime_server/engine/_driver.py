@@ -36,6 +36,7 @@ from runtime_server.core import (
     Reconcile,
     RequestApproval,
     RunState,
+    Usage,
     WaitUntil,
     backoff_delay_s,
     call_timeout_s,
@@ -94,6 +95,7 @@ class RunDriver:
         self.model = ModelStep(self)
         self.consumed_signals: list[int] = []
         self.pending_values: dict[str, Any] = {}
+        self.unrecorded = Usage()  # model usage spent since the last commit (a fault records it)
 
     async def drive(self, fresh: Fresh | None) -> None:
         engine = self.engine
@@ -268,6 +270,7 @@ class RunDriver:
             now_ms=now_ms,
             consume_signals=self.consumed_signals,
         )
+        self.unrecorded = Usage()
         engine.faults.around_commit("after", types)
         self.consumed_signals = []
         self.pending_values = {}

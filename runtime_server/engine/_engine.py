@@ -21,7 +21,8 @@ from runtime_server._config import Settings
 from runtime_server.core import STATE_VERSION, FailedPrecondition, LeaseLost, Phase, rfc3339
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
-from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
+from runtime_server.engine._contain import drive_contained
+from runtime_server.engine._driver import Fresh, RunHandle
 from runtime_server.engine._faults import FaultPlan
 from runtime_server.engine._retention import RetentionJob, build_pruner
 from runtime_server.events import EventBus
@@ -93,6 +94,11 @@ class Engine:
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
+
+    @property
+    def stopping(self) -> bool:
+        """Shutting down: no new work, no further attempts after a fault."""
+        return self._stopping
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -356,16 +362,14 @@ class Engine:
 
     async def _drive_guarded(self, handle: RunHandle, fresh: Fresh | None) -> None:
         try:
-            await RunDriver(self, handle).drive(fresh)
+            await drive_contained(self, handle, fresh)
         except LeaseLost as exc:
             self.counters.inc("lease_lost_count")
             log.warning("run %s: lease lost (%s); this worker stops writing", handle.run_id, exc.message)
         except asyncio.CancelledError:
             pass
-        except Exception:
-            log.exception(
-                "run %s: driver crashed; the run stays as persisted and is retried on reclaim", handle.run_id
-            )
+        except Exception:  # drive_contained records faults; this is a last resort
+            log.exception("run %s: driver crashed; the run stays as persisted", handle.run_id)
         finally:
             self._runs.pop(handle.run_id, None)
             if not self._runs:

@@ -4,17 +4,32 @@ Before a run may complete, its answer must match the agent's output schema and
 pass every output guardrail and postcondition hook. A failure ends the run with
 the reason, or, where the agent says so, earns one corrective model step first.
 COMPLETED is never the result of an answer that failed a check.
+
+A hook that *raises* did not judge the answer: that is ``guardrail_error:<class>``,
+not a rejection. The run ends FAILED at once, not retryable and without a corrective
+step: hooks are deterministic in the answer, the input and the tool results, so a
+retry or a reclaim would raise again (before, it crashed the driver on every reclaim).
+The model step that produced the answer is committed with the end, so its usage counts.
 """
 
 from __future__ import annotations
 
-import json
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from runtime_server.core import Phase, corrective_step, end_events
+from runtime_server.core import (
+    RESULT_JSON_LIMITS,
+    JsonBoundsError,
+    Phase,
+    corrective_step,
+    end_events,
+    fault_message,
+    loads_bounded,
+)
 
 if TYPE_CHECKING:
     from runtime_server.engine._driver import RunDriver
@@ -26,6 +41,10 @@ class Rejection:
 
     reason: str
     detail: str
+    error: bool = False  # a hook raised: guardrail_error, never corrected
+
+
+log = logging.getLogger("agentrt.engine")
 
 
 def finalize(driver: RunDriver, answer: str, *, corrected: bool) -> None:
@@ -34,7 +53,7 @@ def finalize(driver: RunDriver, answer: str, *, corrected: bool) -> None:
     rejection = check(driver, answer)
     if rejection is None:
         driver.add(*end_events(state, Phase.COMPLETED, "final_answer", output=answer))
-    elif not corrected and driver.agent.config.output.on_failure == "correct":
+    elif not corrected and not rejection.error and driver.agent.config.output.on_failure == "correct":
         driver.add(corrective_step(state, f"{rejection.reason}: {rejection.detail}"))
     else:
         driver.add(*end_events(state, Phase.FAILED, rejection.reason, message=rejection.detail))
@@ -45,9 +64,9 @@ def check(driver: RunDriver, answer: str) -> Rejection | None:
     config = driver.agent.config.output
     if config.schema_ is not None:
         try:
-            jsonschema.validate(json.loads(answer), config.schema_)
-        except ValueError:
-            return Rejection("output_invalid", "the answer is not JSON")
+            jsonschema.validate(loads_bounded(answer, RESULT_JSON_LIMITS), config.schema_)
+        except JsonBoundsError as exc:
+            return Rejection("output_invalid", f"the answer is not JSON within bounds: {exc}")
         except jsonschema.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
             return Rejection("output_invalid", f"{where}: {exc.message}")
@@ -58,13 +77,31 @@ def check(driver: RunDriver, answer: str) -> Rejection | None:
         "output": answer,
         "options": config.options,
     }
-    failures = [r for r in hooks.agentrt_output_guardrail(**common) if r]
+    answers = _ask("output guardrail", lambda: hooks.agentrt_output_guardrail(**common))
+    if isinstance(answers, Rejection):
+        return answers
+    failures = [str(r) for r in answers if r]
     if failures:
         return Rejection("guardrail_failed", "; ".join(failures))
-    failures = [r for r in hooks.agentrt_postcondition(**common, tool_results=tool_results(driver)) if r]
+    results = tool_results(driver)
+    answers = _ask("postcondition", lambda: hooks.agentrt_postcondition(**common, tool_results=results))
+    if isinstance(answers, Rejection):
+        return answers
+    failures = [str(r) for r in answers if r]
     if failures:
         return Rejection("postcondition_failed", "; ".join(failures))
     return None
+
+
+def _ask(kind: str, call: Callable[[], list[Any]]) -> list[Any] | Rejection:
+    """The hooks' answers, or the guardrail_error of one that raised (a broken check is no verdict)."""
+    try:
+        return call()
+    except Exception as exc:
+        log.exception("%s hook raised", kind)
+        name = type(exc).__name__
+        detail = fault_message(name, str(exc), f"{kind} hook")
+        return Rejection(f"guardrail_error:{name[:100]}", detail, error=True)
 
 
 def tool_results(driver: RunDriver) -> list[dict[str, Any]]:

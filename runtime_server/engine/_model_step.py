@@ -13,7 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from runtime_server._config import AgentConfig, ModelConfig
-from runtime_server.core import Event, Phase, end_events, retry_fits, rfc3339
+from runtime_server.core import Event, Phase, Usage, end_events, retry_fits, rfc3339, usage_plus
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import BoundModel, bind_model
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
@@ -50,6 +50,10 @@ class ModelStep:
         if self._bound is None or self._bound[0] is not model:  # first step, or a handoff
             self._bound = (model, bind_model(model, self.d.engine.settings.model_profiles))
         return self._bound[1]
+
+    def bound_model(self) -> BoundModel | None:
+        """The model bound so far in this driver, if any (its sensitive values are kept out of faults)."""
+        return self._bound[1] if self._bound is not None else None
 
     def _request(self, timeout_s: float, bound: BoundModel) -> ModelRequest:
         config: AgentConfig = self.d.agent.config
@@ -185,6 +189,16 @@ class ModelStep:
                     )
                 )
                 return
+        cost = self._cost(bound, response.input_tokens, response.output_tokens)
+        # Spent now, whatever happens next: a fault before the commit still counts it (run.fault).
+        spent = Usage(
+            model_steps=1,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
+            cost_usd=cost,
+        )
+        self.d.unrecorded = usage_plus(self.d.unrecorded, spent)
+        engine.faults.hit("after_model_response")
         usage = self.d.state.usage
         before = usage.to_json()
         after = dict(
@@ -192,7 +206,7 @@ class ModelStep:
             model_steps=usage.model_steps + 1,
             input_tokens=usage.input_tokens + response.input_tokens,
             output_tokens=usage.output_tokens + response.output_tokens,
-            cost_usd=usage.cost_usd + self._cost(bound, response.input_tokens, response.output_tokens),
+            cost_usd=usage.cost_usd + cost,
         )
         calls = [
             {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}

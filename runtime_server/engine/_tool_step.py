@@ -24,6 +24,8 @@ from runtime_server.core import (
     LeaseLost,
     Phase,
     end_events,
+    loads_bounded,
+    nesting_depth,
     not_allowed_error,
     retry_fits,
     rfc3339,
@@ -214,10 +216,20 @@ class ToolStep:
         if outcome.replayed:
             self.engine.counters.inc("duplicate_suppressed_count")
         base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
+        if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
+            return Event(ev.TOOL_FAILED, dict(base, error=result_error))
         if outcome.error is None:
             data = dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed)
             return Event(ev.TOOL_COMPLETED, data)
         return Event(ev.TOOL_FAILED, dict(base, error=outcome.error))
+
+    def _result_error(self, result_json: str) -> dict[str, str] | None:
+        """A result nesting past the bounds is a tool error: nothing downstream must recurse into it."""
+        limit = self.d.policy.argument_limits.max_depth
+        if nesting_depth(result_json, stop_at=limit) <= limit:
+            return None
+        message = f"the tool ran, but its result was refused: JSON nests deeper than {limit} levels"
+        return {"code": "TOOL_ERROR_CODE_PERMANENT", "message": message}
 
     def _end_if_fatal(self, call: CallState, outcome: ToolOutcome) -> None:
         d = self.d
@@ -316,7 +328,7 @@ class ToolStep:
         if target not in d.agent.config.agent_tools or target not in d.agent.peers:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"agent {target!r} is not available to {d.agent.name}")
         try:
-            question = str(json.loads(call.arguments_json or "{}").get("input", ""))
+            question = str(loads_bounded(call.arguments_json or "{}").get("input", ""))
         except (ValueError, AttributeError):
             question = ""
         if not question.strip():

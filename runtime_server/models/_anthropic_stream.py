@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._anthropic_wire import _bad_response, _count, error_from_event, finish_reason, input_tokens
-from ._openai_wire import from_wire_tool_name
+from ._openai_wire import from_wire_tool_name, wire_loads
 from ._sse import ServerSentEvent
 from ._tokens import estimate_message_tokens, estimate_tokens
 from ._types import ModelRequest, ModelResponse, ModelToolCall
@@ -76,7 +76,7 @@ class MessagesStream:
             ModelError: An ``error`` event (see ``error_from_event``), or an event of the wrong shape.
         """
         try:
-            payload = json.loads(event.data)
+            payload = wire_loads(event.data)
         except ValueError:
             raise _bad_response(f"the data of a {event.event} event is not JSON") from None
         if not isinstance(payload, dict):

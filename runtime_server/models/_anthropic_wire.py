@@ -18,12 +18,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from runtime_server.core import JsonBoundsError, loads_bounded
+
 from ._errors import ModelAuthError, ModelError, ModelPermanentError, ModelTransientError
 from ._openai_wire import (
     from_wire_tool_name,
     parse_retry_after,
     redact,
     to_wire_tool_name,
+    wire_loads,
     wire_tool_names,
 )
 from ._tokens import estimate_message_tokens, estimate_tokens
@@ -76,8 +79,10 @@ def _tool_input(call: ModelToolCall) -> dict[str, Any]:
     if not call.arguments_json.strip():
         return {}  # OpenAI-style histories may hold "" for a call without arguments
     try:
-        value = json.loads(call.arguments_json)
-    except ValueError:
+        value = loads_bounded(call.arguments_json)
+    except JsonBoundsError as exc:
+        if exc.reason != "invalid":
+            return {}  # refused as INVALID_INPUT before it ran; the model was told so
         value = None
     if not isinstance(value, dict):
         raise ModelPermanentError(
@@ -273,7 +278,7 @@ def parse_messages_response(
 def _error_detail(body: bytes) -> tuple[str, str]:
     """Return (type, message) from ``{"type": "error", "error": {...}}`` or a plain-text body."""
     try:
-        decoded = json.loads(body)
+        decoded = wire_loads(body)
     except ValueError:
         return "", body.decode("utf-8", "replace").strip()[:_MAX_DETAIL]
     error = decoded.get("error") if isinstance(decoded, dict) else None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import ssl
@@ -33,7 +32,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._errors import ModelConfigError, ModelError, ModelPermanentError, ModelTransientError
-from ._openai_wire import redact
+from ._openai_wire import redact, wire_loads
 from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = [
@@ -272,10 +271,11 @@ class Endpoint:
         except httpx.RequestError as exc:
             raise ModelTransientError(self._transport_message(exc), reason="connection") from None
         try:
-            return json.loads(content)
-        except ValueError:
+            return wire_loads(content)
+        except ValueError as exc:
             raise ModelPermanentError(
-                f"model endpoint returned HTTP {response.status_code} with a body that is not JSON",
+                f"model endpoint returned HTTP {response.status_code} with a body that is not JSON"
+                f" within bounds ({exc})",
                 reason="bad_response",
                 status_code=response.status_code,
             ) from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ModelError, ModelPermanentError, ModelTransientError
-from ._openai_wire import _bad_response, _count, from_wire_tool_name, redact
+from ._openai_wire import _bad_response, _count, from_wire_tool_name, redact, wire_loads
 from ._sse import ServerSentEvent
 from ._tokens import estimate_message_tokens, estimate_tokens
 from ._types import ModelRequest, ModelResponse, ModelToolCall
@@ -95,7 +95,7 @@ class ChatStream:
             self.done = True
             return True
         try:
-            chunk = json.loads(event.data)
+            chunk = wire_loads(event.data)
         except ValueError:
             raise _bad_response("a stream event is not JSON") from None
         if not isinstance(chunk, dict):

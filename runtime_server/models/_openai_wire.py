@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from runtime_server.core import JsonLimits, loads_bounded
+
 from ._errors import ModelAuthError, ModelError, ModelPermanentError, ModelTransientError
 from ._tokens import estimate_message_tokens, estimate_tokens
 from ._types import Message, ModelRequest, ModelResponse, ModelToolCall, ToolDef
@@ -302,10 +304,24 @@ def _non_negative_float(value: str | None) -> float | None:
     return number if math.isfinite(number) and number >= 0 else None
 
 
+# A provider's answer wraps the model's tool call arguments a few levels down: it may nest somewhat
+# deeper than the arguments themselves, which the decider bounds (INVALID_INPUT back to the model).
+WIRE_JSON_LIMITS = JsonLimits(max_depth=256, max_bytes=1 << 30)
+
+
+def wire_loads(text: str | bytes) -> Any:
+    """A provider's JSON body or event, parsed within :data:`WIRE_JSON_LIMITS`.
+
+    Raises:
+        JsonBoundsError: a ``ValueError``; callers treat it as a body that is not JSON.
+    """
+    return loads_bounded(text, WIRE_JSON_LIMITS)
+
+
 def _error_detail(body: bytes) -> tuple[str, str]:
     """Return (code, message) from an error body, OpenAI's ``{"error": {...}}`` or plain text."""
     try:
-        decoded = json.loads(body)
+        decoded = wire_loads(body)
     except ValueError:
         return "", body.decode("utf-8", "replace").strip()[:_MAX_DETAIL]
     error = decoded.get("error") if isinstance(decoded, dict) else None

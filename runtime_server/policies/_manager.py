@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import pluggy
 
+from runtime_server.core import loads_bounded
 from runtime_server.policies import hookspecs
 from runtime_server.policies._types import ApprovalRequirement
 
@@ -33,8 +33,8 @@ class Policies:
         self, *, tool: str, arguments_json: str, agent_name: str, options: Mapping[str, Any], flagged: bool
     ) -> ApprovalRequirement:
         try:
-            arguments = json.loads(arguments_json or "{}")
-        except ValueError:
+            arguments = loads_bounded(arguments_json or "{}")
+        except ValueError:  # not JSON, or past the bounds: the decider refuses the call anyway
             arguments = {}
         if not isinstance(arguments, dict):
             arguments = {}

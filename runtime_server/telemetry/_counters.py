@@ -17,6 +17,7 @@ COUNTER_NAMES: tuple[str, ...] = (
     "duplicate_suppressed_count",
     "partial_run_count",
     "lease_lost_count",
+    "run_fault_count",  # run.fault events written: exceptions contained while driving a run
 )
 
 

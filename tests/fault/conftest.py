@@ -41,12 +41,14 @@ class FakeOpenAI:
 
     script: dict[int, dict[str, Any]]
     requests: list[tuple[float, int]] = field(default_factory=list)  # (epoch seconds, step)
+    bodies: list[dict[str, Any]] = field(default_factory=list)  # every request body, in order
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         step = 1 + sum(1 for m in body["messages"] if m["role"] == "assistant")
         with self.lock:
             self.requests.append((time.time(), step))
+            self.bodies.append(body)
         move = self.script.get(step, {"text": "done"})
         message: dict[str, Any] = {"role": "assistant", "content": move.get("text")}
         finish = "stop"
@@ -57,7 +59,8 @@ class FakeOpenAI:
                     "type": "function",
                     "function": {
                         "name": move["tool"].replace(".", "__"),
-                        "arguments": json.dumps(move["arguments"]),
+                        # "arguments_json": raw text, as a careless or hostile model may send it.
+                        "arguments": move.get("arguments_json") or json.dumps(move["arguments"]),
                     },
                 }
             ]
