@@ -70,6 +70,7 @@ class Tally:
 
     examples: collections.Counter[str] = field(default_factory=collections.Counter)
     codes: collections.Counter[str] = field(default_factory=collections.Counter)
+    by_rpc: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -94,6 +95,8 @@ def clip(value: Any, limit: int = 80) -> Any:
 
 def describe(message: Any) -> str:
     """A short, clipped rendering of a request message (or a HostCall)."""
+    if isinstance(message, str):
+        return clip(message, 200)
     if isinstance(message, HostCall):
         headers = {k: clip(v, 40) for k, v in vars(message).items() if k != "request"}
         return f"{describe(message.request)} headers={headers}"

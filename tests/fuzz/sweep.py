@@ -23,14 +23,11 @@ from tests.fuzz.strategies import DEEP_MARK, INT32, INT64, HostCall, Targets, de
 FD = descriptor.FieldDescriptor
 STRINGS: tuple[str, ...] = (
     "",
-    "\x00",
     "a\x00b",
     "../../etc/passwd",
-    "%s%n",
     "\u202e\u2028\ufeff\uffff",
     "\U0010ffff" * 64,
     "é" * 3000,
-    "x" * 5000,
     "x" * 300_000,
 )
 JSON_STRINGS: tuple[str, ...] = (
@@ -70,7 +67,7 @@ STRUCTS: tuple[dict[str, Any], ...] = (
     {"steps": [{"text": "hi", "tool_calls": [{"tool": "noop.echo", "arguments": {"text": "\x00" * 1000}}]}]},
     {f"o{i}": i for i in range(2000)},
 )
-HEADERS: tuple[str, ...] = ("", "x" * 300, "x" * 5000, "9" * 30, "-1", str(2**63), "1e3", "\x00")
+HEADERS: tuple[str, ...] = ("", "x" * 5000, "9" * 30, "-1", str(2**63), "\x00")
 SKIP_FIELDS = frozenset({"agent_name", "agent"})  # swapped by the two StartRun/RunAgent baselines
 
 
@@ -84,7 +81,7 @@ def _edges(fd: FD) -> tuple[Any, ...]:
         return tuple([v] for v in values) if fd.is_repeated else values
     if fd.type == FD.TYPE_STRING:
         values = STRINGS + (JSON_STRINGS if fd.name.endswith("_json") or fd.name == "input" else ())
-        return ([*STRINGS[:3]], ["x" * 5000], ["a"] * 1000) if fd.is_repeated else values
+        return (["", "a\x00b"], ["x" * 5000], ["a"] * 1000) if fd.is_repeated else values
     return NUMBERS.get(fd.type, ())
 
 

@@ -24,7 +24,7 @@ from tests.fuzz.harness import FuzzStack
 from tests.fuzz.strategies import Targets
 from tests.fuzz.sweep import host_cases, message_cases, runtime_baselines
 
-EXAMPLES = int(os.environ.get("AGENTRT_FUZZ_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("AGENTRT_FUZZ_EXAMPLES", "25"))
 SEED = os.environ.get("AGENTRT_FUZZ_SEED", "")
 
 FUZZ_SETTINGS = settings(
