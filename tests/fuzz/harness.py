@@ -76,6 +76,7 @@ MAX_ITEMS = 5
 SETTLE_TIMEOUT_S = 20.0
 TRAILERS_TOO_LARGE = "received metadata size exceeds"
 OK = grpc.StatusCode.OK
+TARGET_MARGIN_MS = 15_000  # the approval target (60 s deadline) is renewed this long before it
 
 
 def write_tokens(path: Path) -> dict[str, str]:
@@ -288,7 +289,18 @@ class FuzzStack:
             time.sleep(0.05)
         if not any(r[0] == self.targets.approval_run and r[1] == "WAITING_APPROVAL" for r in runs):
             self._new_approval_target()
+        elif self._expires_soon(self.targets.approval_run):
+            # Its deadline must not pass between the snapshots of an example: replace it first.
+            self.call_runtime(
+                "CancelRun", rt.CancelRunRequest(run_id=self.targets.approval_run, reason="renew")
+            )
+            return self.settle()
         return []
+
+    def _expires_soon(self, run_id: str) -> bool:
+        with self._db(self.db_path) as db:
+            row = db.execute("SELECT deadline_ms FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return row is None or int(row[0]) < time.time() * 1000 + TARGET_MARGIN_MS
 
     def _new_approval_target(self) -> None:
         """A refunder run of the fuzz tenant waiting for approval: ResolveApproval has a real target."""
