@@ -103,7 +103,8 @@ def describe(message: Any) -> str:
     try:
         as_dict = json_format.MessageToDict(message, preserving_proto_field_name=True)
     except Exception as exc:  # e.g. a Duration out of range cannot be rendered as JSON
-        return f"{type(message).__name__}(<unrenderable: {type(exc).__name__}>) {clip(str(message), 400)}"
+        flat = " ".join(str(message).split())
+        return f"{type(message).__name__}(<unrenderable: {type(exc).__name__}>) {clip(flat, 400)}"
     return f"{type(message).__name__}({json.dumps(clip(as_dict), ensure_ascii=True)})"
 
 
