@@ -51,6 +51,7 @@ class Snapshot:
     payloads: int
     operations: tuple[tuple[Any, ...], ...]
     fences: tuple[tuple[Any, ...], ...]
+    others: tuple[tuple[Any, ...], ...]  # every other tenant's runs: no fuzz call may touch them
 
 
 @dataclass

@@ -235,6 +235,12 @@ class FuzzStack:
                     "SELECT COUNT(*) FROM run_payloads WHERE tenant_id = ?", (FUZZ_TENANT,)
                 ).fetchone()[0]
             )
+            others = tuple(
+                db.execute(
+                    "SELECT run_id, phase, revision, last_seq FROM runs WHERE tenant_id != ? ORDER BY run_id",
+                    (FUZZ_TENANT,),
+                ).fetchall()
+            )
         ledger = self.host.data_dir / "ledger.sqlite"
         operations: tuple[tuple[Any, ...], ...] = ()
         fences: tuple[tuple[Any, ...], ...] = ()
@@ -249,7 +255,7 @@ class FuzzStack:
                 fences = tuple(
                     db.execute("SELECT tenant, run_id, token FROM fencing ORDER BY 1, 2").fetchall()
                 )
-        return Snapshot(runs=runs, payloads=payloads, operations=operations, fences=fences)
+        return Snapshot(runs=runs, payloads=payloads, operations=operations, fences=fences, others=others)
 
     def _running_operations(self) -> int:
         ledger = self.host.data_dir / "ledger.sqlite"
@@ -297,6 +303,11 @@ class FuzzStack:
             return self.settle()
         return []
 
+    def _phase(self, run_id: str) -> str:
+        with self._db(self.db_path) as db:
+            row = db.execute("SELECT phase FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return "" if row is None else str(row[0])
+
     def _expires_soon(self, run_id: str) -> bool:
         with self._db(self.db_path) as db:
             row = db.execute("SELECT deadline_ms FROM runs WHERE run_id = ?", (run_id,)).fetchone()
@@ -326,6 +337,10 @@ class FuzzStack:
         ):
             self.targets.bystander_run = response.event.run_id
         assert self.targets.bystander_run
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while self._phase(self.targets.bystander_run) not in TERMINAL:  # its run must be at rest
+            assert time.monotonic() < deadline, "the bystander's run did not end"
+            time.sleep(0.05)
         problems = self.settle()
         assert not problems, problems
         self.rt.StartRun(
@@ -351,7 +366,10 @@ class FuzzStack:
             return f"{name} health is {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
         return None
 
-    def check(self, outcome: Outcome, before: Snapshot) -> list[str]:
+    def _names_bystander_run(self, request: Any) -> bool:
+        return getattr(request, "run_id", None) == self.targets.bystander_run
+
+    def check(self, outcome: Outcome, before: Snapshot, request: Any = None) -> list[str]:
         problems: list[str] = []
         if outcome.code in BROKEN:
             problems.append(f"{outcome.rpc} answered {outcome.code.name}: {outcome.message}")
@@ -365,6 +383,10 @@ class FuzzStack:
         after = self.snapshot()
         if outcome.rejected and after != before:
             problems += differences(before, after, outcome)
+        if after.others != before.others:
+            problems.append(f"{outcome.rpc} ({outcome.code.name}) changed another tenant's runs")
+        if outcome.code == OK and self.targets.bystander_run and self._names_bystander_run(request):
+            problems.append(f"{outcome.rpc} answered OK for another tenant's run")
         bystander = [
             self.call_runtime("ListRuns", rt.ListRunsRequest(page_size=10), who="bystander"),
             self.call_runtime("GetRun", rt.GetRunRequest(run_id=self.targets.bystander_run), who="bystander"),
@@ -402,7 +424,7 @@ class FuzzStack:
         else:
             outcome = self.call_runtime(rpc, request)
         self.last = outcome
-        problems += self.check(outcome, before)
+        problems += self.check(outcome, before, request)
         self.tally.examples[rpc] += 1
         self.tally.codes[outcome.code.name] += 1
         self.tally.by_rpc[rpc, outcome.code.name] += 1
