@@ -97,7 +97,7 @@ def clip(value: Any, limit: int = 80) -> Any:
 def describe(message: Any) -> str:
     """A short, clipped rendering of a request message (or a HostCall)."""
     if isinstance(message, str):
-        return clip(message, 200)
+        return str(clip(message, 200))
     if isinstance(message, HostCall):
         headers = {k: clip(v, 40) for k, v in vars(message).items() if k != "request"}
         return f"{describe(message.request)} headers={headers}"

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -128,8 +128,8 @@ class FuzzStack:
         self.runtime_channel.close()
         self.host_channel.close()
 
-    def metadata(self, who: str | None) -> list[tuple[str, str]]:
-        return [] if who is None else [("authorization", f"Bearer {self.tokens[who]}")]
+    def metadata(self, who: str | None) -> tuple[tuple[str, str], ...]:
+        return () if who is None else (("authorization", f"Bearer {self.tokens[who]}"),)
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class FuzzStack:
                 for _ in stream:
                     items += 1
                     if items >= MAX_ITEMS:
-                        stream.cancel()
+                        cast(Any, stream).cancel()
                         break
             else:
                 method(request, metadata=md, timeout=UNARY_TIMEOUT_S)
@@ -157,49 +157,57 @@ class FuzzStack:
         service = "agentrt.toolhost.v1.ToolHostService" if host else "agentrt.runtime.v1.AgentRuntimeService"
         channel = self.host_channel if host else self.runtime_channel
         path = f"/{service}/{rpc}"
-        md = [] if host else self.metadata(who)
+        md = () if host else self.metadata(who)
         items = 0
         try:
             if rpc in STREAMING:
-                stream = channel.unary_stream(path)(data, metadata=md, timeout=STREAM_TIMEOUT_S)
+                stream = channel.unary_stream(path, None, None)(data, metadata=md, timeout=STREAM_TIMEOUT_S)
                 for _ in stream:
                     items += 1
                     if items >= MAX_ITEMS:
-                        stream.cancel()
+                        cast(Any, stream).cancel()
                         break
             else:
-                channel.unary_unary(path)(data, metadata=md, timeout=UNARY_TIMEOUT_S)
+                channel.unary_unary(path, None, None)(data, metadata=md, timeout=UNARY_TIMEOUT_S)
         except grpc.RpcError as exc:
             return Outcome(rpc, exc.code(), clip(exc.details() or "", 400), items)
         return Outcome(rpc, grpc.StatusCode.OK, "", items)
 
-    def host_metadata(self, call: HostCall) -> list[tuple[str, str]]:
+    def host_metadata(self, call: HostCall) -> tuple[tuple[str, str], ...]:
+        """The call headers, with a grant signed for exactly them when ``call.signed``."""
+        # gRPC refuses header values that are not printable ASCII before sending anything (the
+        # client's own error), so such a value is sent hex-encoded; the grant binds what is sent.
+        run_id, call_id, key, attempt, fencing = (
+            v if v.isprintable() and v.isascii() else v.encode().hex()
+            for v in (call.run_id, call.call_id, call.idempotency_key, call.attempt, call.fencing)
+        )
         md = [
-            ("x-agentrt-idempotency-key", call.idempotency_key),
-            ("x-agentrt-run-id", call.run_id),
-            ("x-agentrt-call-id", call.call_id),
-            ("x-agentrt-attempt", call.attempt),
-            ("x-agentrt-fencing-token", call.fencing),
+            ("x-agentrt-idempotency-key", key),
+            ("x-agentrt-run-id", run_id),
+            ("x-agentrt-call-id", call_id),
+            ("x-agentrt-attempt", attempt),
+            ("x-agentrt-fencing-token", fencing),
         ]
         if call.signed:
             try:
-                fencing = int(call.fencing)
+                token = int(fencing)
             except ValueError:
-                fencing = 1
-            request = call.request
-            grant = self.signer.sign(
-                tenant=FUZZ_TENANT,
-                run_id=call.run_id,
-                call_id=call.call_id,
-                idempotency_key=call.idempotency_key,
-                fencing_token=fencing,
-                tool=getattr(request, "tool", ""),
-                arguments_json=getattr(request, "arguments_json", ""),
+                token = 1
+            md.append(
+                (
+                    "x-agentrt-call-grant",
+                    self.signer.sign(
+                        tenant=FUZZ_TENANT,
+                        run_id=run_id,
+                        call_id=call_id,
+                        idempotency_key=key,
+                        fencing_token=token,
+                        tool=getattr(call.request, "tool", ""),
+                        arguments_json=getattr(call.request, "arguments_json", ""),
+                    ),
+                )
             )
-            md.append(("x-agentrt-call-grant", grant))
-        # gRPC refuses header values with control characters before sending anything; such a
-        # header is the client's own error, so it is sent percent-escaped instead.
-        return [(k, v if v.isprintable() and v.isascii() else v.encode().hex()) for k, v in md]
+        return tuple(md)
 
     def call_host(self, rpc: str, call: HostCall) -> Outcome:
         method: Callable[..., Any] = getattr(self.th, rpc)
@@ -325,7 +333,7 @@ class FuzzStack:
             if event.HasField("approval_requested"):
                 self.targets.approval_id = event.approval_requested.approval_id
                 self.targets.args_hash = event.approval_requested.args_hash
-                stream.cancel()
+                cast(Any, stream).cancel()
                 return
         raise AssertionError("the refunder run did not ask for approval")
 

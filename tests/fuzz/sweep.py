@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import descriptor, message
 
@@ -76,6 +76,7 @@ def _edges(fd: FD) -> tuple[Any, ...]:
         value_type = fd.message_type.fields_by_name["value"].type
         return MAPS if value_type == FD.TYPE_STRING else INT_MAPS
     if fd.type == FD.TYPE_ENUM:
+        assert fd.enum_type is not None
         top = max(v.number for v in fd.enum_type.values)
         values: tuple[Any, ...] = (top + 1, 99, -1, INT32[1])
         return tuple([v] for v in values) if fd.is_repeated else values
@@ -106,7 +107,7 @@ def message_cases(
 ) -> Iterator[tuple[str, message.Message]]:
     """(field path = value, request) for every field of ``base`` and of its nested messages."""
 
-    def walk(desc: descriptor.Descriptor, path: tuple[str, ...]) -> Iterator[tuple[str, message.Message]]:
+    def walk(desc: Any, path: tuple[str, ...]) -> Iterator[tuple[str, message.Message]]:
         for fd in desc.fields:
             if not path and fd.name in skip:
                 continue
@@ -237,5 +238,8 @@ def host_cases(rpc: str) -> Iterator[tuple[str, HostCall]]:
         yield label, keyed(replace(base, request=request))
     for header in ("run_id", "call_id", "idempotency_key", "attempt", "fencing"):
         for value in HEADERS:
-            yield f"header {header} = {_short(value)}", keyed(replace(base, **{header: value}))
+            yield (
+                f"header {header} = {_short(value)}",
+                keyed(replace(base, **cast(dict[str, Any], {header: value}))),
+            )
     yield "no grant", keyed(replace(base, signed=False))

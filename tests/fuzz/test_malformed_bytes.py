@@ -6,6 +6,8 @@ when the call carries no credential), never INTERNAL or UNKNOWN, and it changes 
 
 from __future__ import annotations
 
+import functools
+
 import grpc
 import pytest
 from google.protobuf import message
@@ -56,7 +58,7 @@ def test_unparseable_requests_are_invalid_argument(stack: FuzzStack, rpc: str, w
     failures = []
     for name, data in GARBAGE.items():
         problems = stack.run_example(
-            rpc, f"<{name}>", send=lambda data=data: stack.call_raw(rpc, data, who=who)
+            rpc, f"<{name}>", send=functools.partial(stack.call_raw, rpc, data, who=who)
         )
         outcome = stack.last
         assert outcome is not None
