@@ -317,5 +317,8 @@ _CLIENT_ENV = frozenset(
         "AGENTRT_TOOLHOST_FAULT",
         "AGENTRT_TEST_PG",
         "AGENTRT_BENCH_PG",
+        # The fuzz tests' example count and seed (tests/fuzz, bench/fuzz_rpcs.py).
+        "AGENTRT_FUZZ_EXAMPLES",
+        "AGENTRT_FUZZ_SEED",
     }
 )
