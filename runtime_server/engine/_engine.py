@@ -23,6 +23,7 @@ from runtime_server.core import events as ev
 from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
 from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
 from runtime_server.engine._faults import FaultPlan
+from runtime_server.engine._request_keys import same_request
 from runtime_server.events import EventBus
 from runtime_server.models import ModelRegistry
 from runtime_server.policies import Policies, get_policy_plugin_manager
@@ -43,6 +44,7 @@ class StartRequest:
     input: str
     budget_overrides: Mapping[str, Any] = field(default_factory=dict)
     request_key: str = ""
+    request_hash: str = ""  # of the caller's request; "" (internal starts) skips the reuse check
     metadata: Mapping[str, str] = field(default_factory=dict)
     session_id: str = ""
     session_policy: str = "reject"  # reject | enqueue | interrupt (R8.3)
@@ -139,7 +141,7 @@ class Engine:
             if request.request_key:
                 found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
                 if found is not None:
-                    return found, False
+                    return same_request(found, request.request_key, request.request_hash), False
             waits_for_turn = await self._session_gate(request)
             turns = await self.store.session_turns(
                 tenant_id=request.tenant_id, session_id=request.session_id, limit=SESSION_HISTORY_TURNS
@@ -163,6 +165,7 @@ class Engine:
             "budgets": json.dumps(budgets.to_json()),
             "usage": "{}",
             "request_key": request.request_key or None,
+            "request_hash": request.request_hash or None,
             "session_id": request.session_id or None,
             "metadata": json.dumps(dict(request.metadata)),
             "deadline_ms": deadline_ms,
@@ -186,6 +189,8 @@ class Engine:
         if history:
             started["session_history"] = history
         record, created = await self.store.create_run(values, [(ev.RUN_STARTED, json.dumps(started))], now_ms)
+        if not created:
+            same_request(record, request.request_key, request.request_hash)
         if created:
             self.counters.inc("runs_started")
             if not own:
