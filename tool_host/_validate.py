@@ -11,12 +11,16 @@ import json
 import re
 from typing import Any
 
+from tool_host._status import InvalidRequest
+
 __all__ = [
     "MAX_ARGUMENTS_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_KEY_BYTES",
+    "MAX_TOOL_NAME_BYTES",
     "JsonBoundsError",
     "bad_key",
+    "check_field",
     "json_depth",
     "loads_bounded",
 ]
@@ -24,6 +28,7 @@ __all__ = [
 MAX_JSON_DEPTH = 64  # protobuf's Struct stops at 100; no tool needs this much
 MAX_ARGUMENTS_BYTES = 4 * 1024 * 1024
 MAX_KEY_BYTES = 256  # idempotency keys, run and call ids in call metadata
+MAX_TOOL_NAME_BYTES = 128
 _KEY = re.compile(r"[\x21-\x7e]+")
 
 
@@ -87,3 +92,14 @@ def bad_key(value: str, *, max_bytes: int = MAX_KEY_BYTES) -> str | None:
     if value and not _KEY.fullmatch(value):
         return "not visible ASCII (no spaces or control characters)"
     return None
+
+
+def check_field(value: str, field: str, *, max_bytes: int = MAX_KEY_BYTES) -> None:
+    """Refuse a key, id or tool name that is too long or not visible ASCII (quoting none of it).
+
+    Raises:
+        InvalidRequest: ``INVALID_FIELD`` with a BadRequest violation naming ``field``.
+    """
+    why = bad_key(value, max_bytes=max_bytes)
+    if why is not None:
+        raise InvalidRequest(f"{field} is {why}", reason="INVALID_FIELD", violations=[(field, why)])
