@@ -41,7 +41,7 @@ class ParseInHandler(_Interceptor):
         parse = handler.request_deserializer
         if handler.unary_unary is None or parse is None:
             return handler
-        behavior = handler.unary_unary
+        behavior: Callable[..., Any] = handler.unary_unary
 
         async def wrapped(data: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             if isinstance(data, bytes):
