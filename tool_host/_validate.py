@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 MAX_JSON_DEPTH = 64  # protobuf's Struct stops at 100; no tool needs this much
-MAX_ARGUMENTS_BYTES = 4 * 1024 * 1024
+MAX_ARGUMENTS_BYTES = 2 * 1024 * 1024  # under the 4 MiB message cap, so the bound is ours
 MAX_KEY_BYTES = 256  # idempotency keys, run and call ids in call metadata
 MAX_TOOL_NAME_BYTES = 128
 _KEY = re.compile(r"[\x21-\x7e]+")
