@@ -110,6 +110,8 @@ class PageTokens:
             raw, sent = _unb64(body), _unb64(mac)
         except (binascii.Error, ValueError):
             raise _invalid() from None
+        if _b64(raw) != body or _b64(sent) != mac:
+            raise _invalid()  # another spelling of the same bytes (base64's spare bits)
         if not hmac.compare_digest(sent, self._mac(raw, scope)):
             raise _invalid()
         try:
