@@ -68,9 +68,15 @@ def check_id(value: str, field: str, *, max_bytes: int, required: bool = True) -
 
 
 def check_text(value: str, field: str, *, max_bytes: int) -> str:
-    """Free text (a comment, a reason): bounded in bytes."""
+    """Free text (an input, a comment, a reason): bounded in bytes, no NUL character.
+
+    PostgreSQL text cannot hold NUL: a value with one would fail at the insert (as INTERNAL) on
+    one backend and be stored on the other.
+    """
     if len(value) > max_bytes or len(value.encode()) > max_bytes:
         raise PayloadTooLarge(f"{field} is longer than {max_bytes} bytes", field=field)
+    if "\x00" in value:
+        raise InvalidRequest(f"{field} contains a NUL character", field=field, reason="NUL_CHARACTER")
     return value
 
 
@@ -188,3 +194,5 @@ def check_start(
             check_id(request.agent.name, "agent.name", max_bytes=max_id)
         check_budgets(request.agent.budgets, "agent.budgets", limits=limits)
     check_metadata(request.metadata, "metadata", limits=limits)
+    if "\x00" in request.input:
+        raise InvalidRequest("input contains a NUL character", field="input", reason="NUL_CHARACTER")

@@ -482,6 +482,21 @@ def test_free_text_and_json_fields_are_bounded(stack: Stack) -> None:
     stack.assert_healthy()
 
 
+def test_nul_characters_in_stored_text_are_refused(stack: Stack) -> None:
+    # PostgreSQL text cannot hold NUL: before, the insert failed as INTERNAL on one backend only.
+    run_id = stack.run_ids()[0]
+    before = stack.run_ids()
+    assert_invalid(stack.refused("StartRun", start("hello\x00world")), "input")
+    assert_invalid(
+        stack.refused("CancelRun", runtime_service_pb2.CancelRunRequest(run_id=run_id, reason="a\x00b")),
+        "reason",
+    )
+    assert stack.run_ids() == before
+    # Inside metadata values (stored as JSON) a NUL is escaped and harmless.
+    stack.call("StartRun", start("nul in metadata", metadata={"k": "a\x00b"}))
+    stack.assert_healthy()
+
+
 @pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x0a\x02\xc3\x28", b"\x08" * 11])
 def test_malformed_request_bytes_are_invalid_argument_after_authentication(
     stack: Stack, garbage: bytes
