@@ -12,16 +12,19 @@ import math
 import re
 from collections.abc import Mapping
 
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, struct_pb2
 
 from agentrt.runtime.v1 import run_pb2, runtime_service_pb2
 from runtime_server._config import LimitsConfig
 from runtime_server.core import InvalidRequest, PayloadTooLarge
-from tool_host import JsonBoundsError, loads_bounded
+from tool_host import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
 
 __all__ = [
+    "MAX_AGENT_NAMES",
     "MAX_BUDGET_COUNT",
     "MAX_COST_USD",
+    "MAX_INSTRUCTIONS_BYTES",
+    "MAX_OPTIONS_BYTES",
     "MAX_PER_TOOL_ENTRIES",
     "MAX_TOKENS",
     "check_budgets",
@@ -41,6 +44,9 @@ MAX_BUDGET_COUNT = 1_000_000  # int32 budgets: steps, calls, handoffs, parallel 
 MAX_TOKENS = 2**53 - 1  # exact in a JSON number, so a stored budget reads back the same
 MAX_COST_USD = 1e9
 MAX_PER_TOOL_ENTRIES = 256
+MAX_OPTIONS_BYTES = 64 * 1024
+MAX_INSTRUCTIONS_BYTES = 256 * 1024
+MAX_AGENT_NAMES = 256
 _MAX_DURATION_S = 315_576_000_000  # google.protobuf.Duration's own range
 
 
@@ -175,6 +181,37 @@ def check_budgets(budgets: run_pb2.Budgets, field: str, *, limits: LimitsConfig)
         _duration(budgets.timeout, f"{field}.timeout", max_s=limits.max_timeout_s)
 
 
+def _check_options(options: struct_pb2.Struct, field: str) -> None:
+    """Model options: bounded in size and depth, every number finite (iteratively, no recursion)."""
+    if options.ByteSize() > MAX_OPTIONS_BYTES:
+        raise PayloadTooLarge(f"{field} is over {MAX_OPTIONS_BYTES} bytes", field=field)
+    stack: list[tuple[struct_pb2.Value, int]] = [(v, 1) for v in options.fields.values()]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidRequest(f"{field} is nested deeper than {MAX_JSON_DEPTH}", field=field)
+        kind = value.WhichOneof("kind")
+        if kind == "number_value" and not math.isfinite(value.number_value):
+            raise InvalidRequest(f"{field} holds a number that is not finite", field=field)
+        if kind == "struct_value":
+            stack.extend((v, depth + 1) for v in value.struct_value.fields.values())
+        elif kind == "list_value":
+            stack.extend((v, depth + 1) for v in value.list_value.values)
+
+
+def _check_agent_spec(spec: run_pb2.AgentSpec, *, limits: LimitsConfig) -> None:
+    if spec.name:
+        check_id(spec.name, "agent.name", max_bytes=limits.max_id_bytes)
+    check_text(spec.instructions, "agent.instructions", max_bytes=MAX_INSTRUCTIONS_BYTES)
+    for name in ("tools", "handoffs", "agent_tools"):
+        if len(getattr(spec, name)) > MAX_AGENT_NAMES:
+            raise InvalidRequest(
+                f"agent.{name} has more than {MAX_AGENT_NAMES} entries", field=f"agent.{name}"
+            )
+    check_budgets(spec.budgets, "agent.budgets", limits=limits)
+    _check_options(spec.model.options, "agent.model.options")
+
+
 def check_start(
     request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest,
     *,
@@ -190,9 +227,7 @@ def check_start(
     )
     check_budgets(request.budgets, "budgets", limits=limits)
     if request.HasField("agent"):
-        if request.agent.name:
-            check_id(request.agent.name, "agent.name", max_bytes=max_id)
-        check_budgets(request.agent.budgets, "agent.budgets", limits=limits)
+        _check_agent_spec(request.agent, limits=limits)
     check_metadata(request.metadata, "metadata", limits=limits)
     if "\x00" in request.input:
         raise InvalidRequest("input contains a NUL character", field="input", reason="NUL_CHARACTER")

@@ -13,7 +13,10 @@ from runtime_server._config import LimitsConfig, Settings
 from runtime_server.api._page_tokens import MAX_PAGE_TOKEN_CHARS, PageTokens
 from runtime_server.api._request_keys import request_hash
 from runtime_server.api._validate import (
+    MAX_AGENT_NAMES,
+    MAX_INSTRUCTIONS_BYTES,
     MAX_TOKENS,
+    _check_options,
     check_budgets,
     check_enum,
     check_id,
@@ -135,6 +138,46 @@ def test_start_checks_the_inline_agents_budgets_too() -> None:
     with pytest.raises(InvalidRequest) as caught:
         check_start(request, limits=LIMITS)
     assert _field(caught) == "agent.budgets.max_cost_usd"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"temperature": math.nan}, "agent.model.options"),
+        ({"a": [1, {"b": -math.inf}]}, "agent.model.options"),
+        ({"x": "y" * 70_000}, "agent.model.options"),
+    ],
+)
+def test_inline_model_options_are_finite_and_bounded(options: dict[str, object], field: str) -> None:
+    spec = run_pb2.AgentSpec()
+    spec.model.options.update(options)
+    with pytest.raises(InvalidRequest) as caught:
+        check_start(runtime_service_pb2.StartRunRequest(input="x", agent=spec), limits=LIMITS)
+    assert _field(caught) == field
+
+
+def test_inline_model_options_nested_too_deep_are_refused() -> None:
+    # A request this deep does not even decode (protobuf's own depth limit, INVALID_ARGUMENT at the
+    # edge); the options check holds on its own for messages built in process.
+    spec = run_pb2.AgentSpec()
+    value: object = 1
+    for _ in range(MAX_JSON_DEPTH + 1):
+        value = [value]
+    spec.model.options.update({"deep": value})
+    with pytest.raises(InvalidRequest, match="deeper"):
+        _check_options(spec.model.options, "agent.model.options")
+
+
+def test_inline_instructions_and_name_lists_are_bounded() -> None:
+    for spec, field in [
+        (run_pb2.AgentSpec(instructions="i" * (MAX_INSTRUCTIONS_BYTES + 1)), "agent.instructions"),
+        (run_pb2.AgentSpec(instructions="nul\x00"), "agent.instructions"),
+        (run_pb2.AgentSpec(tools=["t"] * (MAX_AGENT_NAMES + 1)), "agent.tools"),
+        (run_pb2.AgentSpec(name="a b"), "agent.name"),
+    ]:
+        with pytest.raises(InvalidRequest) as caught:
+            check_start(runtime_service_pb2.StartRunRequest(input="x", agent=spec), limits=LIMITS)
+        assert _field(caught) == field
 
 
 # -- metadata -----------------------------------------------------------------------------------------
