@@ -142,7 +142,14 @@ class Engine:
                 found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
                 if found is not None:
                     return same_request(found, request.request_key, request.request_hash), False
-            waits_for_turn = await self._session_gate(request)
+            try:
+                waits_for_turn = await self._session_gate(request)
+            except FailedPrecondition:
+                # The session's active run may be this key's own run, started by a concurrent retry.
+                found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
+                if found is None or not request.request_key:
+                    raise
+                return same_request(found, request.request_key, request.request_hash), False
             turns = await self.store.session_turns(
                 tenant_id=request.tenant_id, session_id=request.session_id, limit=SESSION_HISTORY_TURNS
             )

@@ -401,15 +401,21 @@ def _concurrently(count: int, work: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-@pytest.mark.parametrize("session", ["", "sess-c"])
-def test_request_key_reuse_under_concurrency(tmp_path: Path, db_url: str, session: str) -> None:
+@pytest.mark.parametrize(
+    ("session", "policy"),
+    [
+        ("", runtime_service_pb2.SESSION_POLICY_UNSPECIFIED),
+        ("sess-c", runtime_service_pb2.SESSION_POLICY_ENQUEUE),
+        ("sess-r", runtime_service_pb2.SESSION_POLICY_REJECT),
+    ],
+)
+def test_request_key_reuse_under_concurrency(tmp_path: Path, db_url: str, session: str, policy: int) -> None:
     with _serve(tmp_path, db_url) as stack:
-        _check_concurrent_keys(stack, session)
+        _check_concurrent_keys(stack, session, policy)
 
 
-def _check_concurrent_keys(stack: Stack, session: str) -> None:
+def _check_concurrent_keys(stack: Stack, session: str, policy: int) -> None:
     key = f"conc-{uuid.uuid4().hex}"
-    policy = runtime_service_pb2.SESSION_POLICY_ENQUEUE
 
     def different(i: int) -> Any:
         return stack.call(
@@ -425,10 +431,12 @@ def _check_concurrent_keys(stack: Stack, session: str) -> None:
     assert stack.run_ids() == [created[0].run.run_id]
 
     same_key = f"same-{uuid.uuid4().hex}"
+    # Another session: under the reject policy the first batch's run may still be active.
+    second = f"{session}-2" if session else ""
 
     def same(i: int) -> Any:
         return stack.call(
-            "StartRun", start("one input", request_key=same_key, session_id=session, session_policy=policy)
+            "StartRun", start("one input", request_key=same_key, session_id=second, session_policy=policy)
         )
 
     answers = _concurrently(20, same)
