@@ -39,14 +39,17 @@ from tool_host._host import SERVICE_NAME, ToolHost
 from tool_host._ledger_retention import LedgerRetention
 from tool_host._plugins import collect_tools, get_plugin_manager, load_plugin
 from tool_host._sdk import SideEffect, Tool, ToolFunction, canonical_json, tool
+from tool_host._validate import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
 from tool_host.hookspecs import hookimpl, hookspec
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "SERVICE_NAME",
     "CancellationSignal",
     "DuplicateToolError",
     "ErrorCode",
     "InvalidInput",
+    "JsonBoundsError",
     "LedgerRetention",
     "PermanentError",
     "PluginError",
@@ -66,6 +69,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "load_plugin",
+    "loads_bounded",
     "main",
     "tool",
 ]

@@ -23,6 +23,7 @@ from tool_host._context import DEFAULT_DATA_DIR
 from tool_host._grants import GrantVerifier
 from tool_host._ledger import Ledger
 from tool_host._ledger_retention import LedgerRetention, run_ledger_retention
+from tool_host._parse import ParseInHandler
 from tool_host._plugins import get_plugin_manager
 from tool_host._sdk import Tool
 from tool_host._server import ToolHostServicer
@@ -121,7 +122,7 @@ class ToolHost:
         if self._server is not None:
             raise RuntimeError("the tool host is already started")
         host, _ = parse_listen(listen)
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[ParseInHandler(f"/{SERVICE_NAME}/")])
         try:
             if self._credentials is None:
                 port = server.add_insecure_port(listen)

@@ -18,6 +18,7 @@ import pydantic_core
 
 from tool_host._context import ToolContext
 from tool_host._errors import InvalidInput, PermanentError
+from tool_host._validate import JsonBoundsError, loads_bounded
 
 __all__ = ["SideEffect", "Tool", "ToolFunction", "canonical_json", "tool"]
 
@@ -45,11 +46,6 @@ def canonical_json(value: Any) -> str:
         The text whose sha256 is a call's input hash.
     """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _reject_constant(name: str) -> Any:
-    # NaN and Infinity are not JSON; Python's json module would accept them.
-    raise ValueError(f"{name} is not valid JSON")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -127,10 +123,11 @@ class Tool:
         """
         text = arguments_json if arguments_json.strip() else "{}"
         try:
-            raw = json.loads(text, parse_constant=_reject_constant)
-        except ValueError as exc:
-            error = {"type": "json_invalid", "loc": [], "msg": f"arguments are not valid JSON: {exc}"}
-            raise InvalidInput("arguments are not valid JSON", details={"errors": [error]}) from None
+            # Bounded in size and depth: deep nesting must be a typed error, not a RecursionError.
+            raw = loads_bounded(text)
+        except JsonBoundsError as exc:
+            error = {"type": "json_invalid", "loc": [], "msg": f"arguments: {exc}"}
+            raise InvalidInput(f"arguments: {exc}", details={"errors": [error]}) from None
         try:
             model = self.args_model.model_validate_json(text)
         except pydantic.ValidationError as exc:

@@ -42,6 +42,7 @@ from tool_host._outcome import Failure, Outcome
 from tool_host._plugins import preview
 from tool_host._sdk import Tool, canonical_json
 from tool_host._status import InternalFailure, InvalidRequest, NotFound, RpcFailure, abort_with
+from tool_host._validate import MAX_TOOL_NAME_BYTES, check_field
 
 __all__ = ["CallMetadata", "ToolHostServicer", "call_budget", "parse_metadata"]
 
@@ -94,6 +95,11 @@ def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMe
             reason="MISSING_IDEMPOTENCY_KEY",
             violations=[(IDEMPOTENCY_KEY, "required: a key stable across retries of the call")],
         )
+    check_field(key, IDEMPOTENCY_KEY)
+    check_field(values.get(RUN_ID, ""), RUN_ID)
+    # Call ids come from models: only their length is bounded (headers are printable already).
+    if len(values.get(CALL_ID, "")) > 1024:
+        check_field(values[CALL_ID], CALL_ID, max_bytes=1024)
     attempt = _non_negative_int(values, ATTEMPT)
     fencing_token = _non_negative_int(values, FENCING_TOKEN)
     return CallMetadata(
@@ -270,6 +276,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
     ) -> pb.InvokeToolResponse:
         self._counters["invocations"] += 1
+        check_field(request.tool, "tool", max_bytes=MAX_TOOL_NAME_BYTES)
         tool = self._tools.get(request.tool)
         if tool is None:
             return self._refuse(
@@ -415,6 +422,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     reason="MISSING_FIELD",
                     violations=[("idempotency_key", "required")],
                 )
+            check_field(request.idempotency_key, "idempotency_key")
             # Another tenant's entry is not found, exactly like a missing one.
             record = self._ledger.get(request.idempotency_key, tenant=tenant)
             if record is None:
@@ -463,6 +471,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 tool=request.tool,
                 arguments_json=request.arguments_json,
             )
+            check_field(request.tool, "tool", max_bytes=MAX_TOOL_NAME_BYTES)
             tool = self._tools.get(request.tool)
             if tool is None:
                 raise NotFound(

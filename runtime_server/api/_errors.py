@@ -18,6 +18,7 @@ from grpc_status import rpc_status
 
 from runtime_server.core import (
     AgentRtError,
+    AlreadyExists,
     FailedPrecondition,
     InvalidRequest,
     LeaseLost,
@@ -34,6 +35,7 @@ log = logging.getLogger("agentrt.api")
 _CODES: list[tuple[type[AgentRtError], grpc.StatusCode]] = [
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseLost, grpc.StatusCode.ABORTED),
     (StaleRevision, grpc.StatusCode.ABORTED),

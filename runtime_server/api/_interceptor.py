@@ -30,7 +30,7 @@ from runtime_server.auth import (
     permission_for,
     principal_var,
 )
-from runtime_server.core import AgentRtError, PermissionDenied, Unauthenticated
+from runtime_server.core import AgentRtError, InvalidRequest, PermissionDenied, Unauthenticated
 from tool_host.security import PeerCertificate, peer_certificate
 
 __all__ = ["AuthInterceptor"]
@@ -97,6 +97,22 @@ def _where(exc: BaseException) -> str:
     return f"{last.filename}:{last.lineno} in {last.name}"
 
 
+async def _parse(parse: Callable[[bytes], Any], data: Any, context: Context) -> Any:
+    if not isinstance(data, bytes):  # an in-process call with a message already
+        return data
+    try:
+        return parse(data)
+    except Exception:
+        await abort_with(
+            context,
+            InvalidRequest(
+                "the request is not a valid protobuf message of this method",
+                field="request",
+                reason="MALFORMED_REQUEST",
+            ),
+        )
+
+
 if TYPE_CHECKING:
     _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:  # generic only in the stubs
@@ -157,13 +173,16 @@ class AuthInterceptor(_Interceptor):
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
         }
+        # Unary requests arrive as bytes and are parsed after authentication: garbage from a
+        # caller is INVALID_ARGUMENT (gRPC itself would answer INTERNAL), and only for a caller
+        # who may make the call.
+        parse = handler.request_deserializer
+        raw = {"request_deserializer": None, "response_serializer": handler.response_serializer}
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, method), **serializers
-            )
+            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary, method, parse), **raw)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._streaming(handler.unary_stream, method), **serializers
+                self._streaming(handler.unary_stream, method, parse), **raw
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
@@ -174,9 +193,13 @@ class AuthInterceptor(_Interceptor):
             self._streaming(handler.stream_stream, method), **serializers
         )
 
-    def _unary(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
+    def _unary(
+        self, behavior: Callable[..., Any], method: str, parse: Callable[[bytes], Any] | None = None
+    ) -> Callable[..., Any]:
         async def wrapped(request: Any, context: Context) -> Any:
             principal = await self._principal(method, context)
+            if parse is not None:
+                request = await _parse(parse, request, context)
             token = principal_var.set(principal)
             try:
                 return await behavior(request, context)
@@ -185,13 +208,17 @@ class AuthInterceptor(_Interceptor):
 
         return wrapped
 
-    def _streaming(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
+    def _streaming(
+        self, behavior: Callable[..., Any], method: str, parse: Callable[[bytes], Any] | None = None
+    ) -> Callable[..., Any]:
         if not inspect.isasyncgenfunction(behavior):
             # A handler that writes with context.write() and returns: await it like a unary one.
-            return self._unary(behavior, method)
+            return self._unary(behavior, method, parse)
 
         async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
             principal = await self._principal(method, context)
+            if parse is not None:
+                request = await _parse(parse, request, context)
             # Each RPC runs in its own task, so the value cannot leak to another call.
             principal_var.set(principal)
             async for response in behavior(request, context):

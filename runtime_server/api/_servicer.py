@@ -20,11 +20,13 @@ from runtime_server.api._convert import (
 )
 from runtime_server.api._errors import abort_internal, abort_with
 from runtime_server.api._inline import INLINE_AGENT_NAME, check_inline_agent
+from runtime_server.api._page_tokens import PageTokens
+from runtime_server.api._request_keys import request_hash
 from runtime_server.api._streams import follow_events
 from runtime_server.api._tombstones import refuse_pruned
+from runtime_server.api._validate import check_enum, check_id, check_json, check_start, check_text
 from runtime_server.auth import Principal, current_principal
 from runtime_server.core import (
-    RESULT_JSON_LIMITS,
     AgentRtError,
     Event,
     FailedPrecondition,
@@ -34,7 +36,6 @@ from runtime_server.core import (
     PermissionDenied,
     Phase,
     StaleRevision,
-    loads_bounded,
     parse_rfc3339_ms,
     replay,
 )
@@ -43,17 +44,21 @@ from runtime_server.models import ModelConfigError
 from runtime_server.store import RunRecord
 
 Context = grpc.aio.ServicerContext[Any, Any]
-_MAX_KEY_LEN = 200
+_MAX_COMMENT_BYTES = 4096  # stored truncated to 400 characters; longer is a client bug or abuse
 _MAX_PAGE = 500
 
 
 class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     """Thin: every handler validates, calls the engine or store, converts."""
 
-    def __init__(self, *, engine: Engine, settings: Settings):
+    def __init__(self, *, engine: Engine, settings: Settings, page_tokens: PageTokens | None = None):
         self.engine = engine
         self.store = engine.store
         self.settings = settings
+        self.page_tokens = page_tokens or PageTokens.for_settings(settings)
+
+    def _id(self, value: str, field: str, *, required: bool = True) -> str:
+        return check_id(value, field, max_bytes=self.settings.limits.max_id_bytes, required=required)
 
     @staticmethod
     def _principal() -> Principal:
@@ -114,6 +119,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         context: Context,
     ) -> StartRequest:
         limits = self.settings.limits
+        check_start(request, limits=limits)
         if not request.input.strip():
             raise InvalidRequest("input is required", field="input")
         size = len(request.input.encode())
@@ -123,11 +129,6 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 field="input",
                 metadata={"limit": str(limits.max_input_bytes), "size": str(size)},
             )
-        if len(request.metadata) > limits.max_metadata_entries:
-            raise InvalidRequest(f"at most {limits.max_metadata_entries} metadata entries", field="metadata")
-        for name in ("request_key", "session_id"):
-            if len(getattr(request, name)) > _MAX_KEY_LEN:
-                raise InvalidRequest(f"{name} is longer than {_MAX_KEY_LEN}", field=name)
         principal = self._principal()
         return StartRequest(
             tenant_id=principal.tenant,
@@ -136,6 +137,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             input=request.input,
             budget_overrides=budgets_from_proto(request.budgets),
             request_key=request.request_key,
+            request_hash=request_hash(request) if request.request_key else "",
             metadata=dict(request.metadata),
             session_id=request.session_id,
             session_policy=_session_policy(request.session_policy),
@@ -173,8 +175,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     # -- reading ------------------------------------------------------------------------------------
 
     async def _get(self, run_id: str, context: Context) -> RunRecord:
-        if not run_id:
-            raise InvalidRequest("run_id is required", field="run_id")
+        self._id(run_id, "run_id")
         record = await self.store.get_run(run_id, tenant_id=self._principal().tenant)
         if record is None:
             raise NotFound(f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
@@ -195,25 +196,30 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         try:
             if not 0 <= request.page_size <= _MAX_PAGE:
                 raise InvalidRequest(f"page_size must be within 0..{_MAX_PAGE}", field="page_size")
-            try:
-                phases = [phase_from_proto(p).value for p in request.phases]
-            except ValueError as exc:
-                raise InvalidRequest(str(exc), field="phases") from exc
+            phases = sorted(
+                {phase_from_proto(check_enum(p, "phases", run_pb2.RunPhase)).value for p in request.phases}
+            )
+            self._id(request.agent_name, "agent_name", required=False)
+            self._id(request.session_id, "session_id", required=False)
+            tenant = self._principal().tenant
+            scope = [tenant, *phases, request.agent_name, request.session_id]
+            cursor = self.page_tokens.open(request.page_token, scope=scope) if request.page_token else ""
             try:
                 records, token = await self.store.list_runs(
-                    tenant_id=self._principal().tenant,
+                    tenant_id=tenant,
                     phases=phases,
                     agent_name=request.agent_name,
                     session_id=request.session_id,
                     page_size=request.page_size or 50,
-                    page_token=request.page_token,
+                    page_token=cursor,
                 )
             except ValueError as exc:
-                raise InvalidRequest(str(exc), field="page_token") from exc
+                raise InvalidRequest("page_token is not valid", field="page_token") from exc
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.ListRunsResponse(
-            runs=[run_to_proto(r) for r in records], next_page_token=token
+            runs=[run_to_proto(r) for r in records],
+            next_page_token=self.page_tokens.seal(token, scope=scope) if token else "",
         )
 
     async def StreamRunEvents(
@@ -243,6 +249,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self, request: runtime_service_pb2.CancelRunRequest, context: Context
     ) -> runtime_service_pb2.CancelRunResponse:
         try:
+            check_text(request.reason, "reason", max_bytes=400)
             record = await self._get(request.run_id, context)
             if Phase(record.phase).terminal:
                 raise FailedPrecondition(
@@ -250,8 +257,6 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     reason="RUN_ALREADY_ENDED",
                     metadata={"run_id": record.run_id, "phase": record.phase},
                 )
-            if len(request.reason) > 400:
-                raise InvalidRequest("reason is longer than 400", field="reason")
             principal = self._principal()
             updated = await self.engine.request_cancel(
                 record.run_id,
@@ -285,10 +290,12 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self, request: runtime_service_pb2.ResolveOutcomeRequest, context: Context
     ) -> runtime_service_pb2.ResolveOutcomeResponse:
         try:
-            record = await self._get(request.run_id, context)
+            check_enum(request.decision, "decision", runtime_service_pb2.OutcomeDecision)
+            self._id(request.call_id, "call_id")
+            check_text(request.comment, "comment", max_bytes=_MAX_COMMENT_BYTES)
+            check_json(request.result_json, "result_json", max_bytes=self.settings.limits.max_input_bytes)
             decision = runtime_service_pb2.OutcomeDecision.Name(request.decision)
-            if request.decision == runtime_service_pb2.OUTCOME_DECISION_UNSPECIFIED:
-                raise InvalidRequest("decision is required", field="decision")
+            record = await self._get(request.run_id, context)
             if record.phase != Phase.UNKNOWN_OUTCOME.value:
                 raise FailedPrecondition(
                     f"run {record.run_id} is {record.phase}, not UNKNOWN_OUTCOME",
@@ -310,13 +317,6 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     field="call_id",
                     reason="UNKNOWN_CALL",
                 )
-            if request.decision == runtime_service_pb2.OUTCOME_DECISION_SUCCEEDED:
-                try:
-                    loads_bounded(request.result_json or "null", RESULT_JSON_LIMITS)
-                except ValueError as exc:
-                    raise InvalidRequest(
-                        f"result_json is not valid JSON: {exc}", field="result_json"
-                    ) from exc
             payload = {
                 "call_id": request.call_id,
                 "decision": decision,
@@ -336,6 +336,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     ) -> AsyncIterator[runtime_service_pb2.GetPayloadResponse]:
         # Placeholder until payloads are stored: nothing is ever found.
         try:
+            self._id(request.payload_id, "payload_id")
             await self._get(request.run_id, context)
             raise NotFound("no such payload", reason="PAYLOAD_NOT_FOUND", metadata={"run_id": request.run_id})
         except AgentRtError as exc:
@@ -346,9 +347,11 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context
     ) -> runtime_service_pb2.ResolveApprovalResponse:
         try:
+            check_enum(request.decision, "decision", run_pb2.ApprovalDecision)
+            self._id(request.approval_id, "approval_id")
+            self._id(request.args_hash, "args_hash", required=False)
+            check_text(request.comment, "comment", max_bytes=_MAX_COMMENT_BYTES)
             record = await self._get(request.run_id, context)
-            if request.decision == run_pb2.APPROVAL_DECISION_UNSPECIFIED:
-                raise InvalidRequest("decision is required", field="decision")
             approver = self._principal().subject
             if record.phase != Phase.WAITING_APPROVAL.value or not record.pending_approval:
                 raise FailedPrecondition(
@@ -411,5 +414,6 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
 
 
 def _session_policy(value: int) -> str:
+    # check_start has refused unknown numbers.
     name = runtime_service_pb2.SessionPolicy.Name(value).removeprefix("SESSION_POLICY_").lower()
     return "reject" if name == "unspecified" else name

@@ -37,6 +37,7 @@ from runtime_server.core._decide import (
 )
 from runtime_server.core._errors import (
     AgentRtError,
+    AlreadyExists,
     FailedPrecondition,
     IllegalTransition,
     InvalidRequest,
@@ -100,6 +101,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "UPGRADERS",
     "AgentRtError",
+    "AlreadyExists",
     "Append",
     "Budgets",
     "CallModel",

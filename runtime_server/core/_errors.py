@@ -7,6 +7,7 @@ Tree::
     ├── InvalidRequest                bad input from a caller (INVALID_ARGUMENT)
     │   └── PayloadTooLarge           input over a size limit
     ├── NotFound                      unknown run / agent / approval (NOT_FOUND)
+    ├── AlreadyExists                 a request key names another request (ALREADY_EXISTS)
     ├── FailedPrecondition            the run's state forbids the request
     ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
     ├── Unauthenticated               no credential, or a bad one (UNAUTHENTICATED)
@@ -73,6 +74,12 @@ class NotFound(AgentRtError):
     """The named thing does not exist (or belongs to another tenant)."""
 
     reason = "NOT_FOUND"
+
+
+class AlreadyExists(AgentRtError):
+    """What the request would create exists already, made by a different request."""
+
+    reason = "ALREADY_EXISTS"
 
 
 class FailedPrecondition(AgentRtError):

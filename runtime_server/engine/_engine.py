@@ -24,6 +24,7 @@ from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effect
 from runtime_server.engine._contain import drive_contained
 from runtime_server.engine._driver import Fresh, RunHandle
 from runtime_server.engine._faults import FaultPlan
+from runtime_server.engine._request_keys import same_request
 from runtime_server.engine._retention import RetentionJob, build_pruner
 from runtime_server.events import EventBus
 from runtime_server.models import ModelRegistry
@@ -45,6 +46,7 @@ class StartRequest:
     input: str
     budget_overrides: Mapping[str, Any] = field(default_factory=dict)
     request_key: str = ""
+    request_hash: str = ""  # of the caller's request; "" (internal starts) skips the reuse check
     metadata: Mapping[str, str] = field(default_factory=dict)
     session_id: str = ""
     session_policy: str = "reject"  # reject | enqueue | interrupt (R8.3)
@@ -161,11 +163,18 @@ class Engine:
             if request.request_key:
                 found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
                 if found is not None:
-                    return found, False
+                    return same_request(found, request.request_key, request.request_hash), False
             if admission is not None:
                 # Before the session policy acts (an interrupt cancels a run): refused means no write.
                 await self.store.check_admission(admission)
-            waits_for_turn = await self._session_gate(request)
+            try:
+                waits_for_turn = await self._session_gate(request)
+            except FailedPrecondition:
+                # The session's active run may be this key's own run, started by a concurrent retry.
+                found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
+                if found is None or not request.request_key:
+                    raise
+                return same_request(found, request.request_key, request.request_hash), False
             turns = await self.store.session_turns(
                 tenant_id=request.tenant_id, session_id=request.session_id, limit=SESSION_HISTORY_TURNS
             )
@@ -188,6 +197,7 @@ class Engine:
             "budgets": json.dumps(budgets.to_json()),
             "usage": "{}",
             "request_key": request.request_key or None,
+            "request_hash": request.request_hash or None,
             "session_id": request.session_id or None,
             "metadata": json.dumps(dict(request.metadata)),
             "deadline_ms": deadline_ms,
@@ -213,6 +223,8 @@ class Engine:
         record, created = await self.store.create_run(
             values, [(ev.RUN_STARTED, json.dumps(started))], now_ms, admission=admission
         )
+        if not created:
+            same_request(record, request.request_key, request.request_hash)
         if created:
             self.counters.inc("runs_started")
             if not own:

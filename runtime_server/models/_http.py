@@ -127,20 +127,42 @@ def parse_options(model: type[_Options], options: Mapping[str, Any], *, provider
         ) from None
 
 
+MAX_API_KEY_BYTES = 4096
+
+
 def read_api_key(environ: Mapping[str, str] | None, variable: str, key_file: str = "") -> str:
     """The key from ``key_file`` if given, else from ``variable`` of ``environ`` (or ``os.environ``).
 
     Raises:
         ModelConfigError: ``missing_api_key`` when the file is unreadable or empty, or the
-            variable is unset or empty. The message names the place, never the key.
+            variable is unset or empty; ``invalid_api_key`` when the file is binary, not ASCII
+            or over ``MAX_API_KEY_BYTES``. The message names the place, never the key.
     """
     if key_file:
         try:
-            api_key = Path(key_file).read_text().strip()
+            with Path(key_file).open("rb") as handle:
+                # Bounded: a key is short; a huge or endless file must not be read whole.
+                raw = handle.read(MAX_API_KEY_BYTES + 1)
         except OSError as exc:
             raise ModelConfigError(
                 f"cannot read the API key file {key_file}: {exc.strerror}", reason="missing_api_key"
             ) from None
+        if len(raw) > MAX_API_KEY_BYTES:
+            raise ModelConfigError(
+                f"the API key file {key_file} is longer than {MAX_API_KEY_BYTES} bytes",
+                reason="invalid_api_key",
+            )
+        try:
+            api_key = raw.decode("ascii").strip()
+        except UnicodeDecodeError:
+            api_key = ""
+        if api_key and not api_key.isprintable():
+            api_key = ""
+        if not api_key and raw.strip():
+            # Never quote the bytes: they may be a secret in the wrong file.
+            raise ModelConfigError(
+                f"the API key file {key_file} is not printable ASCII text", reason="invalid_api_key"
+            )
         if not api_key:
             raise ModelConfigError(f"the API key file {key_file} is empty", reason="missing_api_key")
         return api_key

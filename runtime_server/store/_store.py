@@ -531,6 +531,14 @@ def _encode_token(created_ms: int, run_id: str) -> str:
 def _decode_token(token: str) -> tuple[int, str]:
     try:
         created, run_id = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return int(created), str(run_id)
     except Exception as exc:
         raise ValueError("malformed page_token") from exc
+    # Range-checked: a huge number must not reach the database (64-bit integers) as a bind value.
+    if (
+        type(created) is not int
+        or not 0 <= created < 2**63
+        or not isinstance(run_id, str)
+        or len(run_id) > 200
+    ):
+        raise ValueError("malformed page_token")
+    return created, run_id
