@@ -43,7 +43,7 @@ class RuntimeServer:
         self.settings = settings
         self.counters = Counters()
         self.bus = EventBus()
-        self.tools = ToolRouter()
+        self.tools = ToolRouter(max_result_bytes=settings.payloads.max_tool_result_bytes)
         self.spawned: list[SpawnedToolHost] = []
         self.store: Store | None = None
         self.models: ModelRegistry | None = None

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runtime_server._config import Settings
@@ -72,6 +73,9 @@ class Engine:
         policies: Policies | None = None,
     ):
         self.store = store
+        self.payloads = store.payload_store(
+            mode=settings.payloads.store, root=Path(settings.data_dir) / "payloads"
+        )
         self.bus = bus
         self.models = models
         self.tools = tools

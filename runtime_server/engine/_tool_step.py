@@ -30,6 +30,7 @@ from runtime_server.core import (
 )
 from runtime_server.core import events as ev
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, Cancelled
+from runtime_server.engine._payload_step import bound_tool_outcome
 from runtime_server.store import RunRecord
 from runtime_server.tools import CallMetadata, ToolOutcome
 
@@ -62,6 +63,7 @@ class ToolStep:
             attempt=call.attempts,
             fencing_token=self.d.handle.generation,
             tenant_id=self.d.tenant_id,
+            max_result_bytes=self.engine.settings.payloads.max_tool_result_bytes,
         )
 
     def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
@@ -85,13 +87,13 @@ class ToolStep:
         if self._refused(call):
             return
         if call.tool.startswith(AGENT_TOOL_PREFIX):
-            self.record(call, await self._child_run(call))
+            self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
             return
         spec = engine.tools.spec(call.tool)
         if is_write(spec) and call.call_id not in d.started_here:
             found = await self._query(call)
             if isinstance(found, ToolOutcome):
-                self.record(call, found)
+                self.record(call, await bound_tool_outcome(d, found))
                 return
             if found == _UNKNOWN:
                 self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
@@ -137,7 +139,7 @@ class ToolStep:
         retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
         if retryable and self._schedule_retry(call, error, expected_call_s=engine.clock() - started):
             return
-        self.record(call, outcome)
+        self.record(call, await bound_tool_outcome(d, outcome))
 
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
         engine = self.engine
@@ -216,6 +218,8 @@ class ToolStep:
         base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
         if outcome.error is None:
             data = dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed)
+            if outcome.result_ref is not None:  # stored as a payload: result_json is what the model saw
+                data.update(result_ref=outcome.result_ref, truncated=outcome.truncated)
             return Event(ev.TOOL_COMPLETED, data)
         return Event(ev.TOOL_FAILED, dict(base, error=outcome.error))
 
@@ -248,6 +252,7 @@ class ToolStep:
             steps = settled[call.call_id]
             if not steps or steps[-1][0] is not None:  # no outcome yet: cut off by the cancel
                 steps.append((None, ToolOutcome.failure("CANCELLED", "cancelled in flight")))
+            steps[-1] = (None, await bound_tool_outcome(d, steps[-1][1]))
             for retry_event, outcome in steps:
                 if retry_event is not None:
                     d.add(retry_event)
@@ -399,7 +404,7 @@ class ToolStep:
             ):
                 self._restart(call)  # the ledger says it did not complete: safe to send again, same key
             else:
-                self.record(call, found)
+                self.record(call, await bound_tool_outcome(d, found))
             return
         now_ms = engine.now_ms()
         if found == _NOT_FOUND:

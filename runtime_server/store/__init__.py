@@ -12,6 +12,7 @@ from runtime_server.store._db import (
     normalise_url,
     open_database,
 )
+from runtime_server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
 from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
 from runtime_server.store._store import Store
 
@@ -19,13 +20,17 @@ __all__ = [
     "SEALED_RUN_COLUMNS",
     "Claim",
     "Database",
+    "PayloadRef",
+    "PayloadStore",
     "PostgresDatabase",
     "RunRecord",
     "Signal",
     "SqliteDatabase",
     "Store",
     "StoredEvent",
+    "StoredPayload",
     "UnreadableRecord",
+    "check_payload_id",
     "load_cipher",
     "migrate",
     "normalise_url",
