@@ -90,6 +90,8 @@ class RunState:
     corrective: str | None = None  # why the final answer was sent back once for correction
     pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
     fault_count: int = 0  # run.fault events so far
+    answer_ref: dict[str, Any] | None = None  # the answer's PayloadRef when its text is a payload
+    output_ref: dict[str, Any] | None = None  # the output's PayloadRef, set by run.completed
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -148,6 +150,7 @@ class RunState:
                 else:
                     self._move(Trigger.MODEL_ANSWERED)
                     self.answer = data.get("text", "")
+                    self.answer_ref = data.get("text_ref")
             case ev.TOOL_STARTED:
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_STARTED)
@@ -205,6 +208,7 @@ class RunState:
             case ev.RUN_COMPLETED:
                 self._move(Trigger.COMPLETE)
                 self.output = data.get("output", "")
+                self.output_ref = data.get("output_ref")
                 self.reason = "final_answer"
             case ev.RUN_FAILED:
                 self._move(Trigger.FAIL)

@@ -51,6 +51,7 @@ from runtime_server.engine._approval_step import ApprovalStep
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from runtime_server.engine._finalize import finalize
 from runtime_server.engine._model_step import ModelStep
+from runtime_server.engine._payload_step import check_event_sizes
 from runtime_server.engine._tool_step import ToolStep
 from runtime_server.store import RunRecord, StoredEvent
 
@@ -245,6 +246,7 @@ class RunDriver:
         now_ms = engine.now_ms()
         first_seq = self.state.seq - len(self.buffer) + 1
         payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
+        check_event_sizes(payloads)
         types = [e.type for e in self.buffer]
         values: dict[str, Any] = {
             "phase": self.state.phase.value,
@@ -252,6 +254,7 @@ class RunDriver:
             "output": self.state.output,
             "reason": self.state.reason,
             "pending_approval": _pending_json(self.state.pending_approval),
+            "output_ref": json.dumps(self.state.output_ref) if self.state.output_ref else None,
             **self.pending_values,
             **extra_values,
         }

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
-from runtime_server.core import Phase, corrective_step, end_events
+from runtime_server.core import Event, Phase, corrective_step, end_events
+from runtime_server.core import events as ev
 
 if TYPE_CHECKING:
     from runtime_server.engine._driver import RunDriver
@@ -33,7 +34,14 @@ def finalize(driver: RunDriver, answer: str, *, corrected: bool) -> None:
     state = driver.state
     rejection = check(driver, answer)
     if rejection is None:
-        driver.add(*end_events(state, Phase.COMPLETED, "final_answer", output=answer))
+        ending = end_events(state, Phase.COMPLETED, "final_answer", output=answer)
+        ref = state.answer_ref
+        if ref is not None:  # the answer is a payload: the output is the same one
+            ending = tuple(
+                Event(e.type, {**e.data, "output_ref": ref}) if e.type == ev.RUN_COMPLETED else e
+                for e in ending
+            )
+        driver.add(*ending)
     elif not corrected and driver.agent.config.output.on_failure == "correct":
         driver.add(corrective_step(state, f"{rejection.reason}: {rejection.detail}"))
     else:

@@ -18,19 +18,63 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runtime_server._config_limits import PayloadsConfig
-from runtime_server.store._payloads import JSON, PayloadRef
+from runtime_server.core import AgentRtError
+from runtime_server.store._payloads import JSON, TEXT, PayloadRef
 from runtime_server.tools import ToolOutcome
 
 if TYPE_CHECKING:
     from runtime_server.engine._driver import RunDriver
 
-__all__ = ["bound_tool_outcome", "model_view", "utf8_size"]
+__all__ = [
+    "MAX_ARGUMENTS_BYTES",
+    "MAX_EVENT_BYTES",
+    "EventTooLarge",
+    "ModelOutputTooLarge",
+    "bound_model_text",
+    "bound_tool_outcome",
+    "check_event_sizes",
+    "model_view",
+    "text_view",
+    "utf8_size",
+]
 
 # Room the truncation note and JSON framing take around the start of the result.
 _VIEW_OVERHEAD = 512
+# Tool-call arguments of one model response, together: they travel in model.completed and
+# tool.started (and to the tool host, signed), so they stay inline and bounded.
+MAX_ARGUMENTS_BYTES = 1024 * 1024
+# No stored event may come near the 4 MiB gRPC response cap: past this one the commit is refused
+# (a fault of the run) rather than a log written that no stream could ever send again.
+MAX_EVENT_BYTES = 3 * 1024 * 1024
+
+
+class EventTooLarge(AgentRtError):
+    """An event would exceed MAX_EVENT_BYTES; nothing is committed (a bug: every large value has a path)."""
+
+    reason = "EVENT_TOO_LARGE"
+
+
+class ModelOutputTooLarge(AgentRtError):
+    """A model response past its maximum (text over max_model_output_bytes, or arguments over 1 MiB)."""
+
+    reason = "MODEL_OUTPUT_TOO_LARGE"
+
+
+def check_event_sizes(payloads: list[tuple[str, str]]) -> None:
+    """Refuse to commit an event whose JSON is past MAX_EVENT_BYTES.
+
+    Raises:
+        EventTooLarge: Naming the event type and its size, never its content.
+    """
+    for event_type, payload in payloads:
+        if len(payload) * 4 > MAX_EVENT_BYTES and utf8_size(payload) > MAX_EVENT_BYTES:
+            raise EventTooLarge(
+                f"a {event_type} event of {utf8_size(payload)} bytes is past {MAX_EVENT_BYTES}",
+                metadata={"event_type": event_type},
+            )
 
 
 def utf8_size(text: str) -> int:
@@ -63,6 +107,55 @@ def model_view(text: str, ref: PayloadRef, *, max_bytes: int) -> str:
             return view
         # Escapes and multi-byte characters made it longer than its characters: cut in proportion.
         head = head[: max(0, len(head) * max_bytes // size - 16)]
+
+
+def text_view(text: str, ref: PayloadRef, *, max_bytes: int) -> str:
+    """The start of a text, at most ``max_bytes`` bytes, ending with an explicit marker."""
+    marker = f"\n[truncated: the full text is payload {ref.payload_id} of {ref.size_bytes} bytes]"
+    head = text[: max(0, max_bytes - len(marker))]
+    while utf8_size(head) + len(marker) > max_bytes and head:
+        head = head[: len(head) * 3 // 4]
+    return head + marker
+
+
+async def bound_model_text(
+    driver: RunDriver, text: str, arguments: list[str]
+) -> tuple[str, dict[str, Any] | None]:
+    """A model's text as it enters the log: inline, or a bounded view plus its payload's reference.
+
+    The view is what the model sees of its own text later and, for a final answer, the run's output
+    (with ``output_ref`` naming the whole text).
+
+    Raises:
+        ModelOutputTooLarge: The text is past ``max_model_output_bytes`` or the arguments of its
+            tool calls are past MAX_ARGUMENTS_BYTES; nothing is stored.
+    """
+    config: PayloadsConfig = driver.engine.settings.payloads
+    argument_bytes = sum(utf8_size(a) for a in arguments)
+    if argument_bytes > MAX_ARGUMENTS_BYTES:
+        raise ModelOutputTooLarge(
+            f"the model's tool-call arguments are {argument_bytes} bytes; "
+            f"the maximum is {MAX_ARGUMENTS_BYTES}"
+        )
+    if len(text) * 4 <= config.inline_max_bytes:
+        return text, None
+    size = utf8_size(text)
+    if size > config.max_model_output_bytes:
+        raise ModelOutputTooLarge(
+            f"the model's text is {size} bytes; the maximum is {config.max_model_output_bytes}"
+        )
+    if size <= config.inline_max_bytes:
+        return text, None
+    engine = driver.engine
+    ref = await engine.payloads.put(
+        run_id=driver.run_id,
+        tenant_id=driver.tenant_id,
+        kind="model_text",
+        media_type=TEXT,
+        text=text,
+        now_ms=engine.now_ms(),
+    )
+    return text_view(text, ref, max_bytes=config.model_view_max_bytes), ref.to_json()
 
 
 async def bound_tool_outcome(driver: RunDriver, outcome: ToolOutcome) -> ToolOutcome:

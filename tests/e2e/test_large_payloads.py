@@ -72,6 +72,9 @@ def config(
     text += agent_toml("huge", steps=blob_steps(200 * 1000 * 1000), tools=["blob.make"], budgets=budgets)
     text += agent_toml("mid", steps=blob_steps(100_000, "mid"), tools=["blob.make"], budgets=budgets)
     text += agent_toml("small", steps=blob_steps(1000, "small"), tools=["blob.make"], budgets=budgets)
+    # The scripted model repeats the input: 80 x 60 kB is a 4.8 MB answer, 150 x is past 8 MiB.
+    text += agent_toml("long-answer", steps=[{"text": "{input}" * 80}], tools=[], budgets=budgets)
+    text += agent_toml("too-long", steps=[{"text": "{input}" * 150}], tools=[], budgets=budgets)
     path = tmp_path / "agentrt.toml"
     path.write_text(text)
     return path
@@ -251,3 +254,43 @@ def test_payloads_are_tenant_scoped_and_ids_are_checked_before_any_lookup(
                 assert violations is not None
                 assert [v.field for v in violations.field_violations] == [field]
                 assert len(error.message) < 200 and "xxxxxxxx" not in error.message
+
+
+def test_a_long_model_answer_is_stored_once_and_every_read_path_stays_under_the_cap(
+    tmp_path: Path, blob_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    unit = "".join(chr(0x41 + i % 26) for i in range(59_999)) + "\u00e9"  # 60,001 bytes, one non-ASCII
+    answer = (unit * 80).encode()
+    path = config(tmp_path, db_url=sqlite_url, host=blob_host)
+    with runtime(path, tmp_path) as process, Client(process.address, timeout=30) as client:
+        events = list(client.run_agent("long-answer", unit, request_key="long", timeout=60))
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+        assert_under_cap(events)
+        (model,) = only(events, "model_completed")
+        assert isinstance(model, run_pb2.ModelCompleted)
+        ref = model.text_ref
+        assert ref.size_bytes == len(answer) and ref.sha256 == hashlib.sha256(answer).hexdigest()
+        assert ref.media_type == "text/plain; charset=utf-8"
+        assert model.text.endswith(
+            f"[truncated: the full text is payload {ref.payload_id} of {len(answer)} bytes]"
+        )
+        assert len(model.text.encode()) <= 64 * 1024 and answer.decode().startswith(
+            model.text.split("\n[")[0]
+        )
+        (done,) = only(events, "run_completed")
+        assert isinstance(done, run_pb2.RunCompleted)
+        assert done.output == model.text and done.output_ref == ref
+        run = client.get_run(events[0].run_id)
+        assert run.output == model.text and run.output_ref == ref and run.ByteSize() < RESPONSE_CAP // 4
+        assert client.list_runs().runs[0].ByteSize() < RESPONSE_CAP // 4
+        assert_under_cap(list(client.stream_events(run.run_id, timeout=30)))
+        again = list(client.run_agent("long-answer", unit, request_key="long", timeout=30))
+        assert_under_cap(again)
+        assert client.get_payload(run.run_id, ref.payload_id).data == answer
+
+        events = list(client.run_agent("too-long", unit, timeout=60))
+        assert_under_cap(events)
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_FAILED
+        (failed,) = only(events, "run_failed")
+        assert isinstance(failed, run_pb2.RunFailed)
+        assert failed.reason == "model_output_too_large" and "the maximum is 8388608" in failed.message
