@@ -246,14 +246,17 @@ def _bounded(op: Operation, result_json: str) -> Outcome:
     # Characters are one to four bytes: most results are decided from their length alone.
     if not limit or len(result_json) * 4 <= limit:
         return Outcome.success(result_json)
-    size = len(result_json) if len(result_json) > limit else len(result_json.encode())
+    # ASCII: the length is the size. Otherwise encode (one copy) only when the length alone cannot
+    # decide; past the limit in characters, the length is a lower bound and no copy is made.
+    ascii_only = result_json.isascii()
+    exact = ascii_only or len(result_json) <= limit
+    size = len(result_json) if ascii_only or not exact else len(result_json.encode())
     if size <= limit:
         return Outcome.success(result_json)
     _log.warning("tool %s returned a result over %d bytes (key %s)", op.tool.name, limit, op.key)
     return Outcome.error(
         ErrorCode.RESULT_TOO_LARGE,
-        f"the result is {'at least ' if len(result_json) > limit else ''}{size} bytes; "
-        f"the maximum is {limit}",
+        f"the result is {'' if exact else 'at least '}{size} bytes; the maximum is {limit}",
         {"max_result_bytes": limit},
     )
 
