@@ -90,6 +90,7 @@ class RunState:
     corrective: str | None = None  # why the final answer was sent back once for correction
     pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
     fault_count: int = 0  # run.fault events so far
+    input_ref: dict[str, Any] | None = None  # the input's PayloadRef: ``input`` is a view until hydrated
     answer_ref: dict[str, Any] | None = None  # the answer's PayloadRef when its text is a payload
     output_ref: dict[str, Any] | None = None  # the output's PayloadRef, set by run.completed
 
@@ -106,6 +107,7 @@ class RunState:
                     self.history.append(HistoryEntry(role="user", content=turn.get("input", "")))
                     self.history.append(HistoryEntry(role="assistant", content=turn.get("output", "")))
                 self.input = data.get("input", "")
+                self.input_ref = data.get("input_ref")
                 self.history.append(HistoryEntry(role="user", content=self.input))
             case ev.STEP_STARTED:
                 self._move(Trigger.START_MODEL_STEP)

@@ -51,7 +51,7 @@ from runtime_server.engine._approval_step import ApprovalStep
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from runtime_server.engine._finalize import finalize
 from runtime_server.engine._model_step import ModelStep
-from runtime_server.engine._payload_step import check_event_sizes
+from runtime_server.engine._payload_step import check_event_sizes, hydrate_input
 from runtime_server.engine._tool_step import ToolStep
 from runtime_server.store import RunRecord, StoredEvent
 
@@ -116,6 +116,8 @@ class RunDriver:
             self.pending_values["state_version"] = STATE_VERSION
         self.state = replay(self.run_id, events)
         self.tenant_id = record.tenant_id
+        if self.state.input_ref is not None:  # the model sees the whole input, not its view
+            await hydrate_input(self)
         self.handle.extra["session_id"] = record.session_id
         self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
         if self.state.active_agent is not None:  # handed off earlier in this run

@@ -24,6 +24,7 @@ from runtime_server.core import events as ev
 from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
 from runtime_server.engine._driver import Fresh, RunDriver, RunHandle
 from runtime_server.engine._faults import FaultPlan
+from runtime_server.engine._payload_step import store_input
 from runtime_server.events import EventBus
 from runtime_server.models import ModelRegistry
 from runtime_server.policies import Policies, get_policy_plugin_manager
@@ -155,12 +156,14 @@ class Engine:
         own = (
             not self._stopping and not waits_for_turn and len(self._runs) < self.settings.max_concurrent_runs
         )
+        shown, input_ref = await store_input(self, run_id, request.tenant_id, request.input, now_ms)
         values = {
             "run_id": run_id,
             "tenant_id": request.tenant_id,
             "agent_name": request.agent.name,
             "agent_spec": request.agent.snapshot_json(),
-            "input": request.input,
+            "input": shown,
+            "input_ref": json.dumps(input_ref) if input_ref is not None else None,
             "output": "",
             "reason": "",
             "phase": Phase.QUEUED.value,
@@ -182,13 +185,15 @@ class Engine:
         }
         started: dict[str, Any] = {
             "agent_name": request.agent.name,
-            "input": request.input,
+            "input": shown,
             "budgets": budgets.to_json(),
             "deadline": rfc3339(deadline_ms),
             "started_by": request.created_by,
         }
         if history:
             started["session_history"] = history
+        if input_ref is not None:
+            started["input_ref"] = input_ref
         record, created = await self.store.create_run(values, [(ev.RUN_STARTED, json.dumps(started))], now_ms)
         if created:
             self.counters.inc("runs_started")

@@ -16,17 +16,20 @@ host refuses it first when it knows the maximum (the call's ``x-agentrt-max-resu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from runtime_server._config_limits import PayloadsConfig
 from runtime_server.core import AgentRtError
+from runtime_server.store._crypt import UnreadableRecord
 from runtime_server.store._payloads import JSON, TEXT, PayloadRef
 from runtime_server.tools import ToolOutcome
 
 if TYPE_CHECKING:
     from runtime_server.engine._driver import RunDriver
+    from runtime_server.engine._engine import Engine
 
 __all__ = [
     "MAX_ARGUMENTS_BYTES",
@@ -36,7 +39,9 @@ __all__ = [
     "bound_model_text",
     "bound_tool_outcome",
     "check_event_sizes",
+    "hydrate_input",
     "model_view",
+    "store_input",
     "text_view",
     "utf8_size",
 ]
@@ -156,6 +161,45 @@ async def bound_model_text(
         now_ms=engine.now_ms(),
     )
     return text_view(text, ref, max_bytes=config.model_view_max_bytes), ref.to_json()
+
+
+async def store_input(
+    engine: Engine, run_id: str, tenant_id: str, text: str, now_ms: int
+) -> tuple[str, dict[str, Any] | None]:
+    """A run's input as its row and run.started show it: whole, or a view and its payload's reference."""
+    config: PayloadsConfig = engine.settings.payloads
+    if len(text) * 4 <= config.inline_max_bytes or utf8_size(text) <= config.inline_max_bytes:
+        return text, None
+    ref = await engine.payloads.put(
+        run_id=run_id, tenant_id=tenant_id, kind="input", media_type=TEXT, text=text, now_ms=now_ms
+    )
+    view_max = min(config.model_view_max_bytes, config.inline_max_bytes)
+    return text_view(text, ref, max_bytes=view_max), ref.to_json()
+
+
+async def hydrate_input(driver: RunDriver) -> None:
+    """Put the whole input (a payload) where the replayed state holds its view: the model's history."""
+    state = driver.state
+    ref = state.input_ref
+    assert ref is not None
+    payloads = driver.engine.payloads
+    stored = await payloads.find(
+        run_id=driver.run_id, payload_id=str(ref["payload_id"]), tenant_id=driver.tenant_id
+    )
+    if stored is None:
+        raise UnreadableRecord(
+            f"run {driver.run_id}: its input payload {ref['payload_id']} is missing",
+            metadata={"run_id": driver.run_id},
+        )
+    parts = [part async for part in payloads.chunks(stored, chunk_bytes=1024 * 1024)]
+    whole = b"".join(parts).decode()
+    del parts
+    view = state.input
+    for i, entry in enumerate(state.history):
+        if entry.role == "user" and entry.content == view:
+            state.history[i] = dataclasses.replace(entry, content=whole)
+            break
+    state.input = whole
 
 
 async def bound_tool_outcome(driver: RunDriver, outcome: ToolOutcome) -> ToolOutcome:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +59,13 @@ def write_tokens(path: Path) -> dict[str, str]:
 
 
 def config(
-    tmp_path: Path, *, db_url: str, host: ToolHostProcess, payloads: str = "", auth: bool = False
+    tmp_path: Path,
+    *,
+    db_url: str,
+    host: ToolHostProcess,
+    payloads: str = "",
+    auth: bool = False,
+    extra: str = "",
 ) -> Path:
     text = (
         f'db_url = "{db_url}"\nlease_ttl_s = 5.0\npoll_interval_s = 0.2\ngrace_s = 1.0\n'
@@ -65,6 +73,7 @@ def config(
         f'[[tool_hosts]]\nname = "blobs"\naddress = "{host.address}"\n'
         f"[payloads]\n{payloads}"
     )
+    text += extra
     if auth:
         text += f'[auth]\ntokens_file = "{tmp_path / "tokens.toml"}"\n'
     budgets = {"timeout_s": 120}
@@ -75,6 +84,7 @@ def config(
     # The scripted model repeats the input: 80 x 60 kB is a 4.8 MB answer, 150 x is past 8 MiB.
     text += agent_toml("long-answer", steps=[{"text": "{input}" * 80}], tools=[], budgets=budgets)
     text += agent_toml("too-long", steps=[{"text": "{input}" * 150}], tools=[], budgets=budgets)
+    text += agent_toml("echo", steps=[{"text": "{input}"}], tools=[], budgets=budgets)
     path = tmp_path / "agentrt.toml"
     path.write_text(text)
     return path
@@ -195,6 +205,16 @@ def test_results_between_inline_and_view_size_are_shown_whole_and_small_ones_sta
         assert completed.result_json.encode() == expected and not completed.truncated
         assert completed.result_ref.size_bytes == len(expected)
         assert client.get_payload(events[0].run_id, completed.result_ref.payload_id).data == expected
+        # The command line writes it to a file, or says what is wrong.
+        out = tmp_path / "result.json"
+        cli = [sys.executable, "-m", "clients", "--target", process.address, "payload", events[0].run_id]
+        done = subprocess.run(
+            [*cli, completed.result_ref.payload_id, "-o", str(out)], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert out.read_bytes() == expected and completed.result_ref.sha256 in done.stderr
+        done = subprocess.run([*cli, "0" * 64], capture_output=True, text=True)
+        assert done.returncode == 2 and "NOT_FOUND" in done.stderr and "PAYLOAD_NOT_FOUND" in done.stderr
 
         events = list(client.run_agent("small", "make it", timeout=60))
         (completed,) = only(events, "tool_completed")
@@ -294,3 +314,26 @@ def test_a_long_model_answer_is_stored_once_and_every_read_path_stays_under_the_
         (failed,) = only(events, "run_failed")
         assert isinstance(failed, run_pb2.RunFailed)
         assert failed.reason == "model_output_too_large" and "the maximum is 8388608" in failed.message
+
+
+def test_a_large_input_is_stored_once_and_the_model_sees_it_whole(
+    tmp_path: Path, blob_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    question = blob_text(3_000_000, "question")
+    path = config(tmp_path, db_url=sqlite_url, host=blob_host, extra="[limits]\nmax_input_bytes = 3500000\n")
+    with runtime(path, tmp_path) as process, Client(process.address, timeout=30) as client:
+        events = list(client.run_agent("echo", question, timeout=60))
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+        assert_under_cap(events)
+        started = events[0].run_started
+        ref = started.input_ref
+        assert ref.size_bytes == len(question) and ref.sha256 == hashlib.sha256(question.encode()).hexdigest()
+        assert started.input.endswith(
+            f"[truncated: the full text is payload {ref.payload_id} of 3000000 bytes]"
+        )
+        run = client.get_run(events[0].run_id)
+        assert run.input == started.input and run.input_ref == ref and run.ByteSize() < RESPONSE_CAP // 4
+        assert client.get_payload(run.run_id, ref.payload_id).text() == question
+        # The scripted model answers with the input it was given: the whole one, not the view.
+        assert run.output_ref.sha256 == ref.sha256
+        assert client.get_payload(run.run_id, run.output_ref.payload_id).text() == question
