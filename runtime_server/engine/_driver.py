@@ -219,7 +219,7 @@ class RunDriver:
         self.consumed_signals = [s.id for s in signals]
         for signal in signals:
             if signal.kind == "outcome_decision":
-                self.tools.apply_outcome_decision(json.loads(signal.payload))
+                await self.tools.apply_outcome_decision(json.loads(signal.payload))
             elif signal.kind == "approval_decision":
                 self.approvals.apply_decision(json.loads(signal.payload))
 

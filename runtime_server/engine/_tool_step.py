@@ -424,7 +424,7 @@ class ToolStep:
         self.d.handle.extra["reconcile_attempts"] = attempts
         return min(RECONCILE_MAX_DELAY_S, max(0.5, self.d.backoff(attempts + 2)))
 
-    def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
+    async def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
         """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
         d = self.d
         call = d.state.unknown_call()
@@ -439,7 +439,10 @@ class ToolStep:
         }
         d.add(Event(ev.OUTCOME_RESOLVED, resolved))
         if kind == "OUTCOME_DECISION_SUCCEEDED":
-            self.record(call, ToolOutcome(decision.get("result_json") or "{}", None))
+            # A person's result is bounded like a tool's: a large one is stored as a payload.
+            self.record(
+                call, await bound_tool_outcome(d, ToolOutcome(decision.get("result_json") or "{}", None))
+            )
         elif kind == "OUTCOME_DECISION_FAILED":
             message = f"decided by a person: {decision.get('comment', '')}".strip()
             self.record(call, ToolOutcome.failure("PERMANENT", message))
