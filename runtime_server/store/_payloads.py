@@ -21,13 +21,14 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, delete, func, insert, select
 
 from runtime_server.core import InvalidRequest
 from runtime_server.store._crypt import RecordCipher, UnreadableRecord
@@ -204,6 +205,18 @@ class PayloadStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    async def delete_run(self, run_id: str) -> int:
+        """Remove every payload of a run (retention), rows and files; returns how many rows went."""
+        check_payload_id(run_id, "0" * 64)
+
+        def write(conn: Connection) -> int:
+            return int(conn.execute(delete(payloads).where(payloads.c.run_id == run_id)).rowcount or 0)
+
+        removed = await self._db.transaction(write)
+        if self.root is not None:
+            await asyncio.to_thread(shutil.rmtree, self.root / run_id, True)
+        return removed
 
     # -- reading ------------------------------------------------------------------------------------
 

@@ -230,3 +230,23 @@ async def test_sealed_payloads_do_not_open_under_another_run(tmp_path: Path, sql
 def test_the_file_store_needs_a_root(store: Store) -> None:
     with pytest.raises(ValueError, match="root"):
         PayloadStore(db=store.db, crypt=store._crypt, mode="file")
+
+
+async def test_a_runs_payloads_are_deleted_rows_and_files(
+    payload_store: PayloadStore, tmp_path: Path
+) -> None:
+    await put(payload_store)
+    other = "0190a0b0c0d0e0f0001122334455ff"
+    kept = await payload_store.put(
+        run_id=other, tenant_id="t1", kind="output", media_type="text/plain", text="y" * 5000, now_ms=1
+    )
+    assert await payload_store.delete_run(RUN) == 1
+    assert (
+        await payload_store.find(run_id=RUN, payload_id=hashlib.sha256(DATA).hexdigest(), tenant_id="t1")
+        is None
+    )
+    assert not (tmp_path / "payloads" / RUN).exists()
+    assert await payload_store.find(run_id=other, payload_id=kept.payload_id, tenant_id="t1") is not None
+    assert await payload_store.delete_run(RUN) == 0
+    with pytest.raises(InvalidRequest):
+        await payload_store.delete_run("../x")
