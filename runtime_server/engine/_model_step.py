@@ -203,6 +203,9 @@ class ModelStep:
                 self.d, response.text, [c.arguments_json for c in response.tool_calls]
             )
         except ModelOutputTooLarge as exc:
+            # The call was made and paid for: its usage is recorded, its output is not kept.
+            refused = {"step": step, "text": f"[refused: {exc.message}]", "tool_calls": []}
+            self.d.add(Event(ev.MODEL_COMPLETED, {**refused, "usage_before": before, "usage_after": after}))
             self.d.add(*end_events(self.d.state, Phase.FAILED, "model_output_too_large", message=exc.message))
             return
         data = {

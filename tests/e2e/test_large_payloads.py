@@ -314,6 +314,12 @@ def test_a_long_model_answer_is_stored_once_and_every_read_path_stays_under_the_
         (failed,) = only(events, "run_failed")
         assert isinstance(failed, run_pb2.RunFailed)
         assert failed.reason == "model_output_too_large" and "the maximum is 8388608" in failed.message
+        # The call's usage is recorded; its output is not kept.
+        (refused,) = only(events, "model_completed")
+        assert isinstance(refused, run_pb2.ModelCompleted)
+        assert refused.usage_after.model_steps == 1 and refused.usage_after.output_tokens > 0
+        assert refused.text.startswith("[refused: the model's text is ") and not refused.HasField("text_ref")
+        assert client.get_run(events[0].run_id).usage.model_steps == 1
 
 
 def test_a_large_input_is_stored_once_and_the_model_sees_it_whole(
