@@ -29,6 +29,7 @@ from clients import Client, RPCError
 from plugins.blob_tools import blob_text
 from runtime_server.testing import RuntimeProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml, toml_value
+from tool_host.security import write_key_file
 from tool_host.testing import ToolHostProcess, spawn_tool_host
 
 MiB = 1024 * 1024
@@ -343,3 +344,27 @@ def test_a_large_input_is_stored_once_and_the_model_sees_it_whole(
         # The scripted model answers with the input it was given: the whole one, not the view.
         assert run.output_ref.sha256 == ref.sha256
         assert client.get_payload(run.run_id, run.output_ref.payload_id).text() == question
+
+
+@pytest.mark.parametrize("store", ["db", "file"])
+def test_payloads_are_sealed_at_rest_when_encryption_is_on(
+    tmp_path: Path, blob_host: ToolHostProcess, store: str
+) -> None:
+    key_file = tmp_path / "keys.json"
+    write_key_file(key_file)
+    db_file = tmp_path / "agentrt.sqlite"
+    extra = f'[encryption]\nkey_file = "{key_file}"\n'
+    path = config(
+        tmp_path, db_url=f"sqlite:///{db_file}", host=blob_host, payloads=f'store = "{store}"\n', extra=extra
+    )
+    expected = blob_json(TEN_MB)
+    marker = expected[20:84]  # 64 hex digits of the blob
+    with runtime(path, tmp_path) as process, Client(process.address, timeout=30) as client:
+        events = list(client.run_agent("ten-mb", "make it", timeout=120))
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+        (completed,) = only(events, "tool_completed")
+        assert isinstance(completed, run_pb2.ToolCompleted)
+        assert client.get_payload(events[0].run_id, completed.result_ref.payload_id).data == expected
+    on_disk = [p for p in [db_file, *(tmp_path / "data").rglob("*")] if p.is_file()]
+    on_disk += [p for p in tmp_path.glob("agentrt.sqlite-*") if p.is_file()]
+    assert [p.name for p in on_disk if marker in p.read_bytes()] == []
