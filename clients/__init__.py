@@ -37,6 +37,7 @@ from clients._format import (
     phase_name,
     run_to_json,
 )
+from clients._payloads import Payload, PayloadMismatch
 from clients._streams import AsyncEventStream, EventStream
 from clients._sync_client import Client
 
@@ -55,6 +56,8 @@ __all__ = [
     "FailedPreconditionError",
     "InvalidArgumentError",
     "NotFoundError",
+    "Payload",
+    "PayloadMismatch",
     "PermissionDeniedError",
     "RPCError",
     "ResourceExhaustedError",

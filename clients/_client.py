@@ -14,6 +14,7 @@ from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2
 from clients import _errors
 from clients._credentials import ChannelSecurity, resolve_security
 from clients._errors import CredentialsError
+from clients._payloads import Payload, assemble_async
 from clients._streams import AsyncEventStream
 
 if TYPE_CHECKING:
@@ -356,6 +357,26 @@ class AsyncClient:
         return AsyncEventStream(
             self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata), hint=self._hint
         )
+
+    async def get_payload(self, run_id: str, payload_id: str, *, deadline_s: float | None = None) -> Payload:
+        """Fetches a payload of a run (a large tool result, output or input) whole.
+
+        Args:
+            run_id: The run's id.
+            payload_id: ``payload_id`` of a PayloadRef in one of the run's events.
+            deadline_s: Deadline of the whole transfer, in seconds; none by default.
+
+        Raises:
+            RPCError: NOT_FOUND when the run has no such payload (or is another tenant's),
+                INVALID_ARGUMENT for a malformed id.
+            PayloadMismatch: The bytes received do not match the payload's size and sha256.
+        """
+        request = runtime_service_pb2.GetPayloadRequest(run_id=run_id, payload_id=payload_id)
+        call = self._stub.GetPayload(request, timeout=deadline_s, metadata=self._metadata)
+        try:
+            return await assemble_async(call)
+        except grpc.aio.AioRpcError as exc:
+            raise await _errors.from_aio_call(call, exc, hint=self._hint) from exc
 
     async def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
         """Asks a run to stop. Cancellation is not rollback.

@@ -20,6 +20,7 @@ from clients._client import (
     _security,
     _start_fields,
 )
+from clients._payloads import Payload, assemble
 from clients._streams import EventStream
 
 
@@ -186,6 +187,14 @@ class Client:
         return EventStream(
             self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata), hint=self._hint
         )
+
+    def get_payload(self, run_id: str, payload_id: str, *, deadline_s: float | None = None) -> Payload:
+        """Fetches a payload of a run whole; see :meth:`AsyncClient.get_payload`."""
+        request = runtime_service_pb2.GetPayloadRequest(run_id=run_id, payload_id=payload_id)
+        try:
+            return assemble(self._stub.GetPayload(request, timeout=deadline_s, metadata=self._metadata))
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
 
     def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
         """Asks a run to stop; see :meth:`AsyncClient.cancel_run`."""

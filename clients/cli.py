@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Final, cast
 
 import grpc
@@ -26,6 +27,7 @@ from clients import _demo
 from clients._client import DEFAULT_TIMEOUT, default_target
 from clients._errors import CredentialsError, RPCError
 from clients._format import event_to_json, format_event, format_run, format_run_line, run_to_json
+from clients._payloads import PayloadMismatch
 from clients._sync_client import Client
 from clients._tokens import DEFAULT_TENANT, ROLES, hash_token_command
 
@@ -150,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("get", parents=[common], help="print one run")
     p.add_argument("run_id", metavar="RUN_ID")
     p.set_defaults(func=_cmd_get)
+
+    p = sub.add_parser("payload", parents=[common], help="fetch a payload of a run (a large result)")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("payload_id", metavar="PAYLOAD_ID", help="payload_id of a PayloadRef in the run's events")
+    p.add_argument("-o", "--output", default="-", metavar="FILE", help="write it here (default: stdout)")
+    p.set_defaults(func=_cmd_payload)
 
     p = sub.add_parser("list", parents=[common], help="list runs, newest first")
     p.add_argument("--phase", type=_phase, action="append", default=[], metavar="P", help="repeatable")
@@ -349,6 +357,22 @@ def _cmd_events(ns: argparse.Namespace) -> int:
 def _cmd_get(ns: argparse.Namespace) -> int:
     with _client(ns) as client:
         _print_run(ns, client.get_run(ns.run_id))
+    return 0
+
+
+def _cmd_payload(ns: argparse.Namespace) -> int:
+    with _client(ns) as client:
+        try:
+            payload = client.get_payload(ns.run_id, ns.payload_id)
+        except PayloadMismatch as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    if ns.output == "-":
+        sys.stdout.buffer.write(payload.data)
+        sys.stdout.buffer.flush()
+    else:
+        Path(ns.output).write_bytes(payload.data)
+        print(f"{payload.ref.size_bytes} bytes sha256={payload.ref.sha256} -> {ns.output}", file=sys.stderr)
     return 0
 
 

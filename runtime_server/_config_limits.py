@@ -44,7 +44,9 @@ class PayloadsConfig(_Strict):
     # What the model sees of a tool result larger than model_view_max_bytes: a truncated result with
     # an explicit marker, or a failed call. The full result stays retrievable with GetPayload.
     oversized_result: Literal["truncate", "fail"] = "truncate"
-    model_view_max_bytes: int = Field(64 * 1024, ge=1024)
+    # At most 1 MiB: the view is stored inline in the event, which must stay far below the 4 MiB
+    # response cap.
+    model_view_max_bytes: int = Field(64 * 1024, ge=1024, le=1 * MiB)
 
 
 class AdmissionConfig(_Strict):

@@ -49,6 +49,9 @@ class Operation:
     # The future settle() waits on; _run() resolves it as its very last step, so the RPC
     # resumes one loop iteration after the tool ends (with its task done by then).
     settled: asyncio.Future[None] | None = None
+    # A result larger than this (UTF-8 bytes of its JSON) is recorded and answered as
+    # RESULT_TOO_LARGE instead of being sent; 0: no limit.
+    max_result_bytes: int = 0
 
 
 class Operations:
@@ -73,9 +76,11 @@ class Operations:
         """Return the running call of a key in ``tenant``, if any."""
         return self._running.get((tenant, key))
 
-    def start(self, *, key: str, tool: Tool, args: pydantic.BaseModel, ctx: ToolContext) -> Operation:
+    def start(
+        self, *, key: str, tool: Tool, args: pydantic.BaseModel, ctx: ToolContext, max_result_bytes: int = 0
+    ) -> Operation:
         """Start a call whose RUNNING entry the ledger just recorded (in ``ctx.tenant``)."""
-        op = Operation(key=key, tool=tool, args=args, ctx=ctx)
+        op = Operation(key=key, tool=tool, args=args, ctx=ctx, max_result_bytes=max_result_bytes)
         self._running[(ctx.tenant, key)] = op
         op.task = asyncio.get_running_loop().create_task(self._run(op), name=f"tool {tool.name} {key}")
         return op
@@ -84,7 +89,8 @@ class Operations:
         try:
             try:
                 result = await op.tool.invoke(op.args, op.ctx)
-                outcome = Outcome.success(Tool.serialise_result(result))
+                outcome = _bounded(op, Tool.serialise_result(result))
+                del result  # a large result is held once, as its JSON text, from here on
                 crash_after_effect(op.tool.name)
             except asyncio.CancelledError:
                 # Only the host cancels this task (see stop()); it is not the RPC's cancellation.
@@ -232,6 +238,27 @@ class Operations:
         """At shutdown: signal every running call, cancel the async ones still running after
         ``within`` seconds, and wait up to ``within`` more for them to record their outcome."""
         await self._signal_then_cancel(list(self._running.values()), grace=within)
+
+
+def _bounded(op: Operation, result_json: str) -> Outcome:
+    """The result, or RESULT_TOO_LARGE past the call's maximum (the effect may have happened)."""
+    limit = op.max_result_bytes
+    # Characters are one to four bytes: most results are decided from their length alone.
+    if not limit or len(result_json) * 4 <= limit:
+        return Outcome.success(result_json)
+    # ASCII: the length is the size. Otherwise encode (one copy) only when the length alone cannot
+    # decide; past the limit in characters, the length is a lower bound and no copy is made.
+    ascii_only = result_json.isascii()
+    exact = ascii_only or len(result_json) <= limit
+    size = len(result_json) if ascii_only or not exact else len(result_json.encode())
+    if size <= limit:
+        return Outcome.success(result_json)
+    _log.warning("tool %s returned a result over %d bytes (key %s)", op.tool.name, limit, op.key)
+    return Outcome.error(
+        ErrorCode.RESULT_TOO_LARGE,
+        f"the result is {'' if exact else 'at least '}{size} bytes; the maximum is {limit}",
+        {"max_result_bytes": limit},
+    )
 
 
 def _wake(waiter: asyncio.Future[None] | None) -> None:

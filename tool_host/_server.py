@@ -56,6 +56,8 @@ RUN_ID = "x-agentrt-run-id"
 CALL_ID = "x-agentrt-call-id"
 ATTEMPT = "x-agentrt-attempt"
 FENCING_TOKEN = "x-agentrt-fencing-token"
+MAX_RESULT_BYTES = "x-agentrt-max-result-bytes"  # the caller's maximum for a result
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024  # without the header
 TRACEPARENT = "traceparent"
 
 
@@ -75,6 +77,7 @@ class CallMetadata:
     traceparent: str | None = None
     grant: str = dataclasses.field(default="", repr=False)
     tenant: str = ""
+    max_result_bytes: int | None = None
 
 
 def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMetadata:
@@ -102,6 +105,7 @@ def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMe
         check_field(values[CALL_ID], CALL_ID, max_bytes=1024)
     attempt = _non_negative_int(values, ATTEMPT)
     fencing_token = _non_negative_int(values, FENCING_TOKEN)
+    max_result_bytes = _non_negative_int(values, MAX_RESULT_BYTES)
     return CallMetadata(
         idempotency_key=key,
         run_id=values.get(RUN_ID, ""),
@@ -110,6 +114,7 @@ def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMe
         fencing_token=fencing_token,
         traceparent=values.get(TRACEPARENT) or None,
         grant=values.get(GRANT_HEADER, ""),
+        max_result_bytes=max_result_bytes or None,
     )
 
 
@@ -184,6 +189,8 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         cancel_grace: Seconds a cancelled tool gets to stop on its own.
         deadline_reserve: Seconds kept back from the caller's deadline so a typed
             timeout reaches the caller before its deadline does.
+        max_result_bytes: The largest result sent when a call does not name its maximum; a larger
+            one is answered (and recorded) as RESULT_TOO_LARGE.
     """
 
     def __init__(
@@ -197,8 +204,10 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         gate: CallGate | None = None,
         cancel_grace: float = 2.0,
         deadline_reserve: float = 0.05,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._tools = dict(tools)
+        self._max_result_bytes = max_result_bytes
         self._gate = gate if gate is not None else CallGate(verifier=None)
         self._pm = pm
         self._ledger = ledger
@@ -339,7 +348,13 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                         traceparent=meta.traceparent,
                         data_dir=self._data_dir,
                     )
-                    op = self.operations.start(key=meta.idempotency_key, tool=tool, args=args, ctx=ctx)
+                    op = self.operations.start(
+                        key=meta.idempotency_key,
+                        tool=tool,
+                        args=args,
+                        ctx=ctx,
+                        max_result_bytes=meta.max_result_bytes or self._max_result_bytes,
+                    )
                     now = time.monotonic()
                     outcome = await self.operations.settle(
                         op, budget=deadline - now, reply_within=None if reply_by is None else reply_by - now

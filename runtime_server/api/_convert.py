@@ -56,6 +56,10 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
         created_by=record.created_by,
         fault_count=record.fault_count,
     )
+    if record.input_ref:
+        json_format.ParseDict(json.loads(record.input_ref), run.input_ref)
+    if record.output_ref:
+        json_format.ParseDict(json.loads(record.output_ref), run.output_ref)
     if record.pending_approval and phase is Phase.WAITING_APPROVAL:
         json_format.ParseDict(json.loads(record.pending_approval), run.pending_approval)
     json_format.ParseDict(json.loads(record.budgets), run.budgets)

@@ -46,7 +46,8 @@ class RuntimeServer:
         self.bus = EventBus()
         limits = settings.tool_limits
         self.tools = ToolRouter(
-            slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls)
+            slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls),
+            max_result_bytes=settings.payloads.max_tool_result_bytes,
         )
         self.spawned: list[SpawnedToolHost] = []
         self.store: Store | None = None

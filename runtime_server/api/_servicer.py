@@ -21,6 +21,7 @@ from runtime_server.api._convert import (
 from runtime_server.api._errors import abort_internal, abort_with
 from runtime_server.api._inline import INLINE_AGENT_NAME, check_inline_agent
 from runtime_server.api._page_tokens import PageTokens
+from runtime_server.api._payloads import find_payload, payload_responses
 from runtime_server.api._request_keys import request_hash
 from runtime_server.api._streams import follow_events
 from runtime_server.api._tombstones import refuse_pruned
@@ -334,14 +335,26 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     async def GetPayload(
         self, request: runtime_service_pb2.GetPayloadRequest, context: Context
     ) -> AsyncIterator[runtime_service_pb2.GetPayloadResponse]:
-        # Placeholder until payloads are stored: nothing is ever found.
+        # Another tenant's payload answers like a missing one: NOT_FOUND, nothing about it leaks.
         try:
+            self._id(request.run_id, "run_id")
             self._id(request.payload_id, "payload_id")
-            await self._get(request.run_id, context)
-            raise NotFound("no such payload", reason="PAYLOAD_NOT_FOUND", metadata={"run_id": request.run_id})
+            try:
+                stored = await find_payload(self.engine.payloads, request, tenant_id=self._principal().tenant)
+            except NotFound:
+                refuse_pruned(await self._get(request.run_id, context))  # retention removed it
+                raise
         except AgentRtError as exc:
             await abort_with(context, exc)
-        yield runtime_service_pb2.GetPayloadResponse()
+        try:
+            async for response in payload_responses(
+                self.engine.payloads, stored, chunk_bytes=self.settings.payloads.chunk_bytes
+            ):
+                yield response
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        except Exception as exc:
+            await abort_internal(context, exc)
 
     async def ResolveApproval(
         self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context

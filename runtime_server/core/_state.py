@@ -90,6 +90,9 @@ class RunState:
     corrective: str | None = None  # why the final answer was sent back once for correction
     pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
     fault_count: int = 0  # run.fault events so far
+    input_ref: dict[str, Any] | None = None  # the input's PayloadRef: ``input`` is a view until hydrated
+    answer_ref: dict[str, Any] | None = None  # the answer's PayloadRef when its text is a payload
+    output_ref: dict[str, Any] | None = None  # the output's PayloadRef, set by run.completed
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -104,6 +107,7 @@ class RunState:
                     self.history.append(HistoryEntry(role="user", content=turn.get("input", "")))
                     self.history.append(HistoryEntry(role="assistant", content=turn.get("output", "")))
                 self.input = data.get("input", "")
+                self.input_ref = data.get("input_ref")
                 self.history.append(HistoryEntry(role="user", content=self.input))
             case ev.STEP_STARTED:
                 self._move(Trigger.START_MODEL_STEP)
@@ -148,6 +152,7 @@ class RunState:
                 else:
                     self._move(Trigger.MODEL_ANSWERED)
                     self.answer = data.get("text", "")
+                    self.answer_ref = data.get("text_ref")
             case ev.TOOL_STARTED:
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_STARTED)
@@ -205,6 +210,7 @@ class RunState:
             case ev.RUN_COMPLETED:
                 self._move(Trigger.COMPLETE)
                 self.output = data.get("output", "")
+                self.output_ref = data.get("output_ref")
                 self.reason = "final_answer"
             case ev.RUN_FAILED:
                 self._move(Trigger.FAIL)

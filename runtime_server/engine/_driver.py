@@ -52,6 +52,7 @@ from runtime_server.engine._approval_step import ApprovalStep
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from runtime_server.engine._finalize import finalize
 from runtime_server.engine._model_step import ModelStep
+from runtime_server.engine._payload_step import check_event_sizes, hydrate_input
 from runtime_server.engine._tool_step import ToolStep
 from runtime_server.store import RunRecord, StoredEvent
 
@@ -117,6 +118,8 @@ class RunDriver:
             self.pending_values["state_version"] = STATE_VERSION
         self.state = replay(self.run_id, events)
         self.tenant_id = record.tenant_id
+        if self.state.input_ref is not None:  # the model sees the whole input, not its view
+            await hydrate_input(self)
         self.handle.extra["session_id"] = record.session_id
         self.agent = ResolvedAgent.from_snapshot(record.agent_spec)
         if self.state.active_agent is not None:  # handed off earlier in this run
@@ -218,7 +221,7 @@ class RunDriver:
         self.consumed_signals = [s.id for s in signals]
         for signal in signals:
             if signal.kind == "outcome_decision":
-                self.tools.apply_outcome_decision(json.loads(signal.payload))
+                await self.tools.apply_outcome_decision(json.loads(signal.payload))
             elif signal.kind == "approval_decision":
                 self.approvals.apply_decision(json.loads(signal.payload))
 
@@ -247,6 +250,7 @@ class RunDriver:
         now_ms = engine.now_ms()
         first_seq = self.state.seq - len(self.buffer) + 1
         payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
+        check_event_sizes(payloads)
         types = [e.type for e in self.buffer]
         values: dict[str, Any] = {
             "phase": self.state.phase.value,
@@ -254,6 +258,7 @@ class RunDriver:
             "output": self.state.output,
             "reason": self.state.reason,
             "pending_approval": _pending_json(self.state.pending_approval),
+            "output_ref": json.dumps(self.state.output_ref) if self.state.output_ref else None,
             **self.pending_values,
             **extra_values,
         }

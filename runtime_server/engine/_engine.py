@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runtime_server._config import Settings
@@ -24,6 +25,7 @@ from runtime_server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effect
 from runtime_server.engine._contain import drive_contained
 from runtime_server.engine._driver import Fresh, RunHandle
 from runtime_server.engine._faults import FaultPlan
+from runtime_server.engine._payload_step import store_input
 from runtime_server.engine._request_keys import same_request
 from runtime_server.engine._retention import RetentionJob, build_pruner
 from runtime_server.events import EventBus
@@ -76,6 +78,9 @@ class Engine:
         policies: Policies | None = None,
     ):
         self.store = store
+        self.payloads = store.payload_store(
+            mode=settings.payloads.store, root=Path(settings.data_dir) / "payloads"
+        )
         self.bus = bus
         self.models = models
         self.tools = tools
@@ -185,12 +190,14 @@ class Engine:
         own = (
             not self._stopping and not waits_for_turn and len(self._runs) < self.settings.max_concurrent_runs
         )
+        shown, input_ref = await store_input(self, run_id, request.tenant_id, request.input, now_ms)
         values = {
             "run_id": run_id,
             "tenant_id": request.tenant_id,
             "agent_name": request.agent.name,
             "agent_spec": request.agent.snapshot_json(),
-            "input": request.input,
+            "input": shown,
+            "input_ref": json.dumps(input_ref) if input_ref is not None else None,
             "output": "",
             "reason": "",
             "phase": Phase.QUEUED.value,
@@ -213,13 +220,15 @@ class Engine:
         }
         started: dict[str, Any] = {
             "agent_name": request.agent.name,
-            "input": request.input,
+            "input": shown,
             "budgets": budgets.to_json(),
             "deadline": rfc3339(deadline_ms),
             "started_by": request.created_by,
         }
         if history:
             started["session_history"] = history
+        if input_ref is not None:
+            started["input_ref"] = input_ref
         record, created = await self.store.create_run(
             values, [(ev.RUN_STARTED, json.dumps(started))], now_ms, admission=admission
         )

@@ -23,6 +23,7 @@ import jsonschema
 
 from runtime_server.core import (
     RESULT_JSON_LIMITS,
+    Event,
     JsonBoundsError,
     Phase,
     corrective_step,
@@ -30,6 +31,7 @@ from runtime_server.core import (
     fault_message,
     loads_bounded,
 )
+from runtime_server.core import events as ev
 
 if TYPE_CHECKING:
     from runtime_server.engine._driver import RunDriver
@@ -52,7 +54,14 @@ def finalize(driver: RunDriver, answer: str, *, corrected: bool) -> None:
     state = driver.state
     rejection = check(driver, answer)
     if rejection is None:
-        driver.add(*end_events(state, Phase.COMPLETED, "final_answer", output=answer))
+        ending = end_events(state, Phase.COMPLETED, "final_answer", output=answer)
+        ref = state.answer_ref
+        if ref is not None:  # the answer is a payload: the output is the same one
+            ending = tuple(
+                Event(e.type, {**e.data, "output_ref": ref}) if e.type == ev.RUN_COMPLETED else e
+                for e in ending
+            )
+        driver.add(*ending)
     elif not corrected and not rejection.error and driver.agent.config.output.on_failure == "correct":
         driver.add(corrective_step(state, f"{rejection.reason}: {rejection.detail}"))
     else:

@@ -17,6 +17,7 @@ from runtime_server.core import Event, Phase, Usage, end_events, retry_fits, rfc
 from runtime_server.core import events as ev
 from runtime_server.engine._agents import BoundModel, bind_model
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
+from runtime_server.engine._payload_step import ModelOutputTooLarge, bound_model_text
 from runtime_server.models import (
     Message,
     ModelAuthError,
@@ -212,13 +213,25 @@ class ModelStep:
             {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
             for c in response.tool_calls
         ]
+        try:
+            text, text_ref = await bound_model_text(
+                self.d, response.text, [c.arguments_json for c in response.tool_calls]
+            )
+        except ModelOutputTooLarge as exc:
+            # The call was made and paid for: its usage is recorded, its output is not kept.
+            refused = {"step": step, "text": f"[refused: {exc.message}]", "tool_calls": []}
+            self.d.add(Event(ev.MODEL_COMPLETED, {**refused, "usage_before": before, "usage_after": after}))
+            self.d.add(*end_events(self.d.state, Phase.FAILED, "model_output_too_large", message=exc.message))
+            return
         data = {
             "step": step,
-            "text": response.text,
+            "text": text,
             "tool_calls": calls,
             "usage_before": before,
             "usage_after": after,
         }
+        if text_ref is not None:
+            data["text_ref"] = text_ref
         self.d.add(Event(ev.MODEL_COMPLETED, data))
 
     async def _complete(self, bound: BoundModel, request: ModelRequest, sink: _DeltaSink) -> ModelResponse:

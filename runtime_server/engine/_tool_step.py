@@ -32,6 +32,7 @@ from runtime_server.core import (
 )
 from runtime_server.core import events as ev
 from runtime_server.engine._control import AGENT_TOOL_PREFIX, Cancelled
+from runtime_server.engine._payload_step import bound_tool_outcome
 from runtime_server.store import RunRecord
 from runtime_server.tools import CallMetadata, ToolOutcome
 
@@ -64,6 +65,7 @@ class ToolStep:
             attempt=call.attempts,
             fencing_token=self.d.handle.generation,
             tenant_id=self.d.tenant_id,
+            max_result_bytes=self.engine.settings.payloads.max_tool_result_bytes,
         )
 
     def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
@@ -87,13 +89,13 @@ class ToolStep:
         if self._refused(call):
             return
         if call.tool.startswith(AGENT_TOOL_PREFIX):
-            self.record(call, await self._child_run(call))
+            self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
             return
         spec = engine.tools.spec(call.tool)
         if is_write(spec) and call.call_id not in d.started_here:
             found = await self._query(call)
             if isinstance(found, ToolOutcome):
-                self.record(call, found)
+                self.record(call, await bound_tool_outcome(d, found))
                 return
             if found == _UNKNOWN:
                 self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
@@ -139,7 +141,7 @@ class ToolStep:
         retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
         if retryable and self._schedule_retry(call, error, expected_call_s=engine.clock() - started):
             return
-        self.record(call, outcome)
+        self.record(call, await bound_tool_outcome(d, outcome))
 
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
         engine = self.engine
@@ -220,6 +222,8 @@ class ToolStep:
             return Event(ev.TOOL_FAILED, dict(base, error=result_error))
         if outcome.error is None:
             data = dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed)
+            if outcome.result_ref is not None:  # stored as a payload: result_json is what the model saw
+                data.update(result_ref=outcome.result_ref, truncated=outcome.truncated)
             return Event(ev.TOOL_COMPLETED, data)
         return Event(ev.TOOL_FAILED, dict(base, error=outcome.error))
 
@@ -260,6 +264,7 @@ class ToolStep:
             steps = settled[call.call_id]
             if not steps or steps[-1][0] is not None:  # no outcome yet: cut off by the cancel
                 steps.append((None, ToolOutcome.failure("CANCELLED", "cancelled in flight")))
+            steps[-1] = (None, await bound_tool_outcome(d, steps[-1][1]))
             for retry_event, outcome in steps:
                 if retry_event is not None:
                     d.add(retry_event)
@@ -411,7 +416,7 @@ class ToolStep:
             ):
                 self._restart(call)  # the ledger says it did not complete: safe to send again, same key
             else:
-                self.record(call, found)
+                self.record(call, await bound_tool_outcome(d, found))
             return
         now_ms = engine.now_ms()
         if found == _NOT_FOUND:
@@ -431,7 +436,7 @@ class ToolStep:
         self.d.handle.extra["reconcile_attempts"] = attempts
         return min(RECONCILE_MAX_DELAY_S, max(0.5, self.d.backoff(attempts + 2)))
 
-    def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
+    async def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
         """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
         d = self.d
         call = d.state.unknown_call()
@@ -446,7 +451,10 @@ class ToolStep:
         }
         d.add(Event(ev.OUTCOME_RESOLVED, resolved))
         if kind == "OUTCOME_DECISION_SUCCEEDED":
-            self.record(call, ToolOutcome(decision.get("result_json") or "{}", None))
+            # A person's result is bounded like a tool's: a large one is stored as a payload.
+            self.record(
+                call, await bound_tool_outcome(d, ToolOutcome(decision.get("result_json") or "{}", None))
+            )
         elif kind == "OUTCOME_DECISION_FAILED":
             message = f"decided by a person: {decision.get('comment', '')}".strip()
             self.record(call, ToolOutcome.failure("PERMANENT", message))

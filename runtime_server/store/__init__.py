@@ -13,6 +13,7 @@ from runtime_server.store._db import (
     normalise_url,
     open_database,
 )
+from runtime_server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
 from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
 from runtime_server.store._retention import PruneCounts, Pruner, PruneReport
 from runtime_server.store._store import Store
@@ -23,6 +24,8 @@ __all__ = [
     "Admission",
     "Claim",
     "Database",
+    "PayloadRef",
+    "PayloadStore",
     "PostgresDatabase",
     "PruneCounts",
     "PruneReport",
@@ -32,7 +35,9 @@ __all__ = [
     "SqliteDatabase",
     "Store",
     "StoredEvent",
+    "StoredPayload",
     "UnreadableRecord",
+    "check_payload_id",
     "load_cipher",
     "migrate",
     "normalise_url",

@@ -18,7 +18,8 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -28,6 +29,7 @@ from runtime_server.store._admission import Admission
 from runtime_server.store._appends import write_batch
 from runtime_server.store._crypt import RecordCipher
 from runtime_server.store._db import Database, PostgresDatabase, open_database
+from runtime_server.store._payloads import PayloadStore
 from runtime_server.store._pg_appends import PgAppender
 from runtime_server.store._records import Claim, RunRecord, Signal, StoredEvent
 from runtime_server.store._schema import events, runs, signals
@@ -81,6 +83,10 @@ class Store:
     @property
     def dialect(self) -> str:
         return self.db.dialect
+
+    def payload_store(self, *, mode: Literal["db", "file"] = "db", root: Path | None = None) -> PayloadStore:
+        """Payloads of this store's runs, sealed with its cipher (``file``: under ``root``)."""
+        return PayloadStore(db=self.db, crypt=self._crypt, mode=mode, root=root)
 
     async def close(self) -> None:
         if self._flusher is not None:

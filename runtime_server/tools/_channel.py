@@ -87,6 +87,7 @@ class HostChannel:
         tls: mTLS material; None for plaintext (loopback, or ``--insecure``).
         check_every_s: Seconds between looks at the TLS files.
         clock: Monotonic seconds (tests pass their own).
+        max_receive_bytes: The largest response accepted (a tool result at its maximum); 0: 16 MiB.
 
     Raises:
         TlsFileError: A TLS file is missing or not PEM, or the certificate does not match its key.
@@ -100,8 +101,15 @@ class HostChannel:
         tls: HostTls | None,
         check_every_s: float = TLS_CHECK_S,
         clock: Callable[[], float] = time.monotonic,
+        max_receive_bytes: int = 0,
     ) -> None:
         self.name = name
+        self._options: tuple[tuple[str, str | int], ...] = CHANNEL_OPTIONS
+        if max_receive_bytes:
+            self._options = (
+                ("grpc.enable_retries", 0),
+                ("grpc.max_receive_message_length", max_receive_bytes),
+            )
         self.address = address
         self._tls = tls
         self._check_every = check_every_s
@@ -116,11 +124,11 @@ class HostChannel:
     def _open(self) -> grpc.aio.Channel:
         tls = self._tls
         if tls is None:
-            return grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            return grpc.aio.insecure_channel(self.address, options=self._options)
         if tls.cert_file and not _pair_matches(tls.cert_file, tls.key_file):
             raise TlsFileError(f"certificate {tls.cert_file} does not match the key {tls.key_file}")
         credentials = channel_credentials(ca_file=tls.ca_file, cert_file=tls.cert_file, key_file=tls.key_file)
-        options: tuple[tuple[str, str | int], ...] = CHANNEL_OPTIONS
+        options = self._options
         if tls.server_name:
             options = (*options, ("grpc.ssl_target_name_override", tls.server_name))
         return grpc.aio.secure_channel(self.address, credentials, options=options)

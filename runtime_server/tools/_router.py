@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from cryptography.hazmat.primitives import serialization
@@ -25,6 +26,10 @@ from runtime_server.tools._slots import SlotTimeout, ToolSlots
 from tool_host.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
 
 _log = logging.getLogger("agentrt.tools")
+
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
+# Room around a result at its maximum: the response's framing, an error's message and details.
+RESPONSE_OVERHEAD_BYTES = 1024 * 1024
 
 
 class ToolHostError(Exception):
@@ -42,15 +47,18 @@ class CallMetadata:
     fencing_token: int
     tenant_id: str = ""
     traceparent: str = ""
+    max_result_bytes: int = 0  # the host refuses a larger result itself (0: its own default)
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
-        pairs = (
+        pairs: tuple[tuple[str, str], ...] = (
             ("x-agentrt-idempotency-key", self.idempotency_key),
             ("x-agentrt-run-id", self.run_id),
             ("x-agentrt-call-id", self.call_id),
             ("x-agentrt-attempt", str(self.attempt)),
             ("x-agentrt-fencing-token", str(self.fencing_token)),
         )
+        if self.max_result_bytes:
+            pairs = (*pairs, ("x-agentrt-max-result-bytes", str(self.max_result_bytes)))
         return (*pairs, ("traceparent", self.traceparent)) if self.traceparent else pairs
 
 
@@ -64,6 +72,10 @@ class ToolOutcome:
     # The transport failed after the request may have left: the tool host's answer is unknown,
     # so a write must be looked up before it is sent again.
     in_doubt: bool = False
+    # Set when the result is stored as a payload: its reference (proto3 JSON of PayloadRef), and
+    # whether result_json is a truncated view of it.
+    result_ref: dict[str, Any] | None = None
+    truncated: bool = False
 
     @classmethod
     def failure(cls, code: str, message: str, *, in_doubt: bool = False) -> ToolOutcome:
@@ -86,9 +98,11 @@ class ToolRouter:
         signer: GrantSigner | None = None,
         tls_check_s: float = TLS_CHECK_S,
         slots: ToolSlots | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.signer = signer
         self.slots = slots or ToolSlots()
+        self.max_result_bytes = max_result_bytes
         self._tls_check_s = tls_check_s
         self._hosts: dict[str, HostChannel] = {}
         self._specs: dict[str, tuple[tool_pb2.ToolSpec, HostChannel]] = {}
@@ -115,7 +129,13 @@ class ToolRouter:
                 name another host already serves.
         """
         try:
-            host = HostChannel(name=name, address=address, tls=tls, check_every_s=self._tls_check_s)
+            host = HostChannel(
+                name=name,
+                address=address,
+                tls=tls,
+                check_every_s=self._tls_check_s,
+                max_receive_bytes=self.max_result_bytes + RESPONSE_OVERHEAD_BYTES,
+            )
         except TlsFileError as exc:
             raise ToolHostError(f"tool host {name!r}: {exc}") from exc
         try:
@@ -288,6 +308,10 @@ def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
         return ToolOutcome.failure("TRANSIENT", "deadline exceeded before the tool answered", in_doubt=True)
     if code == grpc.StatusCode.UNAVAILABLE:
         return ToolOutcome.failure("TRANSIENT", f"tool host UNAVAILABLE: {exc.details()}", in_doubt=True)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
+        # The host sent a result past the channel's limit (it did not enforce the maximum itself):
+        # sending again would bring the same result back.
+        return ToolOutcome.failure("RESULT_TOO_LARGE", "the tool's result is larger than the maximum")
     if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED):
         return ToolOutcome.failure("TRANSIENT", f"tool host {code.name}: {exc.details()}")
     if code == grpc.StatusCode.CANCELLED:

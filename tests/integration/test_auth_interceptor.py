@@ -122,6 +122,12 @@ class EchoPrincipal(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     ) -> runtime_service_pb2.ResolveOutcomeResponse:
         return runtime_service_pb2.ResolveOutcomeResponse(run=self._run("ResolveOutcome", request.run_id))
 
+    async def GetPayload(
+        self, request: runtime_service_pb2.GetPayloadRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[runtime_service_pb2.GetPayloadResponse]:
+        run = self._run("GetPayload", request.run_id)
+        yield runtime_service_pb2.GetPayloadResponse(data=f"{run.tenant_id}/{run.created_by}".encode())
+
 
 def tokens_file(tmp_path: Path) -> str:
     entries = [
