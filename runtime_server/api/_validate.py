@@ -103,7 +103,7 @@ def check_json(text: str, field: str, *, max_bytes: int) -> None:
     try:
         loads_bounded(text, max_bytes=max_bytes)
     except JsonBoundsError as exc:
-        raise InvalidRequest(f"{field}: {exc}", field=field, reason="INVALID_JSON") from None
+        raise InvalidRequest(f"{field}: {exc}", field=field) from None
 
 
 def check_metadata(metadata: Mapping[str, str], field: str, *, limits: LimitsConfig) -> None:
