@@ -242,13 +242,23 @@ def test_payloads_are_tenant_scoped_and_ids_are_checked_before_any_lookup(
             assert alice.get_payload(run_id, payload_id).data == blob_json(100_000, "mid")
 
             missing = hashlib.sha256(b"nothing").hexdigest()
+            no_such_run = "0" * len(run_id)
             not_found = []
-            for who, (rid, pid) in [(carol, (run_id, payload_id)), (alice, (run_id, missing))]:
+            for who, (rid, pid) in [
+                (carol, (run_id, payload_id)),
+                (carol, (no_such_run, payload_id)),
+                (alice, (run_id, missing)),
+            ]:
                 with pytest.raises(RPCError) as caught:
                     who.get_payload(rid, pid)
-                not_found.append((caught.value.code, caught.value.reason, caught.value.message))
-            # Another tenant's payload and a missing one answer alike (the ids differ, nothing else).
-            assert [c[:2] for c in not_found] == [(grpc.StatusCode.NOT_FOUND, "PAYLOAD_NOT_FOUND")] * 2
+                not_found.append((caught.value.code, caught.value.reason))
+            # Another tenant's payload answers exactly like one of a run that does not exist; a
+            # missing payload of the caller's own run is PAYLOAD_NOT_FOUND.
+            assert not_found == [
+                (grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND"),
+                (grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND"),
+                (grpc.StatusCode.NOT_FOUND, "PAYLOAD_NOT_FOUND"),
+            ]
 
             with pytest.raises(RPCError) as caught:
                 anonymous.get_payload(run_id, payload_id)
