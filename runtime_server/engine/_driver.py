@@ -255,8 +255,9 @@ class RunDriver:
         values: dict[str, Any] = {
             "phase": self.state.phase.value,
             "usage": json.dumps(self.state.usage.to_json()),
-            "output": self.state.output,
-            "reason": self.state.reason,
+            # PostgreSQL text cannot hold NUL: the row gets U+FFFD, the event (JSON-escaped) the exact text.
+            "output": self.state.output.replace("\x00", "\ufffd"),
+            "reason": self.state.reason.replace("\x00", "\ufffd"),
             "pending_approval": _pending_json(self.state.pending_approval),
             "output_ref": json.dumps(self.state.output_ref) if self.state.output_ref else None,
             **self.pending_values,

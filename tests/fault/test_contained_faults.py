@@ -220,3 +220,26 @@ def test_an_exception_at_any_commit_point_is_contained_exactly_once(
     assert len(faults) == (0 if point == "after_commit:run.ended" else 1)
     assert run.fault_count == len(faults) == counters["run_fault_count"]
     assert took < 30, took
+
+
+NUL_SCRIPT = {1: {"text": "A100\x00 is a broken kettle."}}
+
+
+@pytest.mark.parametrize("served", [NUL_SCRIPT], indirect=True)
+def test_a_model_answer_with_nul_characters_completes_on_every_store(
+    tmp_path: Path, refund_host: ToolHostProcess, db_url: str, served: tuple[FakeOpenAI, str]
+) -> None:
+    # PostgreSQL refuses NUL in text columns: the answer must not turn into faults there.
+    _, url = served
+    runtime = start_runtime(
+        tmp_path,
+        runtime_env(db_url=db_url, tool_host=refund_host.address, model_url=url, timeout_s=TIMEOUT_S),
+    )
+    try:
+        run_id, _ = _start(runtime.address)
+        events, run = _events(runtime.address, run_id)
+    finally:
+        runtime.close()
+    assert run.phase == run_pb2.RUN_PHASE_COMPLETED and run.fault_count == 0, [event_type(e) for e in events]
+    assert run.output == "A100\ufffd is a broken kettle."
+    assert _of(events, "run_completed")[0].output == "A100\x00 is a broken kettle."
