@@ -22,6 +22,7 @@ from runtime_server.core import (
     LeaseLost,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     StaleRevision,
     Unauthenticated,
 )
@@ -37,6 +38,7 @@ _CODES: list[tuple[type[AgentRtError], grpc.StatusCode]] = [
     (StaleRevision, grpc.StatusCode.ABORTED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 

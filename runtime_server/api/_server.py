@@ -42,7 +42,10 @@ class RuntimeServer:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.counters = Counters()
-        self.bus = EventBus()
+        self.bus = EventBus(
+            buffer_events=settings.streams.follower_buffer_events,
+            buffer_bytes=settings.streams.follower_buffer_bytes,
+        )
         self.tools = ToolRouter()
         self.spawned: list[SpawnedToolHost] = []
         self.store: Store | None = None

@@ -44,6 +44,7 @@ from runtime_server.core._errors import (
     NotFound,
     PayloadTooLarge,
     PermissionDenied,
+    ResourceExhausted,
     StaleRevision,
     Unauthenticated,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "Policy",
     "Reconcile",
     "RequestApproval",
+    "ResourceExhausted",
     "Rule",
     "RunState",
     "StaleRevision",

@@ -11,6 +11,7 @@ Tree::
     ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
     ├── Unauthenticated               no credential, or a bad one (UNAUTHENTICATED)
     ├── PermissionDenied              the caller may not do this (PERMISSION_DENIED)
+    ├── ResourceExhausted             a limit that protects others was hit (RESOURCE_EXHAUSTED)
     └── LeaseLost                     this worker no longer owns the run (ABORTED)
 """
 
@@ -96,6 +97,12 @@ class PermissionDenied(AgentRtError):
     """The caller lacks the role the request needs (e.g. approver)."""
 
     reason = "PERMISSION_DENIED"
+
+
+class ResourceExhausted(AgentRtError):
+    """A limit that protects other callers was hit (e.g. a stream reader that stopped reading)."""
+
+    reason = "RESOURCE_EXHAUSTED"
 
 
 class LeaseLost(AgentRtError):
