@@ -32,8 +32,8 @@ from runtime_server.events import EventBus, Subscription, item_bytes
 from runtime_server.store import RunRecord, Store, StoredEvent
 
 _MAX_PAGE_ROWS = 500
-_FIRST_PAGE_ROWS = 16  # before any size is known; events are at most the inline payload limit
-_MAX_PAGE_BYTES = 256 * 1024  # one replay page in memory per follower, whatever the buffer allows
+_FIRST_PAGE_ROWS = 1  # before any size is known: a page of one, then pages cut to the sizes seen
+_MAX_PAGE_BYTES = 64 * 1024  # one replay page in memory per follower, whatever the buffer allows
 _WAIT_MARKERS = frozenset({ev.APPROVAL_REQUESTED, ev.TOOL_OUTCOME_UNKNOWN})
 
 

@@ -151,4 +151,3 @@ def test_many_concurrent_followers_each_get_the_whole_sequence(runtime: RuntimeP
         for index, events in enumerate(results):
             after = [0, 0, 5, 50, 200, 10_000][index]
             assert [e.seq for e in events if e.seq] == list(range(after + 1, last + 1)), index
-
