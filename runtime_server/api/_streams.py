@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from runtime_server._config_limits import StreamsConfig
 from runtime_server.core import Phase
 from runtime_server.core import events as ev
-from runtime_server.events import EventBus, Subscription, item_bytes
+from runtime_server.events import EventBus, Subscription
 from runtime_server.store import RunRecord, Store, StoredEvent
 
 _MAX_PAGE_ROWS = 500
-_FIRST_PAGE_ROWS = 1  # before any size is known: a page of one, then pages cut to the sizes seen
 _MAX_PAGE_BYTES = 64 * 1024  # one replay page in memory per follower, whatever the buffer allows
 _WAIT_MARKERS = frozenset({ev.APPROVAL_REQUESTED, ev.TOOL_OUTCOME_UNKNOWN})
 
@@ -100,9 +99,8 @@ class Follower:
         self.idle_recheck_s = idle_recheck_s
         self._now_ms = now_ms
         self._page_bytes = min(config.follower_buffer_bytes, _MAX_PAGE_BYTES)
-        self._page_rows = min(_FIRST_PAGE_ROWS, config.follower_buffer_events)
         self._max_page_rows = min(_MAX_PAGE_ROWS, config.follower_buffer_events)
-        self._last_limit = self._page_rows
+        self._more = True
         self._unknown_call = ""
         self.replaying = False  # True while the item being sent came from a store page
         self.sub: Subscription | None = (
@@ -129,13 +127,11 @@ class Follower:
             if self.sub is None:
                 last = self.after_seq
                 while True:
-                    count = 0
                     async with aclosing(self._page(last)) as page:
                         async for item in page:
-                            count += 1
                             last = item.seq
                             yield item
-                    if count < self._last_limit:
+                    if not self._more:
                         return
             else:
                 async with aclosing(self._follow(self.sub)) as items:
@@ -147,12 +143,18 @@ class Follower:
                 self.bus.unsubscribe(self.sub)
 
     async def _page(self, last: int) -> AsyncGenerator[StoredEvent, None]:
-        """One replay page after ``last``, bounded in rows and (from the sizes seen) in bytes."""
-        self._last_limit = limit = self._page_rows
-        page = deque(await self.store.read_events(self.run_id, after_seq=last, limit=limit))
-        if page:
-            biggest = max(item_bytes(item) for item in page)
-            self._page_rows = max(1, min(self._max_page_rows, self._page_bytes // biggest))
+        """One replay page after ``last``, bounded in rows and, from the stored sizes, in bytes."""
+        sizes = await self.store.read_event_sizes(self.run_id, after_seq=last, limit=self._max_page_rows)
+        rows, total = 0, 0
+        for _, size in sizes:
+            if rows and total + size > self._page_bytes:
+                break
+            rows, total = rows + 1, total + size
+        # More after this page: it was cut by bytes, or the size query hit its row limit.
+        self._more = len(sizes) > rows or len(sizes) == self._max_page_rows
+        if not rows:
+            return
+        page = deque(await self.store.read_events(self.run_id, after_seq=last, limit=rows))
         self.replaying = True
         try:
             while page:

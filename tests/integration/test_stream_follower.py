@@ -190,7 +190,9 @@ async def test_a_follower_that_stops_taking_items_is_dropped_after_the_stall_tim
     assert never.cancelled() and bus.subscriber_count("stall") == 0
 
 
-async def test_a_replay_whose_reader_stops_is_dropped_and_a_slow_reader_is_not(store: Store) -> None:
+async def test_a_replay_whose_reader_stops_is_dropped_and_a_slow_reader_is_not(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bus = EventBus()
     await new_run(store, "replay")
     writer = Writer(store, bus, "replay")
@@ -219,12 +221,19 @@ async def test_a_replay_whose_reader_stops_is_dropped_and_a_slow_reader_is_not(s
     await asyncio.wait_for(send_events(f, slow, stall_timeout_s=CONFIG.stall_timeout_s), 30)
     assert got == list(range(1, writer.seq + 1))
 
-    # Replay pages are cut to a byte budget, not 500 rows of 50 KB each.
-    big = follower(store, bus, "replay", follow=False)
-    async for item in big.events():
-        if item.seq == 5:
-            assert big._page_rows * 50_000 <= 64 * 1024
-            break
+    # Replay pages are cut to a byte budget from the stored sizes, whatever came before.
+    limits: list[int] = []
+    read_events = store.read_events
+
+    async def recording(run_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        limits.append(limit)
+        return await read_events(run_id, after_seq=after_seq, limit=limit)
+
+    monkeypatch.setattr(store, "read_events", recording)
+    got = [item.seq async for item in follower(store, bus, "replay", follow=False).events()]
+    assert got == list(range(1, writer.seq + 1))
+    # run.started and the first 50 KB event fit one page; then one by one; the small end together.
+    assert limits[:3] == [2, 1, 1] and limits[-1] >= 2 and max(limits) <= 3
 
 
 async def test_a_session_turn_queued_behind_another_waits_and_a_deleted_run_ends(store: Store) -> None:
