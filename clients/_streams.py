@@ -19,15 +19,44 @@ class _HasEvent(Protocol):
     def event(self) -> run_pb2.RunEvent: ...
 
 
+class _Ending:
+    """Why a stream ended, from its last items.
+
+    A stream that ends without error ended for one of three reasons: the run ended
+    (``run.ended``), the run waits for something outside itself (a RunAgent stream's last
+    item is the stream-only ``run.waiting``: an approval, a budget grant, an unknown
+    outcome, or an earlier turn of its session), or a non-follow replay reached the end
+    of what is stored (neither is set).
+    """
+
+    def __init__(self) -> None:
+        self.ended: run_pb2.RunEnded | None = None
+        self.waiting: run_pb2.RunWaiting | None = None
+        self.last_seq = 0
+
+    def note(self, event: run_pb2.RunEvent) -> run_pb2.RunEvent:
+        kind = event.WhichOneof("event")
+        if kind == "run_ended":
+            self.ended = event.run_ended
+        elif kind == "run_waiting":
+            self.waiting = event.run_waiting
+        if event.seq:
+            self.last_seq = event.seq
+        return event
+
+
 class EventStream(Iterator[run_pb2.RunEvent]):
     """Events of one server stream, for the synchronous :class:`Client`.
 
     Iterate it to get :class:`run_pb2.RunEvent` objects until the server ends the
     stream. Use it as a context manager (or call :meth:`cancel`) to stop early;
-    stopping a stream never cancels the run.
+    stopping a stream never cancels the run. Once it is over, :attr:`ended` or
+    :attr:`waiting` says why (see :class:`_Ending`).
 
     Raises:
-        RPCError: From iteration, when the stream ends with an error.
+        RPCError: From iteration, when the stream ends with an error (e.g.
+            RESOURCE_EXHAUSTED ``FOLLOWER_STALLED`` for a reader that stopped reading:
+            resume with ``stream_events(after_seq=<last seq received>)``).
     """
 
     def __init__(self, call: grpc.CallIterator[Any], *, hint: _errors.Hint | None = None) -> None:
@@ -35,6 +64,22 @@ class EventStream(Iterator[run_pb2.RunEvent]):
         self._hint = hint
         self._it = iter(call)
         self._cancelled = False
+        self._ending = _Ending()
+
+    @property
+    def ended(self) -> run_pb2.RunEnded | None:
+        """The run's ``run.ended`` if the stream delivered it: the run is over."""
+        return self._ending.ended
+
+    @property
+    def waiting(self) -> run_pb2.RunWaiting | None:
+        """The ``run.waiting`` a RunAgent stream ended with: what the run now waits for."""
+        return self._ending.waiting
+
+    @property
+    def last_seq(self) -> int:
+        """The last persisted seq received: where to resume with ``stream_events``."""
+        return self._ending.last_seq
 
     def __iter__(self) -> Self:
         return self
@@ -48,7 +93,7 @@ class EventStream(Iterator[run_pb2.RunEvent]):
             if self._cancelled:
                 raise StopIteration from None
             raise _errors.from_call(exc, hint=self._hint) from exc
-        return response.event
+        return self._ending.note(response.event)
 
     def cancel(self) -> None:
         """Closes the stream; later iteration stops. The run goes on."""
@@ -69,10 +114,12 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
 
     ``async for`` over it to get :class:`run_pb2.RunEvent` objects until the server
     ends the stream. Use ``async with`` (or call :meth:`aclose`) to stop early;
-    stopping a stream never cancels the run.
+    stopping a stream never cancels the run. Once it is over, :attr:`ended` or
+    :attr:`waiting` says why.
 
     Raises:
-        RPCError: From iteration, when the stream ends with an error.
+        RPCError: From iteration, when the stream ends with an error (e.g.
+            RESOURCE_EXHAUSTED ``FOLLOWER_STALLED``; resume after :attr:`last_seq`).
     """
 
     def __init__(self, call: grpc.aio.UnaryStreamCall[Any, Any], *, hint: _errors.Hint | None = None) -> None:
@@ -80,6 +127,22 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
         self._hint = hint
         self._it = call.__aiter__()
         self._cancelled = False
+        self._ending = _Ending()
+
+    @property
+    def ended(self) -> run_pb2.RunEnded | None:
+        """The run's ``run.ended`` if the stream delivered it: the run is over."""
+        return self._ending.ended
+
+    @property
+    def waiting(self) -> run_pb2.RunWaiting | None:
+        """The ``run.waiting`` a RunAgent stream ended with: what the run now waits for."""
+        return self._ending.waiting
+
+    @property
+    def last_seq(self) -> int:
+        """The last persisted seq received: where to resume with ``stream_events``."""
+        return self._ending.last_seq
 
     def __aiter__(self) -> Self:
         return self
@@ -91,7 +154,7 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
             response: _HasEvent = await anext(self._it)
         except grpc.aio.AioRpcError as exc:
             raise await _errors.from_aio_call(self._call, exc, hint=self._hint) from exc
-        return response.event
+        return self._ending.note(response.event)
 
     def cancel(self) -> None:
         """Cancels the stream's call; later iteration stops. The run goes on."""

@@ -327,21 +327,40 @@ def _cmd_run(ns: argparse.Namespace) -> int:
             _print_run(ns, run)
             return 0
         run_id = ""
-        ended: run_pb2.RunPhase | None = None
         stream = client.run_agent(
             ns.agent, ns.input, budgets=budgets, request_key=ns.request_key, session_id=ns.session
         )
         with stream:
             for event in stream:
                 run_id = event.run_id or run_id
-                if event.WhichOneof("event") == "run_ended":
-                    ended = event.run_ended.phase
                 _print_event(ns, event)
-        if ended is None and run_id:
-            # The stream ended at a pause (e.g. waiting for approval), not at the run's end.
-            run = client.get_run(run_id)
-            print(f"run {run_id} has not ended: {run_pb2.RunPhase.Name(run.phase)}", file=sys.stderr)
-        return 0 if ended == run_pb2.RUN_PHASE_COMPLETED else 1
+        if stream.ended is None and run_id:
+            # The stream ended where the run waits for something outside itself, not at its end.
+            print(_waiting_note(run_id, stream.waiting, stream.last_seq), file=sys.stderr)
+        return 0 if stream.ended is not None and stream.ended.phase == run_pb2.RUN_PHASE_COMPLETED else 1
+
+
+_NEXT_STEP = {
+    run_pb2.WAIT_REASON_APPROVAL: "approve or reject it (agentrt approvals)",
+    run_pb2.WAIT_REASON_BUDGET: "grant more budget or refuse (agentrt approvals)",
+    run_pb2.WAIT_REASON_UNKNOWN_OUTCOME: "reconciliation or a person settles the write (agentrt resolve)",
+    run_pb2.WAIT_REASON_SESSION_QUEUE: "it starts when the session's earlier run ends",
+}
+
+
+def _waiting_note(run_id: str, waiting: run_pb2.RunWaiting | None, last_seq: int) -> str:
+    """What to tell a person whose RunAgent stream ended before the run did."""
+    follow = f"agentrt events {run_id} --after {last_seq} --follow"
+    if waiting is None:
+        return f"run {run_id} has not ended; follow it with: {follow}"
+    reason = (
+        run_pb2.WaitReason.Name(waiting.reason).removeprefix("WAIT_REASON_")
+        if waiting.reason in run_pb2.WaitReason.values()
+        else str(waiting.reason)
+    )
+    detail = f" {waiting.detail}" if waiting.detail else ""
+    step = _NEXT_STEP.get(waiting.reason, "")
+    return f"run {run_id} waits: {reason}{detail}" + (f"; {step}" if step else "") + f"; then: {follow}"
 
 
 def _cmd_events(ns: argparse.Namespace) -> int:

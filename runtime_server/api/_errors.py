@@ -81,7 +81,7 @@ def to_status(exc: AgentRtError) -> status_pb2.Status:
             )
         )
         details.append(pre)
-    elif isinstance(exc, ResourceExhausted):
+    elif isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
         retry = any_pb2.Any()
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(round(exc.retry_after_s * 1e9))

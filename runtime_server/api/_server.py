@@ -43,7 +43,10 @@ class RuntimeServer:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.counters = Counters()
-        self.bus = EventBus()
+        self.bus = EventBus(
+            buffer_events=settings.streams.follower_buffer_events,
+            buffer_bytes=settings.streams.follower_buffer_bytes,
+        )
         limits = settings.tool_limits
         self.tools = ToolRouter(
             slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls),

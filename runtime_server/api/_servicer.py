@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -23,7 +23,8 @@ from runtime_server.api._inline import INLINE_AGENT_NAME, check_inline_agent
 from runtime_server.api._page_tokens import PageTokens
 from runtime_server.api._payloads import find_payload, payload_responses
 from runtime_server.api._request_keys import request_hash
-from runtime_server.api._streams import follow_events
+from runtime_server.api._stream_writer import send_events
+from runtime_server.api._streams import Follower
 from runtime_server.api._tombstones import refuse_pruned
 from runtime_server.api._validate import check_enum, check_id, check_json, check_start, check_text
 from runtime_server.auth import Principal, current_principal
@@ -144,9 +145,12 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             session_policy=_session_policy(request.session_policy),
         )
 
-    async def RunAgent(
+    # Streams are coroutines writing with context.write (not generators), so a write to a reader
+    # that stopped reading can be timed out: see _stream_writer.
+    async def RunAgent(  # type: ignore[override]
         self, request: runtime_service_pb2.RunAgentRequest, context: Context
-    ) -> AsyncIterator[runtime_service_pb2.RunAgentResponse]:
+    ) -> None:
+        """Streams until the run ends or waits outside itself; then the last item is run.waiting."""
         try:
             record, _ = await self.engine.start_run(self._start_request(request, context), admit=True)
             refuse_pruned(record)  # a repeated request_key attaching to a pruned run
@@ -154,11 +158,38 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await abort_with(context, exc)
         except Exception as exc:
             await abort_internal(context, exc)
+        follower = self._follower(record.run_id, after_seq=0, follow=True, stop_at_wait=True)
+        await self._send(
+            follower, context, lambda e: context.write(runtime_service_pb2.RunAgentResponse(event=e))
+        )
+
+    def _follower(self, run_id: str, *, after_seq: int, follow: bool, stop_at_wait: bool = False) -> Follower:
+        # Built (and so subscribed) before any await on the stream's path: no live event is missed.
+        return Follower(
+            store=self.store,
+            bus=self.engine.bus,
+            run_id=run_id,
+            after_seq=after_seq,
+            follow=follow,
+            stop_at_wait=stop_at_wait,
+            config=self.settings.streams,
+            now_ms=self.engine.now_ms,
+        )
+
+    async def _send(
+        self,
+        follower: Follower,
+        context: Context,
+        write: Callable[[run_pb2.RunEvent], Awaitable[None]],
+    ) -> None:
         try:
-            async for item in follow_events(
-                self.store, self.engine.bus, record.run_id, after_seq=0, follow=True, stop_on_pause=True
-            ):
-                yield runtime_service_pb2.RunAgentResponse(event=event_to_proto(item))
+            await send_events(
+                follower,
+                lambda item: write(event_to_proto(item)),
+                stall_timeout_s=self.settings.streams.stall_timeout_s,
+            )
+        except AgentRtError as exc:
+            await abort_with(context, exc)
         except Exception as exc:
             await abort_internal(context, exc)
 
@@ -223,26 +254,23 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             next_page_token=self.page_tokens.seal(token, scope=scope) if token else "",
         )
 
-    async def StreamRunEvents(
+    async def StreamRunEvents(  # type: ignore[override]
         self, request: runtime_service_pb2.StreamRunEventsRequest, context: Context
-    ) -> AsyncIterator[runtime_service_pb2.StreamRunEventsResponse]:
+    ) -> None:
+        """Replays, and with ``follow`` tails until the run ends: it follows through every wait.
+
+        A follow stream of an ended run ends once the replay is sent, whatever ``after_seq`` is.
+        """
         try:
             if request.after_seq < 0:
                 raise InvalidRequest("after_seq must not be negative", field="after_seq")
             refuse_pruned(await self._get(request.run_id, context))
         except AgentRtError as exc:
             await abort_with(context, exc)
-        try:
-            async for item in follow_events(
-                self.store,
-                self.engine.bus,
-                request.run_id,
-                after_seq=request.after_seq,
-                follow=request.follow,
-            ):
-                yield runtime_service_pb2.StreamRunEventsResponse(event=event_to_proto(item))
-        except Exception as exc:
-            await abort_internal(context, exc)
+        follower = self._follower(request.run_id, after_seq=request.after_seq, follow=request.follow)
+        await self._send(
+            follower, context, lambda e: context.write(runtime_service_pb2.StreamRunEventsResponse(event=e))
+        )
 
     # -- control ------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ Tree::
     ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
     ├── Unauthenticated               no credential, or a bad one (UNAUTHENTICATED)
     ├── PermissionDenied              the caller may not do this (PERMISSION_DENIED)
-    ├── ResourceExhausted             over a limit; retry later (RESOURCE_EXHAUSTED + RetryInfo)
+    ├── ResourceExhausted             a limit that protects others was hit (RESOURCE_EXHAUSTED [+ RetryInfo])
     └── LeaseLost                     this worker no longer owns the run (ABORTED)
 """
 
@@ -107,7 +107,8 @@ class PermissionDenied(AgentRtError):
 
 
 class ResourceExhausted(AgentRtError):
-    """A limit (queued or active runs, say) is reached; ``retry_after_s`` says when to try again."""
+    """A limit that protects other callers was hit: queued or active runs (``retry_after_s`` says when
+    to try again), a stream reader that stopped reading."""
 
     reason = "RESOURCE_EXHAUSTED"
 
@@ -115,7 +116,7 @@ class ResourceExhausted(AgentRtError):
         self,
         message: str,
         *,
-        retry_after_s: float,
+        retry_after_s: float | None = None,
         reason: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ):

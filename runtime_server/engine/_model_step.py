@@ -253,6 +253,7 @@ class ModelStep:
         self.d.engine.bus.publish(
             self.d.run_id,
             [StoredEvent(self.d.run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.d.engine.now_ms())],
+            after_seq=self.d.state.seq - len(self.d.buffer),  # its place among the committed events
         )
 
 

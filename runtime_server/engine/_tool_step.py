@@ -374,11 +374,11 @@ class ToolStep:
         subscription = engine.bus.subscribe(run_id)
         try:
             while True:
+                subscription.drain()  # a wake-up only: what it held is in the store
                 record = await engine.store.get_run(run_id)
                 if record is not None and Phase(record.phase).terminal:
                     return record
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(subscription.queue.get(), timeout=0.5)
+                await subscription.get(wait_s=0.5)
         finally:
             engine.bus.unsubscribe(subscription)
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from runtime_server.events._bus import EventBus, Subscription
+from runtime_server.events._bus import EventBus, LiveItem, Subscription, item_bytes
 
-__all__ = ["EventBus", "Subscription"]
+__all__ = ["EventBus", "LiveItem", "Subscription", "item_bytes"]

@@ -291,6 +291,20 @@ class Store:
 
         return await self.db.transaction(read)
 
+    async def read_event_sizes(self, run_id: str, *, after_seq: int, limit: int) -> list[tuple[int, int]]:
+        """(seq, stored payload length) of up to ``limit`` events after ``after_seq``: sizes a page."""
+
+        def read(conn: Connection) -> list[tuple[int, int]]:
+            query = (
+                select(events.c.seq, func.length(events.c.payload))
+                .where(events.c.run_id == run_id, events.c.seq > after_seq)
+                .order_by(events.c.seq)
+                .limit(limit)
+            )
+            return [(int(seq), int(size or 0)) for seq, size in conn.execute(query)]
+
+        return await self.db.transaction(read)
+
     async def append(
         self,
         run_id: str,

@@ -51,8 +51,12 @@ def refunds(tool_host: ToolHostProcess) -> int:
 
 def start_until_paused(client: Client, agent: str) -> tuple[str, run_pb2.ApprovalRequested]:
     events = list(client.run_agent(agent, "refund A100 please", timeout=60))
-    assert event_type(events[-1]) == "approval.requested", [event_type(e) for e in events]
-    return events[0].run_id, events[-1].approval_requested
+    # RunAgent ends where the run waits for a person: the stream-only run.waiting says so.
+    assert [event_type(e) for e in events[-2:]] == ["approval.requested", "run.waiting"], [
+        event_type(e) for e in events
+    ]
+    assert events[-1].run_waiting.detail == events[-2].approval_requested.approval_id
+    return events[0].run_id, events[-2].approval_requested
 
 
 def test_an_approval_pause_survives_a_restart_and_resumes_the_same_run(

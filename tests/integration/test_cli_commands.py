@@ -47,6 +47,11 @@ def events_of(run_id: str, phase: run_pb2.RunPhase | None) -> list[run_pb2.RunEv
         events.append(
             run_pb2.RunEvent(run_id=run_id, seq=4, run_ended=run_pb2.RunEnded(phase=phase, reason="r"))
         )
+    elif run_id == "run-pauses":  # RunAgent's stream-only last item when the run waits for a person
+        waiting = run_pb2.RunWaiting(
+            reason=run_pb2.WAIT_REASON_APPROVAL, phase=run_pb2.RUN_PHASE_WAITING_APPROVAL, detail="appr_1"
+        )
+        events.append(run_pb2.RunEvent(run_id=run_id, seq=0, run_waiting=waiting))
     return events
 
 
@@ -252,14 +257,27 @@ async def test_run_follow_exit_code_follows_terminal_phase(
     assert lines[-1].startswith("#4  run.ended  " + ("COMPLETED" if code == 0 else "FAILED"))
 
 
-async def test_run_follow_stream_ending_at_a_pause_exits_1(
+async def test_run_follow_stream_ending_at_a_wait_says_what_the_run_waits_for_and_exits_1(
     fake: tuple[FakeRuntime, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    servicer, target = fake
+    _, target = fake
     assert await agentrt("--target", target, "run", "pauses", "hi", "--follow") == 1
     captured = capsys.readouterr()
-    assert "run run-pauses has not ended: RUN_PHASE_WAITING_APPROVAL" in captured.err
-    assert isinstance(servicer.requests[-1], runtime_service_pb2.GetRunRequest)
+    assert captured.out.splitlines()[-1] == '~  run.waiting  APPROVAL phase=WAITING_APPROVAL detail="appr_1"'
+    assert captured.err.strip() == (
+        "run run-pauses waits: APPROVAL appr_1; approve or reject it (agentrt approvals); "
+        "then: agentrt events run-pauses --after 3 --follow"
+    )
+
+
+async def test_run_follow_stream_ending_without_an_end_or_a_wait_says_how_to_follow(
+    fake: tuple[FakeRuntime, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, target = fake  # an older server: the stream just stops where the run paused
+    assert await agentrt("--target", target, "run", "older", "hi", "--follow") == 1
+    assert capsys.readouterr().err.strip() == (
+        "run run-older has not ended; follow it with: agentrt events run-older --after 3 --follow"
+    )
 
 
 async def test_run_follow_json_lines(

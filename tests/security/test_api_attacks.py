@@ -33,7 +33,8 @@ def paused_run(stack: SecureStack, who: str = "alice") -> tuple[str, run_pb2.Run
     """A refund run of ``who`` waiting for approval (the refund is over the policy's limit)."""
     with stack.client(who) as client:
         events = list(client.run_agent("refunder", "refund A100 please", timeout=60))
-        assert event_type(events[-1]) == "approval.requested", [event_type(e) for e in events]
+        assert event_type(events[-2]) == "approval.requested", [event_type(e) for e in events]
+        assert events[-1].run_waiting.reason == run_pb2.WAIT_REASON_APPROVAL
         run = client.get_run(events[0].run_id)
     return run.run_id, run
 

@@ -113,7 +113,7 @@ def test_tls_certificates_and_the_grant_key_rotate_under_live_servers(tmp_path: 
         run_small_refund(stack)
         with stack.client("alice") as alice:  # a run in flight across the rotation
             events = list(alice.run_agent("refunder", "refund A100 please", timeout=60))
-            assert event_type(events[-1]) == "approval.requested"
+            assert event_type(events[-2]) == "approval.requested" and events[-1].run_waiting.reason
             paused = alice.get_run(events[0].run_id)
 
         # 1. The runtime API's certificate: new handshakes get the new one.
