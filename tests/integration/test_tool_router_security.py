@@ -49,16 +49,17 @@ from tool_host.testing import ToolHostProcess, spawn_tool_host, start_tool_host
 
 PLUGINS = ("plugins.demo_tools",)
 RUNTIME_CLIENT = "agentrt-runtime"
-# One euro a run: the rotation test makes many refunds of order A100.
+# One cent a run: the rotation tests refund order A100 (120.00) as often as a fast machine manages
+# while they wait for a reload, which may be thousands of times.
 REFUND_STEPS = [
     {"text": "Looking up.", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]},
     {
         "text": "Refunding.",
         "tool_calls": [
-            {"tool": "refund.issue", "arguments": {"order_id": "A100", "amount": 1.0, "reason": "broken"}}
+            {"tool": "refund.issue", "arguments": {"order_id": "A100", "amount": 0.01, "reason": "broken"}}
         ],
     },
-    {"text": "Refunded 1.00 for A100."},
+    {"text": "Refunded 0.01 for A100."},
 ]
 APPROVAL_STEPS = [
     {
@@ -473,9 +474,8 @@ def test_rotating_the_signing_key_never_locks_out_a_spawned_host(tmp_path: Path,
     with _runtime(config, tmp_path) as runtime:
         _refund_completed(_refund_run(runtime))
         write_signing_key(signing_key_file)  # a new key under the live runtime
-        # Signers re-read their file at most once a second: keep calling past that. Order A100 allows
-        # 120 one-euro refunds, so a fast machine stops at 100 runs and makes its last call after the
-        # re-read interval has certainly passed.
+        # Signers re-read their file at most once a second: keep calling past that, at most 100 runs,
+        # the last one after the re-read interval has certainly passed.
         deadline = time.monotonic() + 2.5
         for _ in range(100):
             if time.monotonic() >= deadline:
