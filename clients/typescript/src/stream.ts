@@ -1,0 +1,152 @@
+// Event streams: async iterators over a run's events that resume after a disconnect.
+//
+// A stream remembers the last persisted seq it delivered. When the connection breaks (UNAVAILABLE,
+// a reset stream) or the server drops a slow reader (RESOURCE_EXHAUSTED FOLLOWER_STALLED), it
+// reopens the call after that seq and skips anything at or below it, so the caller sees every
+// persisted event once: no gap, no duplicate. Live-only `model.text.delta` items (seq 0) published
+// while disconnected are not replayed; the persisted `model.completed` is the truth.
+
+import { Code } from "@connectrpc/connect";
+
+import type { RunEnded, RunEvent, RunWaiting } from "./gen/agentrt/runtime/v1/run_pb.js";
+import { RpcError, toRpcError } from "./errors.js";
+
+/** How a stream reconnects after a disconnect. */
+export interface ReconnectOptions {
+  /** Reconnects in a row without receiving an event before the error is thrown (default 8; 0: never). */
+  maxAttempts?: number;
+  /** First backoff, doubled each attempt (default 100 ms). */
+  baseDelayMs?: number;
+  /** Largest backoff (default 3000 ms). */
+  maxDelayMs?: number;
+}
+
+/** Called before each reconnect with the error that broke the stream and the attempt number (from 1). */
+export type ReconnectListener = (error: RpcError, attempt: number, afterSeq: bigint) => void;
+
+/** Opens (or reopens) the underlying call: items after `afterSeq` (RunAgent ignores it and replays). */
+export type OpenStream = (afterSeq: bigint, signal: AbortSignal) => AsyncIterable<{ event?: RunEvent }>;
+
+const DEFAULTS: Required<ReconnectOptions> = { maxAttempts: 8, baseDelayMs: 100, maxDelayMs: 3000 };
+
+/**
+ * The events of one run, as an async iterator that resumes after a disconnect.
+ *
+ * `for await (const event of stream)` until the server ends the stream; `break` (or `close()`)
+ * stops early and never cancels the run. Afterwards `ended` or `waiting` says why it ended; both
+ * unset means a non-follow replay reached the end of what is stored.
+ */
+export class EventStream implements AsyncIterable<RunEvent> {
+  /** The last persisted seq delivered: where a later `streamEvents` should resume. */
+  lastSeq: bigint;
+  /** The run id, once an event named it (or when the stream was opened for one run). */
+  runId: string;
+  /** The run's `run.ended`, if the stream delivered it: the run is over. */
+  ended: RunEnded | undefined;
+  /** The `run.waiting` a RunAgent stream ended with: what the run now waits for. */
+  waiting: RunWaiting | undefined;
+  /** How many times the stream reconnected. */
+  reconnects = 0;
+
+  private readonly open: OpenStream;
+  private readonly reconnect: Required<ReconnectOptions>;
+  private readonly onReconnect: ReconnectListener | undefined;
+  private readonly closing = new AbortController();
+  private started = false;
+
+  constructor(
+    open: OpenStream,
+    options: { runId?: string; afterSeq?: bigint; reconnect?: ReconnectOptions; onReconnect?: ReconnectListener } = {},
+  ) {
+    this.open = open;
+    this.runId = options.runId ?? "";
+    this.lastSeq = options.afterSeq ?? 0n;
+    this.reconnect = { ...DEFAULTS, ...options.reconnect };
+    this.onReconnect = options.onReconnect;
+  }
+
+  /** Stops the stream: the current call is cancelled and iteration ends. The run goes on. */
+  close(): void {
+    this.closing.abort();
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<RunEvent> {
+    if (this.started) throw new Error("an EventStream can be iterated once");
+    this.started = true;
+    return this.iterate();
+  }
+
+  /** Collects every event until the stream ends. */
+  async toArray(): Promise<RunEvent[]> {
+    const events: RunEvent[] = [];
+    for await (const event of this) events.push(event);
+    return events;
+  }
+
+  private async *iterate(): AsyncGenerator<RunEvent, void, undefined> {
+    let failures = 0;
+    while (!this.closing.signal.aborted) {
+      const call = new AbortController();
+      const stop = (): void => call.abort();
+      this.closing.signal.addEventListener("abort", stop);
+      try {
+        for await (const item of this.open(this.lastSeq, call.signal)) {
+          const event = item.event;
+          if (event === undefined) continue;
+          if (event.seq !== 0n && event.seq <= this.lastSeq) continue; // replayed after a reconnect
+          failures = 0;
+          this.note(event);
+          yield event;
+          if (event.event.case === "runEnded") return;
+        }
+        return; // the server ended the stream
+      } catch (err) {
+        if (this.closing.signal.aborted) return;
+        const error = toRpcError(err);
+        if (!(error instanceof RpcError) || !isResumable(error) || failures >= this.reconnect.maxAttempts) throw error;
+        failures += 1;
+        this.reconnects += 1;
+        this.onReconnect?.(error, failures, this.lastSeq);
+        await sleep(backoff(this.reconnect, failures), this.closing.signal);
+      } finally {
+        this.closing.signal.removeEventListener("abort", stop);
+        call.abort(); // releases the HTTP/2 stream when the caller stopped early
+      }
+    }
+  }
+
+  private note(event: RunEvent): void {
+    if (event.runId) this.runId = event.runId;
+    if (event.seq !== 0n) this.lastSeq = event.seq;
+    if (event.event.case === "runEnded") this.ended = event.event.value;
+    else if (event.event.case === "runWaiting") this.waiting = event.event.value;
+  }
+}
+
+/**
+ * True for errors after which reopening the stream may succeed: the server is unreachable, the
+ * connection broke (the HTTP/2 stream ended with no gRPC status at all), or a slow reader was dropped.
+ */
+export function isResumable(error: RpcError): boolean {
+  if (error.code === Code.Unavailable) return true;
+  if (error.code === Code.ResourceExhausted) return error.reason === "FOLLOWER_STALLED";
+  const transportLevel = !error.trailers.has("grpc-status");
+  return transportLevel && (error.code === Code.Canceled || error.code === Code.Internal || error.code === Code.Unknown);
+}
+
+function backoff(options: Required<ReconnectOptions>, attempt: number): number {
+  return Math.min(options.maxDelayMs, options.baseDelayMs * 2 ** (attempt - 1));
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done);
+  });
+}

@@ -1,0 +1,144 @@
+// Starts a real agentrt runtime (which spawns a real tool host) for the tests, over loopback.
+//
+// The Python side is reached in exactly two places below: PYTHON (the interpreter, from
+// AGENTRT_PYTHON, which the Makefile sets) and RUNTIME_MODULE / pythonSnippet. When the
+// runtime's entry point moves, change RUNTIME_MODULE only.
+
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The repository root (clients/typescript/build-test/test/helpers -> ../../../../..). */
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..", "..");
+
+/** The Python interpreter of the project's virtualenv. */
+export const PYTHON = process.env["AGENTRT_PYTHON"] || join(REPO_ROOT, ".venv", "bin", "python");
+
+/** `python -m <this>` serves the runtime; it prints READY_PREFIX + address when it listens. */
+export const RUNTIME_MODULE = "runtime_server";
+const READY_PREFIX = "agentrt-runtime listening on ";
+
+/** The environment of every Python child: the repository's code first, whatever is installed. */
+function pythonEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONPATH: [REPO_ROOT, process.env["PYTHONPATH"]].filter(Boolean).join(":") };
+  for (const name of Object.keys(env)) {
+    // The client's own settings must not leak into the server (AGENTRT_* overrides its config).
+    if (name.startsWith("AGENTRT_")) delete env[name];
+  }
+  return env;
+}
+
+/** Runs a short Python program with the project on its path; returns its stdout. */
+export function pythonSnippet(code: string, args: string[] = []): string {
+  return execFileSync(PYTHON, ["-c", code, ...args], { env: pythonEnv(), encoding: "utf8" });
+}
+
+/** Scripted model steps of the refund agent: a read, then a refund over the policy's limit (approval). */
+const REFUND_STEPS = [
+  { text: "Looking up the order.", tool_calls: [{ tool: "orders.lookup", arguments: { order_id: "A100" } }] },
+  {
+    text: "Refunding.",
+    tool_calls: [{ tool: "refund.issue", arguments: { order_id: "A100", amount: 30.0, reason: "broken" } }],
+  },
+  { text: "Refunded 30.00 for A100." },
+];
+const NAP = { text: "sleeping", tool_calls: [{ tool: "sleep.wait", arguments: { seconds: 30 } }] };
+
+function toml(value: unknown): string {
+  // JSON scalars and arrays are TOML; objects become inline tables with quoted keys.
+  if (Array.isArray(value)) return `[${value.map(toml).join(", ")}]`;
+  if (value !== null && typeof value === "object") {
+    return `{${Object.entries(value)
+      .map(([k, v]) => `${JSON.stringify(k)} = ${toml(v)}`)
+      .join(", ")}}`;
+  }
+  return JSON.stringify(value);
+}
+
+function agent(name: string, steps: unknown[], tools: string[], budgets: Record<string, number>, extra = ""): string {
+  return (
+    `[agents.${JSON.stringify(name)}]\ninstructions = "test agent"\ntools = ${toml(tools)}\n` +
+    `model = { provider = "scripted", options = { steps = ${toml(steps)} } }\nbudgets = ${toml(budgets)}\n${extra}`
+  );
+}
+
+/** Extra TOML for the runtime's configuration (e.g. [tls] and [auth] tables). */
+export interface RuntimeOptions {
+  extraToml?: string;
+}
+
+/** A runtime process serving on a loopback port, with its own SQLite file and a spawned tool host. */
+export class Runtime {
+  readonly dir: string;
+  address = "";
+  private child: ChildProcess | undefined;
+  private stderr = "";
+
+  constructor() {
+    this.dir = mkdtempSync(join(tmpdir(), "agentrt-ts-"));
+  }
+
+  /** Writes the configuration: agents `refund` (pauses for approval) and `sleeper` (a 30 s tool call). */
+  configure(options: RuntimeOptions = {}): string {
+    const text =
+      `db_url = ${JSON.stringify(`sqlite:///${join(this.dir, "agentrt.sqlite")}`)}\n` +
+      `data_dir = ${JSON.stringify(join(this.dir, "data"))}\n` +
+      `lease_ttl_s = 3.0\npoll_interval_s = 0.2\ngrace_s = 1.0\n` +
+      `[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["plugins.demo_tools"]\n` +
+      `[limits]\nmax_input_bytes = 2048\n` +
+      agent("refund", REFUND_STEPS, ["orders.lookup", "refund.issue"], { max_model_steps: 6, timeout_s: 60 }) +
+      `approvals = { options = { refund_limit = 25 } }\n` +
+      agent("sleeper", [NAP, NAP, { text: "woke" }], ["sleep.wait"], { timeout_s: 120 }) +
+      (options.extraToml ?? "");
+    const path = join(this.dir, "agentrt.toml");
+    writeFileSync(path, text);
+    return path;
+  }
+
+  /** Starts the runtime and resolves with its address once it listens (at most `timeoutMs`). */
+  async start(options: RuntimeOptions = {}, timeoutMs = 60_000): Promise<string> {
+    const config = this.configure(options);
+    const child = spawn(PYTHON, ["-m", RUNTIME_MODULE, "--config", config, "--listen", "127.0.0.1:0"], {
+      cwd: this.dir,
+      env: pythonEnv(),
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.child = child;
+    child.stderr?.setEncoding("utf8").on("data", (chunk: string) => {
+      this.stderr = (this.stderr + chunk).slice(-8000);
+    });
+    this.address = await new Promise<string>((resolveReady, reject) => {
+      let buffer = "";
+      const timer = setTimeout(() => reject(new Error(`runtime did not start in ${timeoutMs} ms:\n${this.stderr}`)), timeoutMs);
+      child.stdout?.setEncoding("utf8").on("data", (chunk: string) => {
+        buffer += chunk;
+        for (const line of buffer.split("\n")) {
+          if (line.startsWith(READY_PREFIX)) {
+            clearTimeout(timer);
+            resolveReady(line.slice(READY_PREFIX.length).trim());
+          }
+        }
+      });
+      child.on("exit", (code) => {
+        clearTimeout(timer);
+        reject(new Error(`runtime exited with ${code} before listening:\n${this.stderr}`));
+      });
+    });
+    return this.address;
+  }
+
+  /** SIGTERM, then SIGKILL after `graceMs`; removes the directory. */
+  async stop(graceMs = 15_000): Promise<void> {
+    const child = this.child;
+    if (child !== undefined && child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise<void>((done) => child.once("exit", () => done()));
+      child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
