@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint proto bench clean
+.PHONY: demo test test-ts lint proto proto-ts bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,22 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+	$(MAKE) test-ts
+
+# The TypeScript client (clients/typescript): npm ci from the committed lock file, build, and its
+# tests, which start this checkout's runtime with the venv's Python (AGENTRT_PYTHON).
+test-ts: $(STAMP)
+	cd clients/typescript && npm ci --no-audit --no-fund && AGENTRT_PYTHON=$(abspath $(BIN)/python) npm test
 
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py
+	$(MAKE) proto-ts
+
+proto-ts:
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run generate
 
 bench: $(STAMP)
 	$(BIN)/python bench/step_loop.py
 
 clean:
-	rm -rf $(VENV) .agentrt
+	rm -rf $(VENV) .agentrt clients/typescript/node_modules clients/typescript/dist clients/typescript/build-test

@@ -42,7 +42,7 @@ function range(from: bigint, to: bigint): bigint[] {
 
 /** Starts the refund agent and reads its RunAgent stream until it pauses for approval. */
 async function runUntilApproval(): Promise<{ runId: string; events: RunEvent[]; lastSeq: bigint }> {
-  const stream = client.runAgent({ agentName: "refund", input: "refund A100" });
+  const stream = client.runAgent({ agentName: "refund-demo", input: "refund A100" });
   const events = await stream.toArray();
   assert.equal(stream.waiting?.reason, WaitReason.APPROVAL);
   assert.equal(events.at(-1)?.event.case, "runWaiting");
@@ -86,9 +86,9 @@ describe("against a real runtime", () => {
     const run = await client.getRun(runId);
     assert.equal(run.phase, RunPhase.COMPLETED);
     assert.equal(run.output, "Refunded 30.00 for A100.");
-    const page = await client.listRuns({ agentName: "refund", phases: [RunPhase.COMPLETED] });
+    const page = await client.listRuns({ agentName: "refund-demo", phases: [RunPhase.COMPLETED] });
     assert.ok(page.runs.some((r) => r.runId === runId), "listRuns finds the completed run by agent and phase");
-    const waiting = await client.listRuns({ agentName: "refund", phases: [RunPhase.WAITING_APPROVAL] });
+    const waiting = await client.listRuns({ agentName: "refund-demo", phases: [RunPhase.WAITING_APPROVAL] });
     assert.ok(!waiting.runs.some((r) => r.runId === runId));
   });
 
@@ -192,7 +192,7 @@ describe("against a real runtime", () => {
       ["run_id"],
     );
     await assert.rejects(
-      client.runAgent({ agentName: "refund", input: "x".repeat(5000) }).toArray(),
+      client.runAgent({ agentName: "refund-demo", input: "x".repeat(5000) }).toArray(),
       (err: unknown) => err instanceof InvalidArgumentError && err.fieldViolations.some((v) => v.field === "input"),
     );
   });

@@ -80,7 +80,7 @@ export class Runtime {
     this.dir = mkdtempSync(join(tmpdir(), "agentrt-ts-"));
   }
 
-  /** Writes the configuration: agents `refund` (pauses for approval) and `sleeper` (a 30 s tool call). */
+  /** Writes the configuration: agents `refund-demo` (as in the README; pauses for approval) and `sleeper` (a 30 s tool call). */
   configure(options: RuntimeOptions = {}): string {
     const text =
       `db_url = ${JSON.stringify(`sqlite:///${join(this.dir, "agentrt.sqlite")}`)}\n` +
@@ -88,7 +88,7 @@ export class Runtime {
       `lease_ttl_s = 3.0\npoll_interval_s = 0.2\ngrace_s = 1.0\n` +
       `[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["plugins.demo_tools"]\n` +
       `[limits]\nmax_input_bytes = 2048\n` +
-      agent("refund", REFUND_STEPS, ["orders.lookup", "refund.issue"], { max_model_steps: 6, timeout_s: 60 }) +
+      agent("refund-demo", REFUND_STEPS, ["orders.lookup", "refund.issue"], { max_model_steps: 6, timeout_s: 60 }) +
       `approvals = { options = { refund_limit = 25 } }\n` +
       agent("sleeper", [NAP, NAP, { text: "woke" }], ["sleep.wait"], { timeout_s: 120 }) +
       (options.extraToml ?? "");
