@@ -1,8 +1,8 @@
 // Starts a real agentrt runtime (which spawns a real tool host) for the tests, over loopback.
 //
-// The Python side is reached in exactly two places below: PYTHON (the interpreter, from
-// AGENTRT_PYTHON, which the Makefile sets) and RUNTIME_MODULE / pythonSnippet. When the
-// runtime's entry point moves, change RUNTIME_MODULE only.
+// The Python side is reached through three constants below: PYTHON (the interpreter, from
+// AGENTRT_PYTHON, which the Makefile sets), RUNTIME_MODULE (`python -m` entry of the runtime)
+// and PKI_MODULE (the dev PKI helper). When a module moves, change its constant only.
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -19,6 +19,8 @@ export const PYTHON = process.env["AGENTRT_PYTHON"] || join(REPO_ROOT, ".venv", 
 /** `python -m <this>` serves the runtime; it prints READY_PREFIX + address when it listens. */
 export const RUNTIME_MODULE = "runtime_server";
 const READY_PREFIX = "agentrt-runtime listening on ";
+/** Where the dev PKI helper lives (`generate_dev_pki`). */
+export const PKI_MODULE = "tool_host.security";
 
 /** The environment of every Python child: the repository's code first, whatever is installed. */
 function pythonEnv(): NodeJS.ProcessEnv {
@@ -28,6 +30,29 @@ function pythonEnv(): NodeJS.ProcessEnv {
     if (name.startsWith("AGENTRT_")) delete env[name];
   }
   return env;
+}
+
+/** Files of a throwaway PKI made by the project's dev helper: a CA, a server and a client certificate. */
+export interface DevPki {
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  clientCert: string;
+  clientKey: string;
+}
+
+/** Makes a dev PKI under `dir` for 127.0.0.1 and localhost, with one client certificate. */
+export function devPki(dir: string): DevPki {
+  const code = [
+    "import json, sys",
+    "from pathlib import Path",
+    `from ${PKI_MODULE} import generate_dev_pki`,
+    "pki = generate_dev_pki(Path(sys.argv[1]), hosts=('127.0.0.1', 'localhost'), clients=('ts-client',))",
+    "cert, key = pki.client_files['ts-client']",
+    "print(json.dumps({'ca': str(pki.ca_file), 'serverCert': str(pki.server_cert_file),",
+    "  'serverKey': str(pki.server_key_file), 'clientCert': str(cert), 'clientKey': str(key)}))",
+  ].join("\n");
+  return JSON.parse(pythonSnippet(code, [dir])) as DevPki;
 }
 
 /** Runs a short Python program with the project on its path; returns its stdout. */
