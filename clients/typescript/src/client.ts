@@ -6,7 +6,7 @@ import type { SecureClientSessionOptions } from "node:http2";
 
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { type Client as ConnectClient, type Interceptor, type Transport, createClient } from "@connectrpc/connect";
-import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
+import { type Http2SessionOptions, Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 
 import { ApprovalDecision, type PayloadRef, type Run, type RunPhase } from "./gen/agentrt/runtime/v1/run_pb.js";
 import {
@@ -39,6 +39,8 @@ export interface ClientOptions extends SecurityOptions {
   reconnect?: ReconnectOptions;
   /** A ready transport to use instead; no security option (nor AGENTRT_* variable) is applied to it. */
   transport?: Transport;
+  /** HTTP/2 keepalive: ping a connection with open streams every pingIntervalMs (off by default). */
+  http2?: Http2SessionOptions;
 }
 
 /** What a stream call takes besides its request. */
@@ -102,7 +104,7 @@ export class AgentRuntimeClient {
       }
       this.security = describeSecurity(security);
       const url = baseUrl(this.target, security.tls);
-      this.session = new Http2SessionManager(url, {}, nodeOptions(security));
+      this.session = new Http2SessionManager(url, options.http2 ?? {}, nodeOptions(security));
       transport = createGrpcTransport({
         baseUrl: url,
         sessionManager: this.session,

@@ -14,7 +14,7 @@ import {
   WaitReason,
 } from "../src/index.js";
 import { Relay } from "./helpers/proxy.js";
-import { Runtime } from "./helpers/runtime.js";
+import { BLOB_BYTES, Runtime } from "./helpers/runtime.js";
 import { waitFor } from "./helpers/wait.js";
 
 const runtime = new Runtime();
@@ -165,6 +165,19 @@ describe("against a real runtime", () => {
       viaRelay.close();
       await relay.close();
     }
+  });
+
+  test("getPayload fetches a large tool result whole, checked against its reference", async () => {
+    const stream = client.runAgent({ agentName: "blob", input: "make one" });
+    const events = await stream.toArray();
+    assert.equal(stream.ended?.phase, RunPhase.COMPLETED);
+    const completed = events.find((e) => e.event.case === "toolCompleted");
+    const ref = completed?.event.case === "toolCompleted" ? completed.event.value.resultRef : undefined;
+    assert.ok(ref, "a result over the inline limit is stored as a payload");
+    const payload = await client.getPayload(stream.runId, ref.payloadId);
+    assert.equal(payload.data.length, Number(ref.sizeBytes));
+    const blob = (JSON.parse(Buffer.from(payload.data).toString("utf8")) as { blob: string }).blob;
+    assert.equal(blob.length, BLOB_BYTES);
   });
 
   test("NOT_FOUND is a NotFoundError with its ErrorInfo decoded", async () => {

@@ -60,6 +60,11 @@ export function pythonSnippet(code: string, args: string[] = []): string {
   return execFileSync(PYTHON, ["-c", code, ...args], { env: pythonEnv(), encoding: "utf8" });
 }
 
+/** Plugin modules the spawned tool host serves. */
+export const TOOL_PLUGINS = ["plugins.demo_tools", "plugins.blob_tools"];
+/** Size of the blob the `blob` agent's tool returns: over the 64 KiB inline limit, so stored as a payload. */
+export const BLOB_BYTES = 100_000;
+
 /** Scripted model steps of the refund agent: a read, then a refund over the policy's limit (approval). */
 const REFUND_STEPS = [
   { text: "Looking up the order.", tool_calls: [{ tool: "orders.lookup", arguments: { order_id: "A100" } }] },
@@ -69,6 +74,7 @@ const REFUND_STEPS = [
   },
   { text: "Refunded 30.00 for A100." },
 ];
+const BLOB = [{ text: "making", tool_calls: [{ tool: "blob.make", arguments: { size_bytes: BLOB_BYTES } }] }, { text: "made" }];
 const NAP = { text: "sleeping", tool_calls: [{ tool: "sleep.wait", arguments: { seconds: 30 } }] };
 
 function toml(value: unknown): string {
@@ -105,17 +111,18 @@ export class Runtime {
     this.dir = mkdtempSync(join(tmpdir(), "agentrt-ts-"));
   }
 
-  /** Writes the configuration: agents `refund-demo` (as in the README; pauses for approval) and `sleeper` (a 30 s tool call). */
+  /** Writes the configuration: agents `refund-demo` (as in the README; pauses for approval), `sleeper` (a 30 s tool call), `blob` (a large result). */
   configure(options: RuntimeOptions = {}): string {
     const text =
       `db_url = ${JSON.stringify(`sqlite:///${join(this.dir, "agentrt.sqlite")}`)}\n` +
       `data_dir = ${JSON.stringify(join(this.dir, "data"))}\n` +
       `lease_ttl_s = 3.0\npoll_interval_s = 0.2\ngrace_s = 1.0\n` +
-      `[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["plugins.demo_tools"]\n` +
+      `[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ${toml(TOOL_PLUGINS)}\n` +
       `[limits]\nmax_input_bytes = 2048\n` +
       agent("refund-demo", REFUND_STEPS, ["orders.lookup", "refund.issue"], { max_model_steps: 6, timeout_s: 60 }) +
       `approvals = { options = { refund_limit = 25 } }\n` +
       agent("sleeper", [NAP, NAP, { text: "woke" }], ["sleep.wait"], { timeout_s: 120 }) +
+      agent("blob", BLOB, ["blob.make"], { timeout_s: 60 }) +
       (options.extraToml ?? "");
     const path = join(this.dir, "agentrt.toml");
     writeFileSync(path, text);
