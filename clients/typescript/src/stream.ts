@@ -97,7 +97,8 @@ export class EventStream implements AsyncIterable<RunEvent> {
           failures = 0;
           this.note(event);
           yield event;
-          if (event.event.case === "runEnded") return;
+          // Both end the stream: stop here, so a cut before the server's end is not reopened.
+          if (event.event.case === "runEnded" || event.event.case === "runWaiting") return;
         }
         return; // the server ended the stream
       } catch (err) {

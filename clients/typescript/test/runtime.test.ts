@@ -101,7 +101,7 @@ describe("against a real runtime", () => {
       const stream = viaRelay.streamEvents(runId, {
         afterSeq: 2n,
         follow: true,
-        reconnect: { maxAttempts: 40, baseDelayMs: 20, maxDelayMs: 250 },
+        reconnect: { maxAttempts: 200, baseDelayMs: 20, maxDelayMs: 250 },
         onReconnect: (error) => reconnectErrors.push(error.codeName),
       });
       const received: RunEvent[] = [];

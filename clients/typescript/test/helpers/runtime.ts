@@ -153,6 +153,10 @@ export class Runtime {
           }
         }
       });
+      child.on("error", (err) => {
+        clearTimeout(timer);
+        reject(new Error(`cannot start ${PYTHON} (set AGENTRT_PYTHON to the project's Python): ${err.message}`));
+      });
       child.on("exit", (code) => {
         clearTimeout(timer);
         reject(new Error(`runtime exited with ${code} before listening:\n${this.stderr}`));
