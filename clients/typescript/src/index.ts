@@ -45,9 +45,10 @@ export {
   type UnknownDetail,
 } from "./errors.js";
 export { EventStream, isResumable, type ReconnectListener, type ReconnectOptions } from "./stream.js";
+export type { Http2SessionOptions } from "@connectrpc/connect-node";
 export * from "./gen/agentrt/runtime/v1/run_pb.js";
 export * from "./gen/agentrt/runtime/v1/runtime_service_pb.js";
-export type { ToolError } from "./gen/agentrt/toolhost/v1/tool_pb.js";
+export * from "./gen/agentrt/toolhost/v1/tool_pb.js";
 export type {
   BadRequest,
   BadRequest_FieldViolation,

@@ -13,7 +13,7 @@ import { RpcError, toRpcError } from "./errors.js";
 
 /** How a stream reconnects after a disconnect. */
 export interface ReconnectOptions {
-  /** Reconnects in a row without receiving an event before the error is thrown (default 8; 0: never). */
+  /** Failed reconnects in a row (no event, open under 10 s) before the error is thrown (default 8; 0: never). */
   maxAttempts?: number;
   /** First backoff, doubled each attempt (default 100 ms). */
   baseDelayMs?: number;
@@ -26,6 +26,10 @@ export type ReconnectListener = (error: RpcError, attempt: number, afterSeq: big
 
 /** Opens (or reopens) the underlying call: items after `afterSeq` (RunAgent ignores it and replays). */
 export type OpenStream = (afterSeq: bigint, signal: AbortSignal) => AsyncIterable<{ event?: RunEvent }>;
+
+// A call open this long before it broke counts as a healthy connection, not as a failed attempt:
+// a follower waiting hours for an approval may lose its connection many times.
+const HEALTHY_MS = 10_000;
 
 const DEFAULTS: Required<ReconnectOptions> = { maxAttempts: 8, baseDelayMs: 100, maxDelayMs: 3000 };
 
@@ -89,6 +93,7 @@ export class EventStream implements AsyncIterable<RunEvent> {
       const call = new AbortController();
       const stop = (): void => call.abort();
       this.closing.signal.addEventListener("abort", stop);
+      const opened = Date.now();
       try {
         for await (const item of this.open(this.lastSeq, call.signal)) {
           const event = item.event;
@@ -104,6 +109,7 @@ export class EventStream implements AsyncIterable<RunEvent> {
       } catch (err) {
         if (this.closing.signal.aborted) return;
         const error = toRpcError(err);
+        if (Date.now() - opened >= HEALTHY_MS) failures = 0; // a long-lived stream broke: not a failing reconnect
         if (!(error instanceof RpcError) || !isResumable(error) || failures >= this.reconnect.maxAttempts) throw error;
         failures += 1;
         this.reconnects += 1;

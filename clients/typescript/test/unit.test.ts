@@ -14,9 +14,16 @@ import {
   AgentRuntimeClient,
   ClientError,
   CredentialsError,
+  EventStream,
   NotFoundError,
   ResourceExhaustedError,
   RpcError,
+  type RunEvent,
+  RunEventSchema,
+  RunEndedSchema,
+  RunPhase,
+  RunStartedSchema,
+  UnavailableError,
   baseUrl,
   isLoopbackTarget,
   isResumable,
@@ -145,5 +152,70 @@ describe("toRpcError", () => {
     assert.ok(!isResumable(toRpcError(received(Code.ResourceExhausted, [])) as RpcError));
     assert.ok(!isResumable(toRpcError(received(Code.Canceled, [])) as RpcError), "a CANCELLED status the server sent");
     assert.ok(!isResumable(toRpcError(received(Code.NotFound, [])) as RpcError));
+  });
+});
+
+describe("EventStream", () => {
+  function event(seq: bigint, kind: "runEnded" | "runStarted" = "runStarted"): { event: RunEvent } {
+    const value = kind === "runEnded" ? create(RunEndedSchema, { phase: RunPhase.COMPLETED }) : create(RunStartedSchema, {});
+    return { event: create(RunEventSchema, { runId: "r1", seq, event: { case: kind, value } as RunEvent["event"] }) };
+  }
+  const unavailable = (): ConnectError => new ConnectError("down", Code.Unavailable);
+  const fast = { maxAttempts: 3, baseDelayMs: 1, maxDelayMs: 2 };
+
+  test("reopens after the last seq and skips what was delivered", async () => {
+    const calls: bigint[] = [];
+    const stream = new EventStream(
+      async function* (afterSeq) {
+        calls.push(afterSeq);
+        if (calls.length === 1) {
+          yield event(1n);
+          yield event(2n);
+          throw unavailable();
+        }
+        yield* [event(1n), event(2n), event(3n), event(4n, "runEnded")];
+      },
+      { reconnect: fast },
+    );
+    const seqs = (await stream.toArray()).map((e) => e.seq);
+    assert.deepEqual(seqs, [1n, 2n, 3n, 4n]);
+    assert.deepEqual(calls, [0n, 2n]);
+    assert.equal(stream.reconnects, 1);
+    assert.equal(stream.ended?.phase, RunPhase.COMPLETED);
+    assert.equal(stream.runId, "r1");
+  });
+
+  test("a status the server sent is thrown at once; a broken connection only after maxAttempts", async () => {
+    let opens = 0;
+    const notFound = new EventStream(
+      async function* () {
+        opens += 1;
+        throw new ConnectError("no run", Code.NotFound, { "grpc-status": "5" });
+      },
+      { reconnect: fast },
+    );
+    await assert.rejects(notFound.toArray(), NotFoundError);
+    assert.equal(opens, 1);
+    opens = 0;
+    const down = new EventStream(
+      async function* () {
+        opens += 1;
+        throw unavailable();
+      },
+      { reconnect: fast },
+    );
+    await assert.rejects(down.toArray(), UnavailableError);
+    assert.equal(opens, fast.maxAttempts + 1);
+  });
+
+  test("close() during a backoff ends the iteration quietly", async () => {
+    const stream = new EventStream(
+      async function* () {
+        throw unavailable();
+      },
+      { reconnect: { maxAttempts: 5, baseDelayMs: 60_000, maxDelayMs: 60_000 }, onReconnect: () => setImmediate(() => stream.close()) },
+    );
+    assert.deepEqual(await stream.toArray(), []);
+    assert.equal(stream.reconnects, 1);
   });
 });
