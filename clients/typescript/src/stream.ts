@@ -132,14 +132,17 @@ export class EventStream implements AsyncIterable<RunEvent> {
 
 /**
  * True for errors after which reopening the stream may succeed: the server is unreachable, the
- * connection broke (the HTTP/2 stream ended with no gRPC status at all), or a slow reader was dropped.
+ * connection broke (the call ended with no gRPC status from the server: a reset stream or socket,
+ * which Connect reports as CANCELLED, ABORTED, INTERNAL or UNKNOWN), or a slow reader was dropped.
  */
 export function isResumable(error: RpcError): boolean {
   if (error.code === Code.Unavailable) return true;
   if (error.code === Code.ResourceExhausted) return error.reason === "FOLLOWER_STALLED";
   const transportLevel = !error.trailers.has("grpc-status");
-  return transportLevel && (error.code === Code.Canceled || error.code === Code.Internal || error.code === Code.Unknown);
+  return transportLevel && BROKEN_CONNECTION.has(error.code);
 }
+
+const BROKEN_CONNECTION: ReadonlySet<Code> = new Set([Code.Canceled, Code.Aborted, Code.Internal, Code.Unknown]);
 
 function backoff(options: Required<ReconnectOptions>, attempt: number): number {
   return Math.min(options.maxDelayMs, options.baseDelayMs * 2 ** (attempt - 1));

@@ -102,7 +102,7 @@ describe("against a real runtime", () => {
         afterSeq: 2n,
         follow: true,
         reconnect: { maxAttempts: 200, baseDelayMs: 20, maxDelayMs: 250 },
-        onReconnect: (error) => reconnectErrors.push(error.codeName),
+        onReconnect: (error) => reconnectErrors.push(`${error.codeName} ${error.rawMessage}`),
       });
       const received: RunEvent[] = [];
       const reading = (async () => {
@@ -111,7 +111,7 @@ describe("against a real runtime", () => {
       await waitFor("the replay up to the approval", () => stream.lastSeq === lastSeq || undefined);
 
       relay.blocked = true;
-      relay.cut();
+      relay.cut("reset");
       await waitFor("a failed reconnect", () => stream.reconnects >= 2 || undefined);
       await approve(runId); // directly, while the follower is cut off
       await waitFor("the run to end", async () => ((await client.getRun(runId)).phase === RunPhase.COMPLETED) || undefined);

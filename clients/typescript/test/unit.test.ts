@@ -146,6 +146,9 @@ describe("toRpcError", () => {
   test("only broken connections and stalled followers are resumable", () => {
     const cut = toRpcError(new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled)) as RpcError;
     assert.ok(isResumable(cut));
+    const reset = toRpcError(new ConnectError("read ECONNRESET", Code.Aborted)) as RpcError;
+    assert.ok(isResumable(reset), "a reset socket (Connect says ABORTED) is a broken connection");
+    assert.ok(!isResumable(toRpcError(received(Code.Aborted, [])) as RpcError), "an ABORTED status the server sent");
     assert.ok(isResumable(toRpcError(received(Code.Unavailable, [])) as RpcError));
     const stalled = create(ErrorInfoSchema, { reason: "FOLLOWER_STALLED" });
     assert.ok(isResumable(toRpcError(received(Code.ResourceExhausted, [{ type: "google.rpc.ErrorInfo", value: toBinary(ErrorInfoSchema, stalled) }])) as RpcError));

@@ -43,9 +43,15 @@ export class Relay {
     return `127.0.0.1:${(this.server.address() as AddressInfo).port}`;
   }
 
-  /** Destroys every relayed connection (both directions): the client sees the connection drop. */
-  cut(): void {
-    for (const socket of this.sockets) socket.destroy();
+  /**
+   * Drops every relayed connection, both directions: "close" ends the client's socket (FIN),
+   * "reset" aborts it (TCP RST, the client reads ECONNRESET).
+   */
+  cut(how: "close" | "reset" = "close"): void {
+    for (const socket of this.sockets) {
+      if (how === "reset") socket.resetAndDestroy();
+      else socket.destroy();
+    }
   }
 
   async close(): Promise<void> {
