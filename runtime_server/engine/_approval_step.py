@@ -163,7 +163,7 @@ _BUDGET_FIELDS = {
     "tool_calls": "max_tool_calls",
     "input_tokens": "max_input_tokens",
     "output_tokens": "max_output_tokens",
-    "cost": "max_cost_usd",
+    "cost": "max_cost_micros",
     "handoffs": "max_handoffs",
 }
 
