@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint proto bench clean
+.PHONY: demo test lint proto proto-lock bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: lint
 
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py
+
+# Move proto/v1.lock.binpb (what `buf breaking` checks against) to the current contract;
+# refuses over a break (proto/lock.py --accept-break, and list it in CHANGELOG.md).
+proto-lock: $(STAMP)
+	$(BIN)/python proto/lock.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/step_loop.py
