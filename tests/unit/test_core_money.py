@@ -25,6 +25,7 @@ from runtime_server.core import (
     usd_to_micros,
 )
 from runtime_server.core import events as ev
+from runtime_server.engine._approval_step import _amount, budget_grant
 
 
 def test_dollars_convert_through_their_decimal_text_not_binary_floats() -> None:
@@ -140,3 +141,10 @@ def test_an_old_log_with_float_dollars_upgrades_and_replays_to_exact_micros() ->
     state = replay("r", upgraded)
     assert state.usage.cost_micros == 300_000 and state.usage.model_steps == 3
     assert replay("r", old).usage.cost_micros == 300_000  # usage reads old floats even without the upgrader
+
+
+def test_a_cost_budget_grant_doubles_exact_micros_and_shows_dollars_to_the_approver() -> None:
+    limit, grant, after = budget_grant(Budgets(max_cost_micros=300_000), "cost")
+    assert (limit, grant, after.max_cost_micros) == (300_000, 600_000, 600_000)
+    assert isinstance(after.max_cost_micros, int)
+    assert _amount("cost", grant) == "US$0.600000" and _amount("tool_calls", 4) == "4"
