@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-ts lint proto proto-ts bench clean
+.PHONY: demo test test-ts lint proto proto-ts proto-lock bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ proto: $(STAMP)
 
 proto-ts:
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run generate
+
+# Move proto/v1.lock.binpb (what `buf breaking` checks against) to the current contract;
+# refuses over a break (proto/lock.py --accept-break, and list it in CHANGELOG.md).
+proto-lock: $(STAMP)
+	$(BIN)/python proto/lock.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/step_loop.py

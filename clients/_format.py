@@ -118,7 +118,12 @@ def _run_started(e: run_pb2.RunStarted) -> str:
 
 
 def _step_started(e: run_pb2.StepStarted) -> str:
-    return f"step={e.step} kind={e.kind}"
+    kind = (
+        run_pb2.StepKind.Name(e.kind).removeprefix("STEP_KIND_").lower()
+        if e.kind in run_pb2.StepKind.values()
+        else str(e.kind)  # a kind newer than this client
+    )
+    return f"step={e.step} kind={kind}"
 
 
 def _model_text_delta(e: run_pb2.ModelTextDelta) -> str:
@@ -273,8 +278,14 @@ def _compact(message: Message) -> str:
 def _usage(u: run_pb2.Usage) -> str:
     return (
         f"model_steps={u.model_steps} tool_calls={u.tool_calls} "
-        f"tokens={u.input_tokens}/{u.output_tokens} cost_usd={u.cost_usd:.4f}"
+        f"tokens={u.input_tokens}/{u.output_tokens} cost_usd={usd(u.cost_micros)}"
     )
+
+
+def usd(micros: int) -> str:
+    """Micro-dollars as dollars with all six decimals, exactly: 12300 -> "0.012300"."""
+    whole, frac = divmod(abs(micros), 1_000_000)
+    return f"{'-' if micros < 0 else ''}{whole}.{frac:06d}"
 
 
 def _bool(value: bool) -> str:

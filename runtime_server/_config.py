@@ -34,7 +34,7 @@ from runtime_server._config_security import (
     ModelProfileConfig,
     TlsConfig,
 )
-from runtime_server.core import Budgets, LoopPolicy
+from runtime_server.core import Budgets, LoopPolicy, price_micros, usd_to_micros
 
 
 class ConfigError(Exception):
@@ -63,12 +63,14 @@ class BudgetsConfig(_Strict):
     timeout_s: float = Field(300.0, gt=0)
     max_input_tokens: int = Field(0, ge=0)
     max_output_tokens: int = Field(0, ge=0)
-    max_cost_usd: float = Field(0.0, ge=0)
+    max_cost_usd: float = Field(0.0, ge=0, allow_inf_nan=False)  # dollars; runs count micro-dollars
     max_handoffs: int = Field(0, ge=0)
     max_parallel_tool_calls: int = Field(1, ge=1)
 
     def to_budgets(self) -> Budgets:
-        return Budgets(**self.model_dump())
+        values = self.model_dump()
+        values["max_cost_micros"] = usd_to_micros(values.pop("max_cost_usd"))  # exact, from the decimal text
+        return Budgets(**values)
 
 
 class LoopsConfig(_Strict):
@@ -161,13 +163,14 @@ class ToolHostConfig(_Strict):
 
 
 class PriceConfig(_Strict):
-    """What a model costs, in US dollars per million tokens."""
+    """What a model costs, in US dollars per million tokens (= micro-dollars per token)."""
 
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
+    input_per_mtok: float = Field(ge=0, allow_inf_nan=False)
+    output_per_mtok: float = Field(ge=0, allow_inf_nan=False)
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1_000_000
+    def cost_micros(self, input_tokens: int, output_tokens: int) -> int:
+        """One call's cost in micro-dollars, exact and rounded up (core/_money.py)."""
+        return price_micros(input_tokens, output_tokens, self.input_per_mtok, self.output_per_mtok)
 
 
 class LimitsConfig(_Strict):

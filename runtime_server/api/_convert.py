@@ -1,17 +1,99 @@
-"""Conversions between store/core values and protobuf messages (one place, round-trip tested)."""
+"""Conversions between store/core values and protobuf messages (one place, round-trip tested).
+
+The edge between the core's words and the wire: a step's kind ("model") becomes a ``StepKind``
+value, money stored as float dollars by older runtimes becomes micro-dollars, and tool
+arguments and results are offered as ``google.protobuf.Value`` next to their JSON text.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any, cast
 
-from google.protobuf import json_format, timestamp_pb2
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
 from agentrt.runtime.v1 import run_pb2
 from runtime_server._config import AgentConfig
-from runtime_server.core import Phase
+from runtime_server.core import (
+    JsonBoundsError,
+    JsonLimits,
+    Phase,
+    loads_bounded,
+    micros_to_usd,
+    upgrade_money_json,
+)
 from runtime_server.core import events as ev
 from runtime_server.store import RunRecord, StoredEvent
+
+# Tool arguments and results are also sent as a structured Value when their JSON text is within
+# these bounds. Each JSON level is two protobuf levels (Value, Struct/ListValue): 32 keeps a
+# RunEvent under the 100-level decoding limit of the common protobuf runtimes.
+STRUCTURED_LIMITS = JsonLimits(max_depth=32, max_bytes=64 * 1024)
+
+
+def structured_value(text: str) -> struct_pb2.Value | None:
+    """``text`` as a Value, or None when it is not JSON or is past ``STRUCTURED_LIMITS``."""
+    if not text:
+        return None
+    try:
+        data = loads_bounded(text, STRUCTURED_LIMITS)
+        value = struct_pb2.Value()
+        json_format.ParseDict(data, value)
+    except (JsonBoundsError, json_format.ParseError, OverflowError, ValueError, TypeError):
+        return None  # e.g. an integer too large for a double: the JSON text alone carries it
+    return value
+
+
+# Every kind the core writes has its enum value (a missing one fails at import, loudly).
+_STEP_KINDS = {
+    k: cast("run_pb2.StepKind", run_pb2.StepKind.Value(f"STEP_KIND_{k.upper()}")) for k in ev.STEP_KINDS
+}
+
+
+def step_kind_to_proto(kind: object) -> run_pb2.StepKind:
+    """The core's step kind ("model") as a StepKind; an unknown one as STEP_KIND_UNSPECIFIED.
+
+    The enum's own name ("STEP_KIND_MODEL") is read too: a log written in the API's JSON shape.
+    """
+    if isinstance(kind, str) and kind.startswith("STEP_KIND_"):
+        kind = kind.removeprefix("STEP_KIND_").lower()
+    return (
+        _STEP_KINDS.get(kind, run_pb2.STEP_KIND_UNSPECIFIED)
+        if isinstance(kind, str)
+        else run_pb2.STEP_KIND_UNSPECIFIED
+    )
+
+
+# (message, JSON text field, structured twin): the twins the API fills; never stored.
+STRUCTURED_TWINS: tuple[tuple[type[Message], str, str], ...] = (
+    (run_pb2.ToolCall, "arguments_json", "arguments"),
+    (run_pb2.ToolStarted, "arguments_json", "arguments"),
+    (run_pb2.ToolCompleted, "result_json", "result"),
+    (run_pb2.ApprovalRequested, "arguments_json", "arguments"),
+)
+_TWINS = {cls: (text, twin) for cls, text, twin in STRUCTURED_TWINS}
+
+
+def _set_twin(body: Message) -> None:
+    text_field, twin = _TWINS[type(body)]
+    value = structured_value(getattr(body, text_field))
+    if value is not None:
+        getattr(body, twin).CopyFrom(value)
+
+
+def _add_structured(event_type: str, body: Any) -> None:
+    """Fill the structured twins of the JSON text fields (the text stays the record)."""
+    if event_type == ev.MODEL_COMPLETED:
+        for call in body.tool_calls:
+            _set_twin(call)
+        return
+    # With a ref the arguments text is a preview; a truncated result is not the result.
+    partial = (event_type == ev.TOOL_STARTED and body.HasField("arguments_ref")) or (
+        event_type == ev.TOOL_COMPLETED and body.truncated
+    )
+    if type(body) in _TWINS and not partial:
+        _set_twin(body)
 
 
 def phase_to_proto(phase: Phase) -> run_pb2.RunPhase:
@@ -62,8 +144,10 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
         json_format.ParseDict(json.loads(record.output_ref), run.output_ref)
     if record.pending_approval and phase is Phase.WAITING_APPROVAL:
         json_format.ParseDict(json.loads(record.pending_approval), run.pending_approval)
-    json_format.ParseDict(json.loads(record.budgets), run.budgets)
-    json_format.ParseDict(json.loads(record.usage), run.usage)
+        _add_structured(ev.APPROVAL_REQUESTED, run.pending_approval)
+    # Rows of runs stored before money was exact hold float dollars (upgraded here, on read).
+    json_format.ParseDict(upgrade_money_json(json.loads(record.budgets)), run.budgets)
+    json_format.ParseDict(upgrade_money_json(json.loads(record.usage)), run.usage)
     run.fault_count = record.fault_count or 0  # None on a record create_run built (server default)
     if record.pruned_ms is not None:
         run.prune_time.CopyFrom(_timestamp(record.pruned_ms))
@@ -75,6 +159,10 @@ def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:
     event = run_pb2.RunEvent(run_id=stored.run_id, seq=stored.seq, time=_timestamp(stored.created_ms))
     body = getattr(event, ev.oneof_field(stored.type))
     data = json.loads(stored.payload)
+    if "cost_usd" in stored.payload:  # an event of a run stored before money was exact
+        data = upgrade_money_json(data)
+    if stored.type == ev.STEP_STARTED:
+        data = dict(data, kind=step_kind_to_proto(data.get("kind")))
     try:
         # Keyword construction is ~7x faster than ParseDict; it refuses the JSON string forms of
         # Timestamp/Duration, which the few events carrying them go through ParseDict for.
@@ -83,6 +171,7 @@ def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:
         body.Clear()
         json_format.ParseDict(data, body)
     body.SetInParent()
+    _add_structured(stored.type, body)
     return event
 
 
@@ -94,7 +183,7 @@ def budgets_from_proto(budgets: run_pb2.Budgets) -> dict[str, Any]:
         "max_tool_calls",
         "max_input_tokens",
         "max_output_tokens",
-        "max_cost_usd",
+        "max_cost_micros",
         "max_handoffs",
         "max_parallel_tool_calls",
     ):
@@ -127,5 +216,8 @@ def agent_from_proto(spec: run_pb2.AgentSpec) -> AgentConfig:
     }
     if spec.HasField("budgets"):
         defaults = AgentConfig().budgets.model_dump()
-        data["budgets"] = dict(defaults, **budgets_from_proto(spec.budgets))
+        overrides = budgets_from_proto(spec.budgets)
+        if "max_cost_micros" in overrides:  # config holds dollars; exact below US$1e9 (MAX_COST_MICROS)
+            overrides["max_cost_usd"] = micros_to_usd(overrides.pop("max_cost_micros"))
+        data["budgets"] = dict(defaults, **overrides)
     return AgentConfig.model_validate(data)

@@ -22,7 +22,7 @@ from tool_host import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
 __all__ = [
     "MAX_AGENT_NAMES",
     "MAX_BUDGET_COUNT",
-    "MAX_COST_USD",
+    "MAX_COST_MICROS",
     "MAX_INSTRUCTIONS_BYTES",
     "MAX_OPTIONS_BYTES",
     "MAX_PER_TOOL_ENTRIES",
@@ -42,7 +42,7 @@ _ID = re.compile(r"[\x21-\x7e]+")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 MAX_BUDGET_COUNT = 1_000_000  # int32 budgets: steps, calls, handoffs, parallel calls
 MAX_TOKENS = 2**53 - 1  # exact in a JSON number, so a stored budget reads back the same
-MAX_COST_USD = 1e9
+MAX_COST_MICROS = 10**15  # US$1e9; exact in a JSON number and in a float of dollars
 MAX_PER_TOOL_ENTRIES = 256
 MAX_OPTIONS_BYTES = 64 * 1024
 MAX_INSTRUCTIONS_BYTES = 256 * 1024
@@ -156,13 +156,7 @@ def check_budgets(budgets: run_pb2.Budgets, field: str, *, limits: LimitsConfig)
         _count(getattr(budgets, name), f"{field}.{name}", MAX_BUDGET_COUNT)
     for name in ("max_input_tokens", "max_output_tokens"):
         _count(getattr(budgets, name), f"{field}.{name}", MAX_TOKENS)
-    cost = budgets.max_cost_usd
-    if not math.isfinite(cost) or not 0 <= cost <= MAX_COST_USD:
-        raise InvalidRequest(
-            f"{field}.max_cost_usd must be a finite number within 0..{MAX_COST_USD:g}",
-            field=f"{field}.max_cost_usd",
-            reason="BUDGET_OUT_OF_RANGE",
-        )
+    _count(budgets.max_cost_micros, f"{field}.max_cost_micros", MAX_COST_MICROS)
     per_tool = budgets.max_calls_per_tool
     if len(per_tool) > MAX_PER_TOOL_ENTRIES:
         raise InvalidRequest(

@@ -68,6 +68,14 @@ from runtime_server.core._json import (
 )
 from runtime_server.core._keys import args_hash, canonical_json, idempotency_key
 from runtime_server.core._loops import LoopPolicy, LoopTracker
+from runtime_server.core._money import (
+    MICROS_PER_USD,
+    format_usd,
+    micros_to_usd,
+    price_micros,
+    upgrade_money_json,
+    usd_to_micros,
+)
 from runtime_server.core._phases import (
     ACTIVE_PHASES,
     RULES,
@@ -94,6 +102,7 @@ __all__ = [
     "BUDGET_PREFIX",
     "DEFAULT_JSON_LIMITS",
     "FAULT_PARK_S",
+    "MICROS_PER_USD",
     "NOT_ALLOWED_CODE",
     "RESULT_JSON_LIMITS",
     "RULES",
@@ -155,16 +164,21 @@ __all__ = [
     "exhausted_before_tool_call",
     "fault_delay_s",
     "fault_message",
+    "format_usd",
     "idempotency_key",
     "loads_bounded",
+    "micros_to_usd",
     "nesting_depth",
     "not_allowed_error",
     "parse_rfc3339_ms",
+    "price_micros",
     "replay",
     "retry_fits",
     "rfc3339",
     "rule_for",
     "transition",
     "upgrade",
+    "upgrade_money_json",
     "usage_plus",
+    "usd_to_micros",
 ]

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runtime_server.core._money import upgrade_money_json
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budgets:
@@ -17,7 +19,7 @@ class Budgets:
     timeout_s: float = 300.0
     max_input_tokens: int = 0
     max_output_tokens: int = 0
-    max_cost_usd: float = 0.0
+    max_cost_micros: int = 0  # micro-dollars (core/_money.py)
     max_handoffs: int = 0
     max_parallel_tool_calls: int = 1
 
@@ -36,15 +38,17 @@ class Budgets:
         }
         if self.max_calls_per_tool:
             out["max_calls_per_tool"] = dict(self.max_calls_per_tool)
-        for name in ("max_input_tokens", "max_output_tokens", "max_cost_usd", "max_handoffs"):
+        for name in ("max_input_tokens", "max_output_tokens", "max_cost_micros", "max_handoffs"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Budgets:
-        """Inverse of :meth:`to_json`."""
-        values = dict(data)
+        """Inverse of :meth:`to_json`; also reads the float ``max_cost_usd`` of older runs."""
+        values = dict(upgrade_money_json(data))
+        if "max_cost_micros" in values:  # proto3 JSON writes int64 as a string
+            values["max_cost_micros"] = int(values["max_cost_micros"])
         timeout = values.pop("timeout", None)
         if timeout is not None:
             values["timeout_s"] = float(str(timeout).rstrip("s"))
@@ -60,7 +64,7 @@ class Usage:
     tool_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_micros: int = 0  # micro-dollars (core/_money.py): sums are exact
     handoffs: int = 0
     calls_per_tool: dict[str, int] = field(default_factory=dict)
 
@@ -72,9 +76,24 @@ class Usage:
             "tool_calls": self.tool_calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "cost_usd": self.cost_usd,
+            "cost_micros": self.cost_micros,
             "handoffs": self.handoffs,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], calls_per_tool: dict[str, int] | None = None) -> Usage:
+        """Inverse of :meth:`to_json`; also reads the float ``cost_usd`` of older runs."""
+        if "cost_usd" in data:
+            data = upgrade_money_json(data)
+        return cls(
+            model_steps=int(data.get("model_steps", 0)),
+            tool_calls=int(data.get("tool_calls", 0)),
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+            cost_micros=int(data.get("cost_micros", 0)),
+            handoffs=int(data.get("handoffs", 0)),
+            calls_per_tool=calls_per_tool if calls_per_tool is not None else {},
+        )
 
     def copy(self) -> Usage:
         return Usage(
@@ -82,7 +101,7 @@ class Usage:
             self.tool_calls,
             self.input_tokens,
             self.output_tokens,
-            self.cost_usd,
+            self.cost_micros,
             self.handoffs,
             dict(self.calls_per_tool),
         )
@@ -96,7 +115,7 @@ def exhausted_before_model_step(budgets: Budgets, usage: Usage) -> str | None:
         return "input_tokens"
     if budgets.max_output_tokens and usage.output_tokens >= budgets.max_output_tokens:
         return "output_tokens"
-    if budgets.max_cost_usd and usage.cost_usd >= budgets.max_cost_usd:
+    if budgets.max_cost_micros and usage.cost_micros >= budgets.max_cost_micros:
         return "cost"
     return None
 

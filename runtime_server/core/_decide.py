@@ -322,7 +322,12 @@ def _loop_exit(state: RunState, detail: str) -> Decision:
         for c in state.calls
         if not c.finished and not c.started
     )
-    data = {"step": state.step + 1, "kind": "diagnostic", "reason": detail, "usage": state.usage.to_json()}
+    data = {
+        "step": state.step + 1,
+        "kind": ev.STEP_DIAGNOSTIC,
+        "reason": detail,
+        "usage": state.usage.to_json(),
+    }
     return Append((*skipped, ev.Event(ev.STEP_STARTED, data)))
 
 
@@ -333,7 +338,7 @@ def _start_model_step(state: RunState, budgets: Budgets, policy: Policy) -> Deci
     exhausted = exhausted_before_model_step(budgets, state.usage)
     if exhausted is not None:
         return _exhausted(state, policy, exhausted)
-    data = {"step": state.step + 1, "kind": "model", "usage": state.usage.to_json()}
+    data = {"step": state.step + 1, "kind": ev.STEP_MODEL, "usage": state.usage.to_json()}
     return Append((ev.Event(ev.STEP_STARTED, data),))
 
 
@@ -375,7 +380,12 @@ def _retry(state: RunState, clock: Clock) -> Decision:
 
 def corrective_step(state: RunState, reason: str) -> ev.Event:
     """The one extra model step a rejected final answer may get to correct itself (R4.3)."""
-    data = {"step": state.step + 1, "kind": "corrective", "reason": reason, "usage": state.usage.to_json()}
+    data = {
+        "step": state.step + 1,
+        "kind": ev.STEP_CORRECTIVE,
+        "reason": reason,
+        "usage": state.usage.to_json(),
+    }
     return ev.Event(ev.STEP_STARTED, data)
 
 

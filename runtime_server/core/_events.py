@@ -2,7 +2,8 @@
 
 An event is a type name plus a payload in the proto3 JSON shape of the matching
 ``RunEvent`` oneof message, so the API converts it without a hand-written mapper
-per type.
+per type. One exception: a ``step.started`` kind is the core's word (``STEP_KINDS``),
+which the API maps to the ``StepKind`` enum.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ HANDOFF = "handoff"
 OUTCOME_RESOLVED = "outcome.resolved"
 RUN_FAULT = "run.fault"
 RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
+
+# What a step.started is for, as the core words it (the API maps each to a StepKind enum value).
+STEP_MODEL = "model"
+STEP_DIAGNOSTIC = "diagnostic"  # the one extra step a detected loop earns (R6.2)
+STEP_CORRECTIVE = "corrective"  # the one extra step a failed output check earns (R4.3)
+STEP_KINDS: tuple[str, ...] = (STEP_MODEL, STEP_DIAGNOSTIC, STEP_CORRECTIVE)
 
 EVENT_TYPES: tuple[str, ...] = (
     RUN_STARTED,

@@ -96,7 +96,7 @@ def usage_plus(base: Usage, spent: Usage) -> Usage:
         tool_calls=base.tool_calls + spent.tool_calls,
         input_tokens=base.input_tokens + spent.input_tokens,
         output_tokens=base.output_tokens + spent.output_tokens,
-        cost_usd=base.cost_usd + spent.cost_usd,
+        cost_micros=base.cost_micros + spent.cost_micros,
         handoffs=base.handoffs + spent.handoffs,
         calls_per_tool=per_tool,
     )

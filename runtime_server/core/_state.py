@@ -115,12 +115,12 @@ class RunState:
                 self.step = int(data["step"])
                 self.calls = []
                 self.answer = None
-                if data.get("kind") == "corrective":
+                if data.get("kind") == ev.STEP_CORRECTIVE:
                     self.corrective = str(data.get("reason", ""))
                     self.history.append(
                         HistoryEntry(role="user", content=CORRECTIVE_NOTE.format(self.corrective))
                     )
-                if data.get("kind") == "diagnostic":
+                if data.get("kind") == ev.STEP_DIAGNOSTIC:
                     self.diagnostic = str(data.get("reason", "loop"))
                     self.history.append(
                         HistoryEntry(role="user", content=DIAGNOSTIC_NOTE.format(self.diagnostic))
@@ -282,16 +282,7 @@ class RunState:
         raise ValueError(f"event names unknown call {call_id!r}")
 
     def _usage_from(self, data: dict[str, Any]) -> None:
-        per_tool = self.usage.calls_per_tool
-        self.usage = Usage(
-            model_steps=int(data.get("model_steps", 0)),
-            tool_calls=int(data.get("tool_calls", 0)),
-            input_tokens=int(data.get("input_tokens", 0)),
-            output_tokens=int(data.get("output_tokens", 0)),
-            cost_usd=float(data.get("cost_usd", 0.0)),
-            handoffs=int(data.get("handoffs", 0)),
-            calls_per_tool=per_tool,
-        )
+        self.usage = Usage.from_json(data, self.usage.calls_per_tool)
 
 
 def replay(run_id: str, events: list[ev.Event]) -> RunState:

@@ -8,6 +8,11 @@ History of STATE_VERSION:
 1. First version.
 2. ``step.started`` of a diagnostic step carries its loop in ``reason`` (was ``loop``);
    ``tool.started`` and ``approval.requested`` carry the tool's ``tool_version``.
+3. Money is exact: usages carry integer ``cost_micros`` (was float ``cost_usd``), budgets
+   ``max_cost_micros`` (was ``max_cost_usd``). Run rows (usage, budgets) are converted where they
+   are read (``Usage.from_json``, ``Budgets.from_json``, the API), since rows are not versioned.
+   A step's kind stays the core's word ("model", "diagnostic", "corrective") in the log; the API
+   maps it to the ``StepKind`` enum.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from collections.abc import Callable
 
 from runtime_server.core._errors import AgentRtError
 from runtime_server.core._events import STEP_STARTED, Event
+from runtime_server.core._money import upgrade_money_json
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 class IncompatibleVersion(AgentRtError):
@@ -37,7 +43,15 @@ def _v1_to_v2(events: list[Event]) -> list[Event]:
     return out
 
 
-UPGRADERS: dict[int, Callable[[list[Event]], list[Event]]] = {1: _v1_to_v2}
+def _v2_to_v3(events: list[Event]) -> list[Event]:
+    out = []
+    for event in events:
+        data = upgrade_money_json(event.data)
+        out.append(event if data is event.data else Event(event.type, data))
+    return out
+
+
+UPGRADERS: dict[int, Callable[[list[Event]], list[Event]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def upgrade(events: list[Event], *, from_version: int, to_version: int = STATE_VERSION) -> list[Event]:

@@ -23,6 +23,7 @@ from runtime_server.core import (
     Phase,
     canonical_json,
     end_events,
+    format_usd,
     loads_bounded,
     parse_rfc3339_ms,
     rfc3339,
@@ -102,8 +103,8 @@ class ApprovalStep:
             "tool": f"{BUDGET_PREFIX}{budget}",
             "arguments_json": arguments,
             "args_hash": hashlib.sha256(arguments.encode()).hexdigest(),
-            "impact_summary": f"The run spent its {budget} budget ({limit}). Approving raises it to {grant} "
-            f"and the run goes on; rejecting ends it.",
+            "impact_summary": f"The run spent its {budget} budget ({_amount(budget, limit)}). Approving "
+            f"raises it to {_amount(budget, grant)} and the run goes on; rejecting ends it.",
             "policy_version": "budget-pause-1",
             "expire_time": rfc3339(expire_ms),
             "request_time": rfc3339(now_ms),
@@ -163,9 +164,14 @@ _BUDGET_FIELDS = {
     "tool_calls": "max_tool_calls",
     "input_tokens": "max_input_tokens",
     "output_tokens": "max_output_tokens",
-    "cost": "max_cost_usd",
+    "cost": "max_cost_micros",
     "handoffs": "max_handoffs",
 }
+
+
+def _amount(budget: str, value: float) -> str:
+    # The cost budget counts micro-dollars; a person reads dollars.
+    return f"US${format_usd(int(value))}" if budget == "cost" else str(value)
 
 
 def budget_grant(budgets: Budgets, budget: str) -> tuple[float, float, Budgets]:

@@ -167,14 +167,7 @@ def _usage(record: RunRecord) -> Usage:
         data = json.loads(record.usage or "{}")
     except ValueError:  # recording the fault must not fault in turn
         data = {}
-    return Usage(
-        model_steps=int(data.get("model_steps", 0)),
-        tool_calls=int(data.get("tool_calls", 0)),
-        input_tokens=int(data.get("input_tokens", 0)),
-        output_tokens=int(data.get("output_tokens", 0)),
-        cost_usd=float(data.get("cost_usd", 0.0)),
-        handoffs=int(data.get("handoffs", 0)),
-    )
+    return Usage.from_json(data)
 
 
 def _where(exc: BaseException) -> str:

@@ -196,7 +196,7 @@ class ModelStep:
             model_steps=1,
             input_tokens=response.input_tokens,
             output_tokens=response.output_tokens,
-            cost_usd=cost,
+            cost_micros=cost,
         )
         self.d.unrecorded = usage_plus(self.d.unrecorded, spent)
         engine.faults.hit("after_model_response")
@@ -207,7 +207,7 @@ class ModelStep:
             model_steps=usage.model_steps + 1,
             input_tokens=usage.input_tokens + response.input_tokens,
             output_tokens=usage.output_tokens + response.output_tokens,
-            cost_usd=usage.cost_usd + cost,
+            cost_micros=usage.cost_micros + cost,
         )
         calls = [
             {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
@@ -239,10 +239,10 @@ class ModelStep:
         with self.d.engine.models.lease(bound.spec) as provider:
             return await provider.complete(request, on_text_delta=sink)
 
-    def _cost(self, bound: BoundModel, input_tokens: int, output_tokens: int) -> float:
+    def _cost(self, bound: BoundModel, input_tokens: int, output_tokens: int) -> int:
         # Models without a price entry cost 0: the cost budget only binds priced models.
         price = self.d.engine.settings.prices.get(bound.spec.name)
-        return price.cost(input_tokens, output_tokens) if price is not None else 0.0
+        return price.cost_micros(input_tokens, output_tokens) if price is not None else 0
 
     def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:
         return _DeltaSink(self, step, attempt)

@@ -74,7 +74,9 @@ def test_a_failed_check_never_yields_completed(
 def test_one_corrective_step_can_turn_a_rejected_answer_into_an_accepted_one(runtime: RuntimeProcess) -> None:
     events = run(runtime, "corrector")
     corrective = [
-        e.step_started for e in events if e.HasField("step_started") and e.step_started.kind == "corrective"
+        e.step_started
+        for e in events
+        if e.HasField("step_started") and e.step_started.kind == run_pb2.STEP_KIND_CORRECTIVE
     ]
     assert len(corrective) == 1 and "guardrail_failed" in corrective[0].reason
     assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED

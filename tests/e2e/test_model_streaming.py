@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from google.protobuf import json_format
 
 from agentrt.runtime.v1 import run_pb2
 from clients import Client
@@ -157,7 +158,8 @@ def test_stream_usage_feeds_the_token_and_cost_budgets(
     assert thrifty[-1].run_ended.reason == "budget_exhausted:output_tokens"
     started = next(e.tool_started for e in thrifty if e.HasField("tool_started"))
     assert started.tool == "orders.lookup" and json.loads(started.arguments_json) == {"order_id": "A100"}
+    assert json_format.MessageToDict(started.arguments) == {"order_id": "A100"}  # the structured twin
     assert frugal[-1].run_ended.reason == "budget_exhausted:cost"
-    assert run.usage.cost_usd == pytest.approx((10000 + 6) * 50000 / 1_000_000)
+    assert run.usage.cost_micros == (10000 + 6) * 50000  # dollars per Mtok = micro-dollars per token, exact
     assert run.usage.input_tokens == 10000 and run.usage.output_tokens == 6
     assert len(fake_server.requests) == 2

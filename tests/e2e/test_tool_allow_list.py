@@ -115,7 +115,9 @@ def test_a_model_that_keeps_calling_it_ends_loop_detected_with_nothing_run(
     assert len(refused_calls(events)) == 3
     assert not [e for e in events if e.HasField("tool_started")]
     diagnostic = [
-        e.step_started for e in events if e.HasField("step_started") and e.step_started.kind == "diagnostic"
+        e.step_started
+        for e in events
+        if e.HasField("step_started") and e.step_started.kind == run_pb2.STEP_KIND_DIAGNOSTIC
     ]
     assert len(diagnostic) == 1 and "NOT_ALLOWED" in diagnostic[0].reason
     assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_FAILED

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from agentrt.runtime.v1 import run_pb2
 from clients import Client
@@ -106,3 +108,59 @@ def test_a_pending_call_whose_tool_contract_changed_ends_with_incompatible_versi
     assert not any(e.HasField("tool_started") and e.tool_started.tool == "refund.issue" for e in events)
     assert count_refunds(tool_host.data_dir / "refunds.sqlite") == 0
     assert failed.reason == "incompatible_version"
+
+
+def _as_state_version_2(data: Any) -> Any:
+    """A payload as runtimes before exact money stored it: float dollars, summed as floats."""
+    if isinstance(data, list):
+        return [_as_state_version_2(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out = {k: _as_state_version_2(v) for k, v in data.items() if k not in {"cost_micros", "max_cost_micros"}}
+    if "cost_micros" in data:
+        out["cost_usd"] = sum([0.1] * int(data.get("model_steps", 0)), 0.0)  # 0.1 + 0.2 style float sums
+    if "max_cost_micros" in data or "max_model_steps" in data:
+        out["max_cost_usd"] = 0.1 + 0.2 + 0.7  # 1.0000000000000002 as a float
+    return out
+
+
+def test_a_run_stored_with_float_dollars_and_string_kinds_loads_replays_and_streams(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    run_id, args = pause_then_edit(
+        tmp_path, sqlite_url, tool_host, ["UPDATE runs SET state_version = 2 WHERE run_id = :run_id"]
+    )
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        rows = db.execute("SELECT seq, payload FROM run_events WHERE run_id = ?", (run_id,)).fetchall()
+        for seq, payload in rows:
+            old = json.dumps(_as_state_version_2(json.loads(payload)))
+            db.execute("UPDATE run_events SET payload = ? WHERE run_id = ? AND seq = ?", (old, run_id, seq))
+        usage, budgets = db.execute("SELECT usage, budgets FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        db.execute(
+            "UPDATE runs SET usage = ?, budgets = ? WHERE run_id = ?",
+            (
+                json.dumps(_as_state_version_2(json.loads(usage))),
+                json.dumps(_as_state_version_2(json.loads(budgets))),
+                run_id,
+            ),
+        )
+        kinds = db.execute(
+            "SELECT json_extract(payload, '$.kind') FROM run_events WHERE run_id = ? AND type = ?",
+            (run_id, "step.started"),
+        ).fetchall()
+    assert kinds and {k for (k,) in kinds} == {"model"}  # the log holds the core's words
+    with spawn_runtime(args, cwd=tmp_path) as runtime, Client(runtime.address) as client:
+        paused = client.get_run(run_id)  # read straight from the old row by the API
+        old_events = [e for e in client.stream_events(run_id, timeout=60) if e.seq]
+    steps_before = paused.usage.model_steps
+    assert steps_before >= 1 and paused.usage.cost_micros == 100_000 * steps_before
+    assert paused.budgets.max_cost_micros == 1_000_000
+    started = [e.step_started for e in old_events if e.HasField("step_started")]
+    assert started and all(s.kind == run_pb2.STEP_KIND_MODEL for s in started)
+    assert started[-1].usage.cost_micros == 100_000 * (steps_before - 1)
+    events, run = approve_and_follow(tmp_path, args, run_id)
+    assert run.phase == run_pb2.RUN_PHASE_COMPLETED and state_version(sqlite_url, run_id) == STATE_VERSION
+    # Replayed from the old log: the new steps (an unpriced model) add nothing to the exact sum.
+    assert run.usage.cost_micros == 100_000 * steps_before and run.usage.model_steps > steps_before
+    assert events[-1].run_ended.usage.cost_micros == 100_000 * steps_before
+    assert all(e.step_started.kind == run_pb2.STEP_KIND_MODEL for e in events if e.HasField("step_started"))

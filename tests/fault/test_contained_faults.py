@@ -121,7 +121,7 @@ def test_a_guardrail_that_raises_is_guardrail_error_at_once(
     assert took < 20, took  # not at the deadline
     # No corrective step and no retry: the model was asked for the three steps once each.
     assert len(fake.requests) == 3 == run.usage.model_steps
-    assert not [s for s in _of(events, "step_started") if s.kind == "corrective"]
+    assert not [s for s in _of(events, "step_started") if s.kind == run_pb2.STEP_KIND_CORRECTIVE]
     assert not _of(events, "run_fault") and run.fault_count == 0
 
 

@@ -211,7 +211,7 @@ def budgets(draw: st.DrawFn) -> run_pb2.Budgets | None:
         max_tool_calls=draw(int32s()),
         max_input_tokens=draw(int64s()),
         max_output_tokens=draw(int64s()),
-        max_cost_usd=draw(doubles()),
+        max_cost_micros=draw(int64s()),
         max_handoffs=draw(int32s()),
         max_parallel_tool_calls=draw(int32s()),
     )

@@ -12,7 +12,7 @@ from agentrt.runtime.v1 import run_pb2
 from agentrt.toolhost.v1 import tool_pb2
 from clients import event_to_json, event_type, format_event, format_run, format_run_line, run_to_json
 
-USAGE = run_pb2.Usage(model_steps=2, tool_calls=1, input_tokens=120, output_tokens=30, cost_usd=0.0123)
+USAGE = run_pb2.Usage(model_steps=2, tool_calls=1, input_tokens=120, output_tokens=30, cost_micros=12_300)
 EXPIRE = timestamp_pb2.Timestamp(seconds=1_700_000_000)
 
 # One populated case and its expected line per RunEvent oneof field. A new event type
@@ -23,7 +23,7 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         'run.started  agent=refund-demo input="Refund A100"',
     ),
     "step_started": (
-        {"step_started": run_pb2.StepStarted(step=1, kind="model")},
+        {"step_started": run_pb2.StepStarted(step=1, kind=run_pb2.STEP_KIND_MODEL)},
         "step.started  step=1 kind=model",
     ),
     "model_text_delta": (
@@ -137,7 +137,7 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
             )
         },
         'run.fault  step=2 RecursionError fault 1/3 message="too deep" usage: '
-        "model_steps=2 tool_calls=0 tokens=0/0 cost_usd=0.0000",
+        "model_steps=2 tool_calls=0 tokens=0/0 cost_usd=0.000000",
     ),
     "run_waiting": (
         {
@@ -172,7 +172,7 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
             )
         },
         "run.ended  COMPLETED reason=final_answer partial=false retryable=true "
-        "usage: model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.0123",
+        "usage: model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.012300",
     ),
     "handoff": (
         {
@@ -272,7 +272,7 @@ def test_format_run_and_line() -> None:
         "run run-1  FAILED  agent=refund-demo  revision=9",
         "  input:  Refund A100",
         "  reason: budget_exhausted:model_steps",
-        "  usage:  model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.0123",
+        "  usage:  model_steps=2 tool_calls=1 tokens=120/30 cost_usd=0.012300",
         "  created=2023-11-14T22:13:20Z updated=2023-11-14T22:13:20Z session=s1 request_key=k1 "
         "created_by=alice last_seq=12",
     ]

@@ -72,10 +72,10 @@ def test_fault_messages_are_bounded_and_one_line() -> None:
 
 def test_usage_plus_and_the_fold_count_every_model_call() -> None:
     base = Usage(model_steps=2, input_tokens=20, output_tokens=10, tool_calls=1, calls_per_tool={"t": 1})
-    spent = Usage(model_steps=1, input_tokens=7, output_tokens=3, cost_usd=0.5)
+    spent = Usage(model_steps=1, input_tokens=7, output_tokens=3, cost_micros=500_000)
     after = usage_plus(base, spent)
     assert (after.model_steps, after.input_tokens, after.output_tokens) == (3, 27, 13)
-    assert after.calls_per_tool == {"t": 1} and after.cost_usd == 0.5
+    assert after.calls_per_tool == {"t": 1} and after.cost_micros == 500_000
     state = RunState(run_id="r")
     state.apply(Event(ev.RUN_FAULT, {"fault_count": 1, "usage_after": after.to_json()}))
     assert state.fault_count == 1 and state.usage.model_steps == 3

@@ -14,6 +14,7 @@ from runtime_server.api._page_tokens import MAX_PAGE_TOKEN_CHARS, PageTokens
 from runtime_server.api._request_keys import request_hash
 from runtime_server.api._validate import (
     MAX_AGENT_NAMES,
+    MAX_COST_MICROS,
     MAX_INSTRUCTIONS_BYTES,
     MAX_TOKENS,
     _check_options,
@@ -99,7 +100,7 @@ def test_ordinary_budgets_pass() -> None:
     check_budgets(
         run_pb2.Budgets(
             max_model_steps=5,
-            max_cost_usd=2.5,
+            max_cost_micros=2_500_000,
             max_calls_per_tool={"orders.lookup": 0, "refund.issue": 2},
             timeout=duration_pb2.Duration(seconds=30, nanos=500),
             max_input_tokens=MAX_TOKENS,
@@ -112,9 +113,9 @@ def test_ordinary_budgets_pass() -> None:
 @pytest.mark.parametrize(
     ("budgets", "field"),
     [
-        (run_pb2.Budgets(max_cost_usd=math.nan), "budgets.max_cost_usd"),
-        (run_pb2.Budgets(max_cost_usd=math.inf), "budgets.max_cost_usd"),
-        (run_pb2.Budgets(max_cost_usd=-0.01), "budgets.max_cost_usd"),
+        (run_pb2.Budgets(max_cost_micros=-1), "budgets.max_cost_micros"),
+        (run_pb2.Budgets(max_cost_micros=MAX_COST_MICROS + 1), "budgets.max_cost_micros"),
+        (run_pb2.Budgets(max_cost_micros=2**63 - 1), "budgets.max_cost_micros"),
         (run_pb2.Budgets(max_calls_per_tool={"t": -1}), "budgets.max_calls_per_tool[t]"),
         (run_pb2.Budgets(max_calls_per_tool={"": 1}), "budgets.max_calls_per_tool"),
         (run_pb2.Budgets(max_model_steps=-1), "budgets.max_model_steps"),
@@ -133,11 +134,11 @@ def test_budgets_out_of_range_name_the_field(budgets: run_pb2.Budgets, field: st
 
 def test_start_checks_the_inline_agents_budgets_too() -> None:
     request = runtime_service_pb2.StartRunRequest(
-        input="x", agent=run_pb2.AgentSpec(budgets=run_pb2.Budgets(max_cost_usd=math.nan))
+        input="x", agent=run_pb2.AgentSpec(budgets=run_pb2.Budgets(max_cost_micros=-1))
     )
     with pytest.raises(InvalidRequest) as caught:
         check_start(request, limits=LIMITS)
-    assert _field(caught) == "agent.budgets.max_cost_usd"
+    assert _field(caught) == "agent.budgets.max_cost_micros"
 
 
 @pytest.mark.parametrize(

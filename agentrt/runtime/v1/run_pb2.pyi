@@ -28,6 +28,13 @@ class RunPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_PHASE_CANCELLED: _ClassVar[RunPhase]
     RUN_PHASE_EXPIRED: _ClassVar[RunPhase]
 
+class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_KIND_UNSPECIFIED: _ClassVar[StepKind]
+    STEP_KIND_MODEL: _ClassVar[StepKind]
+    STEP_KIND_DIAGNOSTIC: _ClassVar[StepKind]
+    STEP_KIND_CORRECTIVE: _ClassVar[StepKind]
+
 class ApprovalDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     APPROVAL_DECISION_UNSPECIFIED: _ClassVar[ApprovalDecision]
@@ -53,6 +60,10 @@ RUN_PHASE_COMPLETED: RunPhase
 RUN_PHASE_FAILED: RunPhase
 RUN_PHASE_CANCELLED: RunPhase
 RUN_PHASE_EXPIRED: RunPhase
+STEP_KIND_UNSPECIFIED: StepKind
+STEP_KIND_MODEL: StepKind
+STEP_KIND_DIAGNOSTIC: StepKind
+STEP_KIND_CORRECTIVE: StepKind
 APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision
 APPROVAL_DECISION_APPROVE: ApprovalDecision
 APPROVAL_DECISION_REJECT: ApprovalDecision
@@ -63,7 +74,7 @@ WAIT_REASON_BUDGET: WaitReason
 WAIT_REASON_SESSION_QUEUE: WaitReason
 
 class Budgets(_message.Message):
-    __slots__ = ("max_model_steps", "max_tool_calls", "max_calls_per_tool", "timeout", "max_input_tokens", "max_output_tokens", "max_cost_usd", "max_handoffs", "max_parallel_tool_calls")
+    __slots__ = ("max_model_steps", "max_tool_calls", "max_calls_per_tool", "timeout", "max_input_tokens", "max_output_tokens", "max_cost_micros", "max_handoffs", "max_parallel_tool_calls")
     class MaxCallsPerToolEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,7 +88,7 @@ class Budgets(_message.Message):
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    MAX_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
     MAX_HANDOFFS_FIELD_NUMBER: _ClassVar[int]
     MAX_PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     max_model_steps: int
@@ -86,26 +97,26 @@ class Budgets(_message.Message):
     timeout: _duration_pb2.Duration
     max_input_tokens: int
     max_output_tokens: int
-    max_cost_usd: float
+    max_cost_micros: int
     max_handoffs: int
     max_parallel_tool_calls: int
-    def __init__(self, max_model_steps: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_calls_per_tool: _Optional[_Mapping[str, int]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., max_cost_usd: _Optional[float] = ..., max_handoffs: _Optional[int] = ..., max_parallel_tool_calls: _Optional[int] = ...) -> None: ...
+    def __init__(self, max_model_steps: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_calls_per_tool: _Optional[_Mapping[str, int]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., max_cost_micros: _Optional[int] = ..., max_handoffs: _Optional[int] = ..., max_parallel_tool_calls: _Optional[int] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("model_steps", "tool_calls", "input_tokens", "output_tokens", "cost_usd", "handoffs")
+    __slots__ = ("model_steps", "tool_calls", "input_tokens", "output_tokens", "cost_micros", "handoffs")
     MODEL_STEPS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
     HANDOFFS_FIELD_NUMBER: _ClassVar[int]
     model_steps: int
     tool_calls: int
     input_tokens: int
     output_tokens: int
-    cost_usd: float
+    cost_micros: int
     handoffs: int
-    def __init__(self, model_steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cost_usd: _Optional[float] = ..., handoffs: _Optional[int] = ...) -> None: ...
+    def __init__(self, model_steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cost_micros: _Optional[int] = ..., handoffs: _Optional[int] = ...) -> None: ...
 
 class ModelSpec(_message.Message):
     __slots__ = ("provider", "name", "options", "profile")
@@ -195,14 +206,16 @@ class Run(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ...) -> None: ...
 
 class ToolCall(_message.Message):
-    __slots__ = ("call_id", "tool", "arguments_json")
+    __slots__ = ("call_id", "tool", "arguments_json", "arguments")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     tool: str
     arguments_json: str
-    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
+    arguments: _struct_pb2.Value
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
 
 class SessionTurn(_message.Message):
     __slots__ = ("run_id", "input", "output")
@@ -239,10 +252,10 @@ class StepStarted(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     step: int
-    kind: str
+    kind: StepKind
     usage: Usage
     reason: str
-    def __init__(self, step: _Optional[int] = ..., kind: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, step: _Optional[int] = ..., kind: _Optional[_Union[StepKind, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ModelTextDelta(_message.Message):
     __slots__ = ("step", "text", "attempt", "superseded")
@@ -273,11 +286,12 @@ class ModelCompleted(_message.Message):
     def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., text_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class ToolStarted(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "arguments_json", "idempotency_key", "attempt", "usage_before", "usage_after", "tool_version", "arguments_ref")
+    __slots__ = ("step", "call_id", "tool", "arguments_json", "arguments", "idempotency_key", "attempt", "usage_before", "usage_after", "tool_version", "arguments_ref")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     USAGE_BEFORE_FIELD_NUMBER: _ClassVar[int]
@@ -288,20 +302,22 @@ class ToolStarted(_message.Message):
     call_id: str
     tool: str
     arguments_json: str
+    arguments: _struct_pb2.Value
     idempotency_key: str
     attempt: int
     usage_before: Usage
     usage_after: Usage
     tool_version: str
     arguments_ref: PayloadRef
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., tool_version: _Optional[str] = ..., arguments_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., tool_version: _Optional[str] = ..., arguments_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class ToolCompleted(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "result_json", "replayed", "result_ref", "truncated")
+    __slots__ = ("step", "call_id", "tool", "result_json", "result", "replayed", "result_ref", "truncated")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
     RESULT_REF_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
@@ -309,10 +325,11 @@ class ToolCompleted(_message.Message):
     call_id: str
     tool: str
     result_json: str
+    result: _struct_pb2.Value
     replayed: bool
     result_ref: PayloadRef
     truncated: bool
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., result_json: _Optional[str] = ..., replayed: _Optional[bool] = ..., result_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., result_json: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., replayed: _Optional[bool] = ..., result_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class ToolFailed(_message.Message):
     __slots__ = ("step", "call_id", "tool", "error")
@@ -327,11 +344,12 @@ class ToolFailed(_message.Message):
     def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ...) -> None: ...
 
 class ApprovalRequested(_message.Message):
-    __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "args_hash", "impact_summary", "policy_version", "expire_time", "request_time", "tool_version")
+    __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "arguments", "args_hash", "impact_summary", "policy_version", "expire_time", "request_time", "tool_version")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     ARGS_HASH_FIELD_NUMBER: _ClassVar[int]
     IMPACT_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -342,13 +360,14 @@ class ApprovalRequested(_message.Message):
     call_id: str
     tool: str
     arguments_json: str
+    arguments: _struct_pb2.Value
     args_hash: str
     impact_summary: str
     policy_version: str
     expire_time: _timestamp_pb2.Timestamp
     request_time: _timestamp_pb2.Timestamp
     tool_version: str
-    def __init__(self, approval_id: _Optional[str] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., args_hash: _Optional[str] = ..., impact_summary: _Optional[str] = ..., policy_version: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tool_version: _Optional[str] = ...) -> None: ...
+    def __init__(self, approval_id: _Optional[str] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., args_hash: _Optional[str] = ..., impact_summary: _Optional[str] = ..., policy_version: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tool_version: _Optional[str] = ...) -> None: ...
 
 class ApprovalResolved(_message.Message):
     __slots__ = ("approval_id", "decision", "approver", "comment")
