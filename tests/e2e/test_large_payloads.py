@@ -137,12 +137,16 @@ def test_a_10_mb_result_completes_streams_replays_and_reads_back_byte_identical(
 
         # Replays after the end: StreamRunEvents from 0, RunAgent with the same key, GetRun.
         replayed = list(client.stream_events(run_id, timeout=30))
-        assert [e.SerializeToString() for e in replayed] == [e.SerializeToString() for e in events]
+        assert [e.SerializeToString(deterministic=True) for e in replayed] == [
+            e.SerializeToString(deterministic=True) for e in events
+        ]
         followed = list(client.stream_events(run_id, follow=True, timeout=30))
         assert [e.seq for e in followed] == [e.seq for e in events]
         again = list(client.run_agent("ten-mb", "make it", request_key="k-10mb", timeout=30))
         assert again[0].run_id == run_id
-        assert [e.SerializeToString() for e in again if e.seq] == [e.SerializeToString() for e in events]
+        assert [e.SerializeToString(deterministic=True) for e in again if e.seq] == [
+            e.SerializeToString(deterministic=True) for e in events
+        ]
         assert client.get_run(run_id).phase == run_pb2.RUN_PHASE_COMPLETED
 
         payload = client.get_payload(run_id, ref.payload_id, deadline_s=60)

@@ -89,7 +89,9 @@ def test_run_agent_streams_the_whole_run_and_persists_it(
         for after in range(len(EXPECTED) + 1):
             tail = list(client.stream_events(run_id, after_seq=after, timeout=10))
             assert [e.seq for e in tail] == list(range(after + 1, len(EXPECTED) + 1))
-            assert [e.SerializeToString() for e in tail] == [e.SerializeToString() for e in events[after:]]
+            assert [e.SerializeToString(deterministic=True) for e in tail] == [
+                e.SerializeToString(deterministic=True) for e in events[after:]
+            ]
         followed = list(client.stream_events(run_id, after_seq=5, follow=True, timeout=10))
         assert [e.seq for e in followed] == list(range(6, len(EXPECTED) + 1))
 
