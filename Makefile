@@ -3,13 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The distributions of the workspace (see pyproject.toml), installed editable, dependencies first.
+DISTS := proto tool_host clients runtime_server plugins
 
-.PHONY: demo test lint proto bench clean
+.PHONY: demo test lint proto bench wheels clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(DISTS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet $(DISTS:%=-e ./%) -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -29,5 +31,9 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/step_loop.py
 
+# One wheel per distribution, into dist/.
+wheels: $(STAMP)
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist $(DISTS:%=./%)
+
 clean:
-	rm -rf $(VENV) .agentrt
+	rm -rf $(VENV) .agentrt dist

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client
-from runtime_server.models.testing import FakeModelServer, FakeResponse, sse_event
-from runtime_server.testing import RuntimeProcess, spawn_runtime
-from tool_host.testing import ToolHostProcess
+from agentrt.client import Client
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server.models.testing import FakeModelServer, FakeResponse, sse_event
+from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.toolhost.testing import ToolHostProcess
 
 KEY_ENV = "E2E_FAKE_OPENAI_KEY"
 

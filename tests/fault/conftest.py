@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from clients import Client, event_type
-from runtime_server.testing import RuntimeProcess
-from tool_host.testing import ToolHostProcess, spawn_tool_host
+from agentrt.client import Client, event_type
+from agentrt.server.testing import RuntimeProcess
+from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
 
 API_KEY = "test-key-not-secret"
 
@@ -127,7 +127,7 @@ def free_port() -> int:
 @pytest.fixture
 def refund_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
     with spawn_tool_host(
-        tmp_path / "toolhost", plugins=["plugins.demo_tools", "plugins.fault_tools"]
+        tmp_path / "toolhost", plugins=["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]
     ) as host:
         yield host
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from runtime_server._config_security import AuthConfig
-from runtime_server.auth import (
+from agentrt.server._config_security import AuthConfig
+from agentrt.server.auth import (
     AuthRequest,
     PluginAuthenticator,
     Principal,
@@ -20,8 +20,8 @@ from runtime_server.auth import (
     hookimpl,
     hookspecs,
 )
-from runtime_server.core import Unauthenticated
-from tool_host.security import PeerCertificate
+from agentrt.server.core import Unauthenticated
+from agentrt.toolhost.security import PeerCertificate
 
 KEY = "api-key-0f9e8d7c6b5a"
 
@@ -152,7 +152,7 @@ def test_plugins_load_from_the_entry_point_group(tmp_path: Path, monkeypatch: py
         tmp_path,
         "agentrt_auth_demo_plugin",
         """
-        from runtime_server.auth import Principal, hookimpl
+        from agentrt.server.auth import Principal, hookimpl
 
         @hookimpl
         def agentrt_authenticate(metadata):
@@ -182,7 +182,7 @@ def test_an_entry_point_with_a_misspelled_hook_stops_the_factory(
         tmp_path,
         "agentrt_auth_typo_plugin",
         """
-        from runtime_server.auth import hookimpl
+        from agentrt.server.auth import hookimpl
 
         @hookimpl
         def agentrt_authenticates(metadata):

@@ -12,7 +12,7 @@ from typing import Any
 import pluggy
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     DEFAULT_MODEL_PLUGINS,
     ENTRYPOINT_GROUP,
     AnthropicProvider,
@@ -263,7 +263,7 @@ async def test_a_plugin_returning_something_else_is_a_type_error() -> None:
 
 
 async def test_blocked_builtin_is_unknown() -> None:
-    pm = get_model_plugin_manager(entrypoints=False, blocked=["runtime_server.models._openai"])
+    pm = get_model_plugin_manager(entrypoints=False, blocked=["agentrt.server.models._openai"])
     async with ModelRegistry(pm) as registry:
         with pytest.raises(ModelConfigError, match=r"'openai'; known providers: anthropic, scripted$"):
             registry.provider(spec("openai"))
@@ -325,7 +325,7 @@ def test_plugin_that_fails_to_import_fails_fast_unless_blocked(monkeypatch: pyte
 
 
 def test_the_api_key_can_come_from_a_secrets_file(tmp_path: Path) -> None:
-    from runtime_server.models import ModelConfigError, OpenAIProvider
+    from agentrt.server.models import ModelConfigError, OpenAIProvider
 
     key_file = tmp_path / "openai.key"
     key_file.write_text("sk-from-file\n")

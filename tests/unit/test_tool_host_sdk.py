@@ -13,9 +13,9 @@ from typing import Any
 import pydantic
 import pytest
 
-import tool_host
-from agentrt.toolhost.v1 import tool_pb2
-from tool_host import (
+import agentrt.toolhost as tool_host
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.toolhost import (
     CancellationSignal,
     ErrorCode,
     InvalidInput,
@@ -32,11 +32,17 @@ from tool_host import (
     hookspecs,
     tool,
 )
-from tool_host._convert import ERROR_CODES, OPERATION_STATUSES, SIDE_EFFECTS, failure_to_proto, tool_to_spec
-from tool_host._ledger import OperationStatus
-from tool_host._outcome import Failure, Outcome
-from tool_host._server import CallMetadata, call_budget, parse_metadata
-from tool_host._status import InvalidRequest
+from agentrt.toolhost._convert import (
+    ERROR_CODES,
+    OPERATION_STATUSES,
+    SIDE_EFFECTS,
+    failure_to_proto,
+    tool_to_spec,
+)
+from agentrt.toolhost._ledger import OperationStatus
+from agentrt.toolhost._outcome import Failure, Outcome
+from agentrt.toolhost._server import CallMetadata, call_budget, parse_metadata
+from agentrt.toolhost._status import InvalidRequest
 
 
 class GreetArgs(pydantic.BaseModel):

@@ -1,0 +1,170 @@
+"""Pure core of agentrt: phases, transitions, events, state, budgets, deadlines.
+
+No I/O and no clock reads here (a test enforces the imports): the engine passes
+time in and performs what the decider asks for.
+"""
+
+from __future__ import annotations
+
+from agentrt.server.core import _events as events
+from agentrt.server.core._budgets import (
+    Budgets,
+    Usage,
+    exhausted_before_model_step,
+    exhausted_before_tool_call,
+)
+from agentrt.server.core._deadline import backoff_delay_s, call_timeout_s, retry_fits
+from agentrt.server.core._decide import (
+    BUDGET_PREFIX,
+    NOT_ALLOWED_CODE,
+    Append,
+    CallModel,
+    Clock,
+    Decision,
+    Finalize,
+    Idle,
+    InvokeTool,
+    InvokeTools,
+    PauseForBudget,
+    Policy,
+    Reconcile,
+    RequestApproval,
+    WaitUntil,
+    corrective_step,
+    decide,
+    end_events,
+    not_allowed_error,
+)
+from agentrt.server.core._errors import (
+    AgentRtError,
+    AlreadyExists,
+    FailedPrecondition,
+    IllegalTransition,
+    InvalidRequest,
+    LeaseLost,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    ResourceExhausted,
+    StaleRevision,
+    Unauthenticated,
+)
+from agentrt.server.core._events import Event
+from agentrt.server.core._faults import (
+    FAULT_PARK_S,
+    FaultDecision,
+    decide_fault,
+    fault_delay_s,
+    fault_message,
+    usage_plus,
+)
+from agentrt.server.core._json import (
+    DEFAULT_JSON_LIMITS,
+    RESULT_JSON_LIMITS,
+    JsonBoundsError,
+    JsonLimits,
+    loads_bounded,
+    nesting_depth,
+)
+from agentrt.server.core._keys import args_hash, canonical_json, idempotency_key
+from agentrt.server.core._loops import LoopPolicy, LoopTracker
+from agentrt.server.core._phases import (
+    ACTIVE_PHASES,
+    RULES,
+    TERMINAL_PHASES,
+    Phase,
+    Rule,
+    Trigger,
+    rule_for,
+    transition,
+)
+from agentrt.server.core._retention import RetentionPolicy
+from agentrt.server.core._state import CallState, HistoryEntry, RunState, replay
+from agentrt.server.core._timefmt import parse_rfc3339_ms, rfc3339
+from agentrt.server.core._upgrade import (
+    STATE_VERSION,
+    UPGRADERS,
+    IncompatibleVersion,
+    compatible_tool_versions,
+    upgrade,
+)
+
+__all__ = [
+    "ACTIVE_PHASES",
+    "BUDGET_PREFIX",
+    "DEFAULT_JSON_LIMITS",
+    "FAULT_PARK_S",
+    "NOT_ALLOWED_CODE",
+    "RESULT_JSON_LIMITS",
+    "RULES",
+    "STATE_VERSION",
+    "TERMINAL_PHASES",
+    "UPGRADERS",
+    "AgentRtError",
+    "AlreadyExists",
+    "Append",
+    "Budgets",
+    "CallModel",
+    "CallState",
+    "Clock",
+    "Decision",
+    "Event",
+    "FailedPrecondition",
+    "FaultDecision",
+    "Finalize",
+    "HistoryEntry",
+    "Idle",
+    "IllegalTransition",
+    "IncompatibleVersion",
+    "InvalidRequest",
+    "InvokeTool",
+    "InvokeTools",
+    "JsonBoundsError",
+    "JsonLimits",
+    "LeaseLost",
+    "LoopPolicy",
+    "LoopTracker",
+    "NotFound",
+    "PauseForBudget",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "Phase",
+    "Policy",
+    "Reconcile",
+    "RequestApproval",
+    "ResourceExhausted",
+    "RetentionPolicy",
+    "Rule",
+    "RunState",
+    "StaleRevision",
+    "Trigger",
+    "Unauthenticated",
+    "Usage",
+    "WaitUntil",
+    "args_hash",
+    "backoff_delay_s",
+    "call_timeout_s",
+    "canonical_json",
+    "compatible_tool_versions",
+    "corrective_step",
+    "decide",
+    "decide_fault",
+    "end_events",
+    "events",
+    "exhausted_before_model_step",
+    "exhausted_before_tool_call",
+    "fault_delay_s",
+    "fault_message",
+    "idempotency_key",
+    "loads_bounded",
+    "nesting_depth",
+    "not_allowed_error",
+    "parse_rfc3339_ms",
+    "replay",
+    "retry_fits",
+    "rfc3339",
+    "rule_for",
+    "transition",
+    "upgrade",
+    "usage_plus",
+]
