@@ -31,8 +31,9 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/step_loop.py
 
-# One wheel per distribution, into dist/.
+# One wheel per distribution, into dist/ (stale build/ output would end up in the wheels).
 wheels: $(STAMP)
+	rm -rf $(DISTS:%=%/build)
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist $(DISTS:%=./%)
 
 clean:

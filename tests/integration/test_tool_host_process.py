@@ -387,7 +387,7 @@ async def test_concurrent_duplicates_run_the_tool_once(
 
 
 async def test_sigterm_exits_0_promptly(tmp_path: Path) -> None:
-    # Entry points on: the demo plugin comes from the installed `agentrt.plugins` group.
+    # Entry points on: the demo plugin comes from the installed `agentrt.tools` group.
     host = start_tool_host(tmp_path, entrypoints=True)
     try:
         async with grpc.aio.insecure_channel(host.address) as channel:

@@ -7,6 +7,7 @@ under test. They are marked ``packaging`` (``pytest -m packaging``) and run in C
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import venv
@@ -55,6 +56,12 @@ def _pip(python: Path | str, *args: str, timeout: float = 600) -> str:
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding one freshly built wheel per distribution."""
     out = tmp_path_factory.mktemp("wheels")
+    # Build from clean copies: setuptools reuses build/ between builds, and stale files there would
+    # end up in the wheel; the checkout also stays free of build output.
+    sources = tmp_path_factory.mktemp("sources")
+    for folder in DISTRIBUTIONS:
+        ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+        shutil.copytree(ROOT / folder, sources / folder, ignore=ignore)
     # No build isolation: the dev venv has setuptools, and the build stays offline and quick.
     _pip(
         sys.executable,
@@ -64,11 +71,32 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--no-build-isolation",
         "--wheel-dir",
         str(out),
-        *(f"./{folder}" for folder in DISTRIBUTIONS),
+        *(str(sources / folder) for folder in DISTRIBUTIONS),
     )
     built = sorted(p.name for p in out.glob("*.whl"))
     assert len(built) == len(DISTRIBUTIONS), built
     return out
+
+
+@pytest.fixture(scope="session")
+def example_plugin_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of the third-party plugin example, plugins/example_distribution."""
+    out = tmp_path_factory.mktemp("example-wheel")
+    source = tmp_path_factory.mktemp("example-source") / "example_distribution"
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    shutil.copytree(ROOT / "plugins" / "example_distribution", source, ignore=ignore)
+    _pip(
+        sys.executable,
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--wheel-dir",
+        str(out),
+        str(source),
+    )
+    (wheel,) = out.glob("acme_greeting-*.whl")
+    return wheel
 
 
 def make_venv(where: Path, wheels: Path, *requirements: str) -> Path:

@@ -82,7 +82,9 @@ def test_every_wheel_installs_only_the_agentrt_namespace(wheels: Path) -> None:
     }
 
 
-def test_the_tool_sdk_alone_serves_a_plugin_without_server_dependencies(wheels: Path, tmp_path: Path) -> None:
+def test_the_tool_sdk_alone_serves_plugins_without_server_dependencies(
+    wheels: Path, example_plugin_wheel: Path, tmp_path: Path
+) -> None:
     python = make_venv(tmp_path / "sdk", wheels, "agentrt-toolhost")
     names = installed(python)
     assert {"agentrt-toolhost", "agentrt-proto", "grpcio", "protobuf", "pydantic", "pluggy"} <= names
@@ -94,32 +96,46 @@ def test_the_tool_sdk_alone_serves_a_plugin_without_server_dependencies(wheels: 
     server = subprocess.run([str(python), "-c", "import agentrt.server"], capture_output=True, text=True)
     assert server.returncode != 0 and "No module named 'agentrt.server'" in server.stderr
 
+    # Bare, with entry points on: the demo tools are opt-in (agentrt-demo), so nothing is served.
+    assert _tools(tmp_path / "bare", python, entrypoints=True, says="serving no tools") == []
+    # A plugin file written against the SDK.
     plugin = tmp_path / "shout_plugin.py"
     plugin.write_text(PLUGIN)
+    served = _tools(tmp_path / "file", python, plugins=[str(plugin)], call=("pkg.shout", '{"text": "hi"}'))
+    assert served == [("pkg.shout", '{"text":"HI"}')]
+    # A third-party plugin distribution, found through the agentrt.tools entry-point group.
+    _pip(python, "install", "--quiet", "--no-deps", str(example_plugin_wheel))
+    served = _tools(tmp_path / "dist", python, entrypoints=True, call=("greeting.hello", '{"name": "Ada"}'))
+    assert served == [("greeting.hello", '{"greeting":"Hello, Ada!"}')]
+
+
+def _tools(
+    data_dir: Path,
+    python: Path,
+    *,
+    plugins: list[str] | None = None,
+    entrypoints: bool = False,
+    says: str = "",
+    call: tuple[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """(tool name, result of ``call`` or "") for each tool a host run by ``python`` serves."""
     with (
-        spawn_tool_host(tmp_path / "host", plugins=[str(plugin)], python=python) as host,
+        spawn_tool_host(data_dir, plugins=plugins or [], entrypoints=entrypoints, python=python) as host,
         grpc.insecure_channel(host.address) as channel,
     ):
         stub = ToolHostServiceStub(channel)
-        listed = stub.ListTools(ListToolsRequest(), timeout=10)
-        assert [t.name for t in listed.tools] == ["pkg.shout"]
-        reply = stub.InvokeTool(
-            InvokeToolRequest(tool="pkg.shout", arguments_json='{"text": "hi"}'),
-            metadata=[("x-agentrt-idempotency-key", "k1")],
-            timeout=10,
-        )
-        assert reply.WhichOneof("outcome") == "result_json" and reply.result_json == '{"text":"HI"}'
-
-
-def test_a_bare_tool_host_serves_no_tools_and_says_so(wheels: Path, tmp_path: Path) -> None:
-    # The demo tools are opt-in (agentrt-demo): with entry points on, a bare host still serves none.
-    python = make_venv(tmp_path / "bare", wheels, "agentrt-toolhost")
-    with (
-        spawn_tool_host(tmp_path / "host", entrypoints=True, python=python) as host,
-        grpc.insecure_channel(host.address) as channel,
-    ):
-        assert list(ToolHostServiceStub(channel).ListTools(ListToolsRequest(), timeout=10).tools) == []
-        assert "serving no tools" in host.stderr_text()
+        served = [t.name for t in stub.ListTools(ListToolsRequest(), timeout=10).tools]
+        assert says in host.stderr_text()
+        results = dict.fromkeys(served, "")
+        if call is not None:
+            reply = stub.InvokeTool(
+                InvokeToolRequest(tool=call[0], arguments_json=call[1]),
+                metadata=[("x-agentrt-idempotency-key", "k1")],
+                timeout=10,
+            )
+            assert reply.WhichOneof("outcome") == "result_json", reply
+            results[call[0]] = reply.result_json
+        return sorted(results.items())
 
 
 def test_the_client_alone_calls_a_real_runtime_without_server_dependencies(

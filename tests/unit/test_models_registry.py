@@ -27,6 +27,7 @@ from agentrt.server.models import (
     get_model_plugin_manager,
     hookimpl,
 )
+from agentrt.toolhost import hookimpl as tool_hookimpl
 
 SCRIPT = {"steps": [{"text": "hi"}]}
 
@@ -76,7 +77,16 @@ class EchoPlugin:
 
 
 class ToolPlugin:
-    """A tool plugin in the shared entry-point group: its hooks are not the model manager's business."""
+    """A module with hooks of two families: its tool hook (the tool SDK's marker) is not the model
+    manager's business."""
+
+    @tool_hookimpl
+    def agentrt_register_tools(self, config: object) -> list[object]:
+        return []
+
+
+class ToolHookAsModelHook:
+    """A tool hook marked with the model marker: an unknown model hook."""
 
     @hookimpl
     def agentrt_register_tools(self, config: object) -> list[object]:
@@ -310,6 +320,14 @@ def test_misspelled_model_hook_is_rejected(monkeypatch: pytest.MonkeyPatch) -> N
     fake_distributions(monkeypatch, FakeEntryPoint("typo", TypoPlugin))
 
     with pytest.raises(pluggy.PluginValidationError, match="unknown hook 'agentrt_model_provder'"):
+        get_model_plugin_manager()
+
+
+def test_each_hook_family_has_its_own_project_and_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ENTRYPOINT_GROUP == "agentrt.models"
+    fake_distributions(monkeypatch, FakeEntryPoint("tool_as_model", ToolHookAsModelHook))
+
+    with pytest.raises(pluggy.PluginValidationError, match="unknown hook 'agentrt_register_tools'"):
         get_model_plugin_manager()
 
 

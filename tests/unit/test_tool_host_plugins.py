@@ -60,7 +60,7 @@ def _plugin(name: str, *tool_names: str, **hooks: Any) -> types.ModuleType:
 
 
 class _FakeEntryPoint:
-    def __init__(self, name: str, plugin: Any, group: str = "agentrt.plugins") -> None:
+    def __init__(self, name: str, plugin: Any, group: str = "agentrt.tools") -> None:
         self.name = name
         self.group = group
         self.value = f"fake:{name}"

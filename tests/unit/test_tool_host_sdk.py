@@ -460,6 +460,7 @@ def test_every_hook_is_documented_with_its_parameters() -> None:
 
 
 def test_preview_is_firstresult() -> None:
-    opts = hookspecs.agentrt_preview_tool.agentrt_spec  # type: ignore[attr-defined]
+    # pluggy stores a spec's options under "<project name>_spec".
+    opts = getattr(hookspecs.agentrt_preview_tool, f"{hookspecs.PROJECT_NAME}_spec")
     assert opts["firstresult"] is True
     assert "Stops at first non-None result" in (hookspecs.agentrt_preview_tool.__doc__ or "")

@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         help="load a plugin module or .py file (repeatable)",
     )
     parser.add_argument(
-        "--no-entrypoints", action="store_true", help="do not load the 'agentrt.plugins' entry-point plugins"
+        "--no-entrypoints", action="store_true", help="do not load the 'agentrt.tools' entry-point plugins"
     )
     parser.add_argument(
         "--data-dir",

@@ -22,7 +22,8 @@ from agentrt.toolhost._sdk import Tool, canonical_json
 
 __all__ = ["ENTRYPOINT_GROUP", "collect_tools", "get_plugin_manager", "load_plugin", "preview"]
 
-ENTRYPOINT_GROUP = "agentrt.plugins"
+#: Entry-point group of tool plugins (only tool hosts load it, never the runtime).
+ENTRYPOINT_GROUP = hookspecs.PROJECT_NAME
 
 _log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def get_plugin_manager(
 
     Args:
         plugins: Extra plugins, each a module name or a path to a ``.py`` file (``--plugin``).
-        entrypoints: Also load every plugin of the entry-point group ``agentrt.plugins``.
+        entrypoints: Also load every plugin of the entry-point group ``agentrt.tools``.
         blocked: Plugin names (entry-point names or ``plugins`` items) not to load.
 
     Returns:

@@ -2,7 +2,7 @@
 
 A plugin is a module (or object) with functions marked ``@hookimpl`` whose names
 match the specs below. Register it under the entry-point group
-``agentrt.plugins`` or pass it with ``--plugin MODULE_OR_FILE``::
+``agentrt.tools`` or pass it with ``--plugin MODULE_OR_FILE``::
 
     from agentrt.toolhost import hookimpl
 
@@ -33,10 +33,13 @@ __all__ = [
     "hookspec",
 ]
 
-PROJECT_NAME = "agentrt"
+#: The pluggy project and entry-point group of tool plugins. Each hook family (tools, models,
+#: policies, auth) has its own, so a process loads only the plugins it runs and each manager's
+#: ``check_pending()`` rejects a misspelled hook of its family.
+PROJECT_NAME = "agentrt.tools"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-"""Marks hook specifications of the ``agentrt`` project."""
+"""Marks hook specifications of tool plugins."""
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 """Marks a plugin's hook implementations; plugins import it from ``agentrt.toolhost``."""

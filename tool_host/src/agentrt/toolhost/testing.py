@@ -159,7 +159,7 @@ def start_tool_host(
         data_dir: The host's ``--data-dir``.
         plugins: ``--plugin`` values (module names or ``.py`` paths).
         extra_args: More command-line arguments, e.g. ``["--set", "k=v"]`` or ``["--insecure"]``.
-        entrypoints: Also load the ``agentrt.plugins`` entry points (off: tests name their plugins).
+        entrypoints: Also load the ``agentrt.tools`` entry points (off: tests name their plugins).
         listen: ``--listen`` address.
         startup_timeout: Seconds to wait for the listening line.
         tls_cert: ``--tls-cert`` (with ``tls_key`` and ``client_ca``: serve mTLS), e.g. from
@@ -235,7 +235,7 @@ def spawn_tool_host(
         data_dir: The host's ``--data-dir``.
         plugins: ``--plugin`` values (module names or ``.py`` paths).
         extra_args: More command-line arguments.
-        entrypoints: Also load the ``agentrt.plugins`` entry points.
+        entrypoints: Also load the ``agentrt.tools`` entry points.
         listen: ``--listen`` address.
         startup_timeout: Seconds to wait for the listening line.
         tls_cert: ``--tls-cert``; see :func:`start_tool_host`.

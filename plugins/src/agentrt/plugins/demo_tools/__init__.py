@@ -1,4 +1,4 @@
-"""The demo tools plugin (entry point ``demo_tools`` in group ``agentrt.plugins``).
+"""The demo tools plugin (entry point ``demo_tools`` in group ``agentrt.tools``).
 
 Tools:
 

@@ -9,26 +9,21 @@ from types import MappingProxyType
 import pluggy
 
 from agentrt.server._config_security import ROLES
-from agentrt.server._hooks import reject_unknown_hooks
 from agentrt.server.auth import hookspecs
 from agentrt.server.auth._authentication import AuthRequest
 from agentrt.server.auth._principal import Principal
 
 __all__ = ["ENTRYPOINT_GROUP", "PluginAuthenticator", "get_auth_plugin_manager"]
 
-#: Entry-point group of agentrt plugins; tool, model and auth plugins share it.
-ENTRYPOINT_GROUP = "agentrt.plugins"
-
-# Prefix of the hooks this manager owns. Plugins in the shared entry-point group may implement
-# other agentrt hooks (tools, models); only a misspelled auth hook is an error here.
-_AUTH_HOOK_PREFIX = "agentrt_auth"
+#: Entry-point group of authentication plugins (each hook family has its own).
+ENTRYPOINT_GROUP = hookspecs.PROJECT_NAME
 
 
 def get_auth_plugin_manager(*, entrypoints: bool = True, blocked: Iterable[str] = ()) -> pluggy.PluginManager:
     """Build a plugin manager with the authentication hookspecs.
 
     Args:
-        entrypoints: Also load the plugins of the ``agentrt.plugins`` entry-point group. A plugin
+        entrypoints: Also load the plugins of the ``agentrt.auth`` entry-point group. A plugin
             that fails to import makes this raise (fail fast); block it with ``blocked``.
         blocked: Plugin (entry-point) names not to register.
 
@@ -39,7 +34,7 @@ def get_auth_plugin_manager(*, entrypoints: bool = True, blocked: Iterable[str] 
         pluggy.PluginValidationError: A plugin implements an ``agentrt_auth*`` hook that does not
             exist (a misspelled name) or with arguments the hookspec does not have.
     """
-    pm = pluggy.PluginManager("agentrt")
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     for name in blocked:
         pm.set_blocked(name)
@@ -50,12 +45,14 @@ def get_auth_plugin_manager(*, entrypoints: bool = True, blocked: Iterable[str] 
 
 
 def check_auth_hooks(pm: pluggy.PluginManager) -> None:
-    """Reject implementations of ``agentrt_auth*`` hooks that have no spec (misspelled names).
+    """Reject hook implementations that have no spec (misspelled names).
+
+    The family has its own project name, so every unknown hook here is a misspelled auth hook.
 
     Raises:
         pluggy.PluginValidationError: Naming the hook and the plugin.
     """
-    reject_unknown_hooks(pm, _AUTH_HOOK_PREFIX)
+    pm.check_pending()
 
 
 class PluginAuthenticator:

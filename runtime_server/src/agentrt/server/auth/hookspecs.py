@@ -1,7 +1,7 @@
 """Hook specifications for authentication plugins.
 
 A plugin is a module (or object) with functions marked by :data:`hookimpl`, registered through
-the ``agentrt.plugins`` entry-point group and enabled with ``[auth] plugins = true``. Example::
+the ``agentrt.auth`` entry-point group and enabled with ``[auth] plugins = true``. Example::
 
     from agentrt.server.auth import Principal, hookimpl
 
@@ -27,11 +27,14 @@ import pluggy
 if TYPE_CHECKING:
     from agentrt.server.auth._principal import Principal
 
-__all__ = ["agentrt_authenticate", "hookimpl", "hookspec"]
+__all__ = ["PROJECT_NAME", "agentrt_authenticate", "hookimpl", "hookspec"]
 
-hookspec = pluggy.HookspecMarker("agentrt")
+#: The pluggy project and entry-point group of auth plugins (one per hook family).
+PROJECT_NAME = "agentrt.auth"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 #: Marks a plugin's implementation of a hook; the same project name as the tool host's marker.
-hookimpl = pluggy.HookimplMarker("agentrt")
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec(firstresult=True)

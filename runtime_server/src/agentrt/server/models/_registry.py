@@ -11,8 +11,6 @@ from typing import Any
 
 import pluggy
 
-from agentrt.server._hooks import reject_unknown_hooks
-
 from . import hookspecs
 from ._cache import CacheEntry, CacheStats, ProviderCache, ProviderLease
 from ._errors import ModelConfigError
@@ -28,8 +26,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Entry-point group of agentrt plugins; tool plugins and model plugins share it.
-ENTRYPOINT_GROUP = "agentrt.plugins"
+#: Entry-point group of model provider plugins (tool and policy plugins have their own).
+ENTRYPOINT_GROUP = hookspecs.PROJECT_NAME
 
 #: Built-in providers, registered as plugins (as datasette does with its default plugins).
 DEFAULT_MODEL_PLUGINS: tuple[str, ...] = (
@@ -38,9 +36,6 @@ DEFAULT_MODEL_PLUGINS: tuple[str, ...] = (
     "agentrt.server.models._anthropic",
 )
 
-# Prefix of the hooks this manager owns. Plugins in the shared entry-point group may implement
-# other agentrt hooks (tools); only a misspelled model hook is an error here.
-_MODEL_HOOK_PREFIX = "agentrt_model"
 # Bound of the by-identity lookup cache; past it the cache starts over (it is only a shortcut).
 _IDENTITY_CACHE_SIZE = 1024
 #: Providers kept when the registry is given no bound (``model_cache.max_providers``).
@@ -53,7 +48,7 @@ def get_model_plugin_manager(
     """Build a plugin manager with the model hookspecs and the built-in providers.
 
     Args:
-        entrypoints: Also load the plugins of the ``agentrt.plugins`` entry-point group. A plugin
+        entrypoints: Also load the plugins of the ``agentrt.models`` entry-point group. A plugin
             that fails to import makes this raise (fail fast); block it with ``blocked``.
         blocked: Plugin names (entry-point names or built-in module names) not to register.
 
@@ -64,7 +59,7 @@ def get_model_plugin_manager(
         pluggy.PluginValidationError: A plugin implements a model hook that does not exist
             (a misspelled name) or with arguments the hookspec does not have.
     """
-    pm = pluggy.PluginManager("agentrt")
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     for name in blocked:
         pm.set_blocked(name)
@@ -73,7 +68,8 @@ def get_model_plugin_manager(
             pm.register(importlib.import_module(name), name=name)
     if entrypoints:
         pm.load_setuptools_entrypoints(ENTRYPOINT_GROUP)
-    reject_unknown_hooks(pm, _MODEL_HOOK_PREFIX)
+    # The family has its own project name, so every unknown hook here is a misspelled model hook.
+    pm.check_pending()
     return pm
 
 

@@ -1,7 +1,7 @@
 """Hook specifications for model provider plugins.
 
 A plugin is a module (or object) with functions marked by :data:`hookimpl`, registered through
-the ``agentrt.plugins`` entry-point group. The built-in ``scripted``, ``openai`` and ``anthropic``
+the ``agentrt.models`` entry-point group. The built-in ``scripted``, ``openai`` and ``anthropic``
 providers are plugins too. Example::
 
     from agentrt.server.models import hookimpl
@@ -29,11 +29,14 @@ import pluggy
 if TYPE_CHECKING:
     from ._types import ModelProvider
 
-__all__ = ["agentrt_model_provider", "agentrt_model_provider_names", "hookimpl", "hookspec"]
+__all__ = ["PROJECT_NAME", "agentrt_model_provider", "agentrt_model_provider_names", "hookimpl", "hookspec"]
 
-hookspec = pluggy.HookspecMarker("agentrt")
+#: The pluggy project and entry-point group of models plugins (one per hook family).
+PROJECT_NAME = "agentrt.models"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 #: Marks a plugin's implementation of a hook; the same project name as the tool host's marker.
-hookimpl = pluggy.HookimplMarker("agentrt")
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec(firstresult=True)

@@ -11,15 +11,22 @@ from agentrt.server.core import loads_bounded
 from agentrt.server.policies import hookspecs
 from agentrt.server.policies._types import ApprovalRequirement
 
-ENTRYPOINT_GROUP = "agentrt.plugins"
+#: Entry-point group of policy plugins (each hook family has its own).
+ENTRYPOINT_GROUP = hookspecs.PROJECT_NAME
 
 
 def get_policy_plugin_manager(*, entrypoints: bool = True) -> pluggy.PluginManager:
-    """A fresh manager with the policy hookspecs and the plugins of the entry-point group."""
-    pm = pluggy.PluginManager("agentrt")
+    """A fresh manager with the policy hookspecs and the plugins of the ``agentrt.policies`` group.
+
+    Raises:
+        pluggy.PluginValidationError: A plugin implements a policy hook that does not exist (a
+            misspelled name) or with arguments the hookspec does not have.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     if entrypoints:
         pm.load_setuptools_entrypoints(ENTRYPOINT_GROUP)
+    pm.check_pending()
     return pm
 
 

@@ -13,8 +13,11 @@ import pluggy
 
 from agentrt.server.policies._types import ApprovalRequirement
 
-hookspec = pluggy.HookspecMarker("agentrt")
-hookimpl = pluggy.HookimplMarker("agentrt")
+#: The pluggy project and entry-point group of policies plugins (one per hook family).
+PROJECT_NAME = "agentrt.policies"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec(firstresult=True)

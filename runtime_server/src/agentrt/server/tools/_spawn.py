@@ -71,7 +71,7 @@ class SpawnedToolHost:
         Args:
             data_dir: The host's data dir; its TLS material and trusted grant key are written there.
             plugins: ``--plugin`` values.
-            entrypoints: Also load the ``agentrt.plugins`` entry points.
+            entrypoints: Also load the ``agentrt.tools`` entry points.
             grant_public_key: PEM public key of the runtime's grant signer; None leaves the host
                 obeying unsigned calls (``grants.enabled = false``).
             encryption_key_file: The host seals stored results with this key file when given.
