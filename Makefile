@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The distributions of the workspace (see pyproject.toml), installed editable, dependencies first.
-DISTS := proto tool_host clients runtime_server plugins
+DISTS := proto tool_host clients runtime_server plugins testing
 
 .PHONY: demo test lint proto bench wheels clean
 

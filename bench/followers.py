@@ -31,8 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc  # noqa: E402
-from agentrt.server.testing import spawn_runtime  # noqa: E402
-from agentrt.toolhost.testing import spawn_tool_host  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
 
 BLOB_CHARS = 40_000
 EVENTS_PER_STEP = 3

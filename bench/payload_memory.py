@@ -26,8 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from step_loop import peak_rss_mb  # noqa: E402
 
 from agentrt.client import Client  # noqa: E402
-from agentrt.server.testing import spawn_runtime  # noqa: E402
-from agentrt.toolhost.testing import spawn_tool_host  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

@@ -30,14 +30,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from step_loop import STEPS_PER_RUN, measure, peak_rss_mb, runtime_env  # noqa: E402
 
-from agentrt.server.testing import spawn_runtime  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
 from agentrt.toolhost.security import (  # noqa: E402
     generate_dev_pki,
     public_key_pem,
     write_key_file,
     write_signing_key,
 )
-from agentrt.toolhost.testing import spawn_tool_host  # noqa: E402
 
 TOKEN = "bench-token-0123456789"
 

@@ -34,9 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrt.client import AsyncClient  # noqa: E402
-from agentrt.server.testing import spawn_runtime  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
 from agentrt.toolhost.security import write_key_file  # noqa: E402
-from agentrt.toolhost.testing import spawn_tool_host  # noqa: E402
 
 K = 5
 STEPS_PER_RUN = 2 * K + 1

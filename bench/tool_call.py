@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as pb  # noqa: E402
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc  # noqa: E402
-from agentrt.toolhost.testing import spawn_tool_host  # noqa: E402
+from agentrt.testing import spawn_tool_host  # noqa: E402
 
 if TYPE_CHECKING:
     from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceAsyncStub

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
 
 REFUND_STEPS = [
     {

@@ -11,8 +11,7 @@ import pytest
 from agentrt.client import Client, RPCError, cli, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.testing import spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
 
 STEPS = [

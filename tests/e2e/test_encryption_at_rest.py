@@ -19,9 +19,8 @@ import pytest
 
 from agentrt.client import Client, RPCError, event_type
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.testing import spawn_runtime
+from agentrt.testing import ToolHostProcess, spawn_runtime
 from agentrt.toolhost.security import write_key_file
-from agentrt.toolhost.testing import ToolHostProcess
 from tests.e2e.conftest import write_config
 
 ROOT = Path(__file__).resolve().parents[2]

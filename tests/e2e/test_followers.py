@@ -21,8 +21,7 @@ import pytest
 from agentrt.client import Client, RPCError, event_type
 from agentrt.client._errors import from_call
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import toml_value
 
 STALL_S = 2.0

@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentrt.server.testing import spawn_runtime
-from agentrt.toolhost.testing import spawn_tool_host
+from agentrt.testing import spawn_runtime, spawn_tool_host
 
 BIN = Path(sys.executable).parent
 GRPCURL = str(BIN / "grpcurl")

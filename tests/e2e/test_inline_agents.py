@@ -21,9 +21,7 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
 from agentrt.client import Client, RPCError
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.models.testing import FakeModelServer, FakeResponse
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import FakeModelServer, FakeResponse, RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import toml_value
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

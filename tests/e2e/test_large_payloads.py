@@ -27,9 +27,8 @@ from agentrt.client import Client, RPCError
 from agentrt.plugins.blob_tools import blob_text
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
 from agentrt.toolhost.security import write_key_file
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
 from tests.e2e.conftest import agent_toml, toml_value
 
 MiB = 1024 * 1024

@@ -19,8 +19,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server.models.testing import FakeModelServer, FakeResponse, RecordedRequest
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import FakeModelServer, FakeResponse, RecordedRequest, RuntimeProcess, spawn_runtime
 from tests.e2e.conftest import toml_value
 
 KEY_ENV = "E2E_MODEL_CACHE_KEY"

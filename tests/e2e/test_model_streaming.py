@@ -12,9 +12,14 @@ import pytest
 
 from agentrt.client import Client
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.models.testing import FakeModelServer, FakeResponse, sse_event
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import (
+    FakeModelServer,
+    FakeResponse,
+    RuntimeProcess,
+    ToolHostProcess,
+    spawn_runtime,
+    sse_event,
+)
 
 KEY_ENV = "E2E_FAKE_OPENAI_KEY"
 

@@ -10,8 +10,7 @@ import pytest
 
 from agentrt.client import Client, event_type
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
 
 LOOKUP = {"text": "checking", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]}

@@ -14,8 +14,7 @@ import pytest
 from agentrt.client import Client, RPCError, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import write_config
 
 EXPECTED = [

@@ -11,9 +11,7 @@ import pytest
 
 from agentrt.client import Client, RPCError, event_type
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.models.testing import FakeModelServer
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import FakeModelServer, RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
 from tests.e2e.test_model_streaming import answer
 

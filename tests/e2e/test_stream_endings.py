@@ -18,9 +18,8 @@ import pytest
 
 from agentrt.client import Client, RPCError, event_type
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, start_tool_host
 from agentrt.toolhost._faults import FAULT_ENV, FAULT_EXIT_CODE
-from agentrt.toolhost.testing import ToolHostProcess, start_tool_host
 from tests.e2e.conftest import agent_toml
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
 

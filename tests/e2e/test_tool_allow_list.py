@@ -18,8 +18,7 @@ from agentrt.client import Client
 from agentrt.plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml, write_config
 from tests.e2e.test_runtime_process import wait_for_log
 

@@ -16,11 +16,10 @@ import pytest
 from agentrt.plugins.demo_tools import SLEEP_LOG_FILE
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
 from agentrt.server.tools import SlotTimeout, ToolSlots
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from agentrt.toolhost import SideEffect, ToolContext, tool
 from agentrt.toolhost._convert import tool_to_spec
-from agentrt.toolhost.testing import ToolHostProcess
 from tests.e2e.conftest import agent_toml
 
 NAP = [

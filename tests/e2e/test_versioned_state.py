@@ -9,8 +9,7 @@ from agentrt.client import Client
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.server.core import STATE_VERSION
-from agentrt.server.testing import spawn_runtime
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import ToolHostProcess, spawn_runtime
 from tests.e2e.test_approvals import config, start_until_paused
 
 

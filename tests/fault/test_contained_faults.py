@@ -21,7 +21,7 @@ import pytest
 from agentrt.client import Client, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import ToolHostProcess
 from tests.fault.conftest import (
     REFUND_SCRIPT,
     FakeOpenAI,

@@ -15,7 +15,7 @@ from agentrt.client import Client, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.server.engine._faults import FAULT_EXIT_CODE
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import ToolHostProcess
 from tests.fault.conftest import FakeOpenAI, runtime_env, start_runtime
 
 # The refund is the run's second tool call, hence "@2" on the tool points.

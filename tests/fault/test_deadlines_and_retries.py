@@ -16,8 +16,7 @@ import pytest
 from agentrt.client import Client, RPCError, cli, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.testing import RuntimeProcess
-from agentrt.toolhost.testing import ToolHostProcess, start_tool_host
+from agentrt.testing import RuntimeProcess, ToolHostProcess, start_tool_host
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
 
 PLUGINS = ["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]

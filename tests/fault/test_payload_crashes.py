@@ -19,8 +19,7 @@ from agentrt.client import Client
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.server.engine._faults import FAULT_ENV, FAULT_EXIT_CODE
 from agentrt.server.store._schema import payloads
-from agentrt.server.testing import RuntimeProcess
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_tool_host
 from tests.e2e.test_large_payloads import TEN_MB, blob_json, config
 from tests.fault.test_crash_points import check_log
 

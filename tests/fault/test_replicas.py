@@ -10,7 +10,7 @@ from pathlib import Path
 from agentrt.client import Client, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.toolhost.testing import ToolHostProcess
+from agentrt.testing import ToolHostProcess
 from tests.fault.conftest import REFUND_SCRIPT, runtime_env, serve_fake_openai, start_runtime
 
 NAP_THEN_REFUND = {

@@ -10,8 +10,8 @@ import pytest
 from agentrt.client import Client, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import start_tool_host
 from agentrt.toolhost._faults import FAULT_ENV, FAULT_EXIT_CODE
-from agentrt.toolhost.testing import start_tool_host
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
 
 PLUGINS = ["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]

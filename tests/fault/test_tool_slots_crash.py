@@ -15,8 +15,7 @@ import pytest
 from agentrt.client import Client, event_type
 from agentrt.plugins.demo_tools import SLEEP_LOG_FILE
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.testing import RuntimeProcess
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_tool_host
 from tests.e2e.conftest import agent_toml
 
 HOLD = [

@@ -34,9 +34,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agentrt.proto.runtime.v1 import runtime_service_pb2 as rt
 from agentrt.proto.runtime.v1 import runtime_service_pb2_grpc as rt_grpc
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as th_grpc
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
 from agentrt.toolhost.security import DevPki, GrantSigner, generate_dev_pki, public_key_pem, write_signing_key
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
 from tests.fuzz.findings import (
     BROKEN,
     Finding,

@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, text
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 from agentrt.server.store import normalise_url
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
 
 TENANTS = {"acme": "tok-acme-admission", "globex": "tok-globex-admission"}

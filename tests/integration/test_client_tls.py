@@ -21,9 +21,8 @@ import pytest
 
 from agentrt.client import AsyncClient, Client, CredentialsError, UnavailableError, cli, event_type
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, spawn_runtime, spawn_tool_host
 from agentrt.toolhost.security import DevPki, generate_dev_pki
-from agentrt.toolhost.testing import spawn_tool_host
 from tests.e2e.conftest import write_config
 
 TOKEN = "tls-t0ken-never-logged"

@@ -26,7 +26,7 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml, toml_value
 
 TENANTS = {"alice": ("acme", ["runner", "approver", "operator"]), "carol": ("globex", ["runner", "operator"])}

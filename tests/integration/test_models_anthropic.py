@@ -27,7 +27,7 @@ from agentrt.server.models import (
     ToolDef,
     get_model_plugin_manager,
 )
-from agentrt.server.models.testing import Exchange, FakeModelServer, FakeResponse
+from agentrt.testing import Exchange, FakeModelServer, FakeResponse
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "models"
 KEY_ENV = "AGENTRT_FAKE_ANTHROPIC_KEY"

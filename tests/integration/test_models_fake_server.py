@@ -1,4 +1,4 @@
-"""The fake model server and the recorded exchanges of agentrt.server.models.testing, over real HTTP."""
+"""The fake model server and the recorded exchanges of agentrt.testing, over real HTTP."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from agentrt.server.models._sse import SSEDecoder
-from agentrt.server.models.testing import (
+from agentrt.testing import (
     Exchange,
     ExpectedRequest,
     FakeModelServer,

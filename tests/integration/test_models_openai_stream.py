@@ -24,7 +24,7 @@ from agentrt.server.models import (
     OpenAIProvider,
     ToolDef,
 )
-from agentrt.server.models.testing import Exchange, FakeModelServer, FakeResponse, sse_event
+from agentrt.testing import Exchange, FakeModelServer, FakeResponse, sse_event
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "models"
 KEY_ENV = "AGENTRT_FAKE_OPENAI_KEY"

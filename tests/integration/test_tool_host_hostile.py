@@ -24,8 +24,8 @@ from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
     PreviewToolRequest,
 )
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.testing import ToolHostProcess, spawn_tool_host
 from agentrt.toolhost import SERVICE_NAME
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
 
 KEY = "x-agentrt-idempotency-key"
 

@@ -38,9 +38,9 @@ from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
     PreviewToolRequest,
 )
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.testing import ToolHostProcess, spawn_tool_host, start_tool_host
 from agentrt.toolhost import SERVICE_NAME, canonical_json
 from agentrt.toolhost._ledger import Ledger
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host, start_tool_host
 
 EXAMPLE_FILE = Path(plugins.__file__).parent / "example_plugin_file.py"
 PLUGINS = ("agentrt.plugins.demo_tools", str(EXAMPLE_FILE))

@@ -34,6 +34,7 @@ from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
     PreviewToolRequest,
 )
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.testing import ToolHostProcess, spawn_tool_host
 from agentrt.toolhost.security import (
     GRANT_HEADER,
     DevPki,
@@ -44,7 +45,6 @@ from agentrt.toolhost.security import (
     write_key_file,
     write_signing_key,
 )
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
 
 PLUGINS = ("agentrt.plugins.demo_tools",)
 REFUND = {"order_id": "A100", "amount": 2.5, "reason": "damaged box"}

@@ -22,7 +22,7 @@ from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
 from agentrt.server.tools import CallMetadata, ToolRouter
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
+from agentrt.testing import ToolHostProcess, spawn_tool_host
 
 MiB = 1024 * 1024
 

@@ -31,7 +31,7 @@ from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.proto.toolhost.v1.tool_host_service_pb2 import InvokeToolRequest, ListToolsRequest
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host, start_tool_host
 from agentrt.toolhost.security import (
     GRANT_HEADER,
     DevPki,
@@ -44,7 +44,6 @@ from agentrt.toolhost.security import (
     write_key_file,
     write_signing_key,
 )
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host, start_tool_host
 from tests.e2e.conftest import agent_toml
 
 PLUGINS = ("agentrt.plugins.demo_tools",)

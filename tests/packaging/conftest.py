@@ -23,6 +23,7 @@ DISTRIBUTIONS = {
     "clients": "agentrt-client",
     "runtime_server": "agentrt-server",
     "plugins": "agentrt-demo",
+    "testing": "agentrt-testing",
 }
 #: What only the runtime server needs; neither a plugin author nor a caller installs it.
 SERVER_ONLY = {

@@ -17,8 +17,7 @@ import pytest
 
 from agentrt.proto.toolhost.v1.tool_host_service_pb2 import InvokeToolRequest, ListToolsRequest
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from agentrt.server.testing import spawn_runtime
-from agentrt.toolhost.testing import spawn_tool_host
+from agentrt.testing import spawn_runtime, spawn_tool_host
 
 from .conftest import DISTRIBUTIONS, SERVER_ONLY, _pip, installed, make_venv
 
@@ -107,6 +106,12 @@ def test_the_tool_sdk_alone_serves_plugins_without_server_dependencies(
     _pip(python, "install", "--quiet", "--no-deps", str(example_plugin_wheel))
     served = _tools(tmp_path / "dist", python, entrypoints=True, call=("greeting.hello", '{"name": "Ada"}'))
     assert served == [("greeting.hello", '{"greeting":"Hello, Ada!"}')]
+    # The test support a plugin author uses needs nothing beyond the SDK either.
+    _pip(python, "install", "--quiet", "--find-links", str(wheels), "agentrt-testing")
+    assert installed(python) - names == {"agentrt-testing", "acme-greeting"}
+    support = "import agentrt.testing as t; print(t.FakeModelServer.__name__)"
+    done = subprocess.run([str(python), "-c", support], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "FakeModelServer", done.stderr
 
 
 def _tools(

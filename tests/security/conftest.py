@@ -20,7 +20,7 @@ import pytest
 
 from agentrt.client import Client
 from agentrt.plugins.demo_tools import count_refunds
-from agentrt.server.testing import RuntimeProcess, spawn_runtime
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
 from agentrt.toolhost.security import (
     DevPki,
     generate_dev_pki,
@@ -28,7 +28,6 @@ from agentrt.toolhost.security import (
     write_key_file,
     write_signing_key,
 )
-from agentrt.toolhost.testing import ToolHostProcess, spawn_tool_host
 from tests.e2e.conftest import agent_toml, toml_value
 
 TOKENS = {

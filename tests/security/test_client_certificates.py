@@ -8,9 +8,8 @@ import grpc
 import pytest
 
 from agentrt.client import Client, RPCError, event_type
-from agentrt.server.testing import spawn_runtime
+from agentrt.testing import spawn_runtime, spawn_tool_host
 from agentrt.toolhost.security import generate_dev_pki
-from agentrt.toolhost.testing import spawn_tool_host
 from tests.e2e.conftest import agent_toml
 from tests.security.conftest import SMALL_REFUND_STEPS
 

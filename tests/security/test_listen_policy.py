@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentrt.client import Client
-from agentrt.server.testing import spawn_runtime
+from agentrt.testing import spawn_runtime, spawn_tool_host, start_tool_host
 from agentrt.toolhost.security import generate_dev_pki
-from agentrt.toolhost.testing import spawn_tool_host, start_tool_host
 from tests.security.conftest import write_tokens
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from agentrt.client import event_type
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as svc_grpc
-from agentrt.server.testing import spawn_runtime
+from agentrt.testing import spawn_runtime
 from agentrt.toolhost.security import (
     DevPki,
     GrantSigner,

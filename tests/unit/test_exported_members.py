@@ -21,6 +21,7 @@ PACKAGES = [
     "agentrt.server.store",
     "agentrt.server.telemetry",
     "agentrt.server.tools",
+    "agentrt.testing",
     "agentrt.toolhost",
     "agentrt.toolhost.security",
 ]

@@ -13,7 +13,7 @@ text deltas as they arrive. The engine uses them through a :class:`ModelRegistry
 
 A ``ModelTransientError`` with ``reason="stream_interrupted"`` means a stream broke off after
 ``on_text_delta`` may have received fragments: retry the whole step and drop those fragments.
-:mod:`agentrt.server.models.testing` has a local fake model server for tests.
+:mod:`agentrt.testing` (distribution agentrt-testing) has a local fake model server for tests.
 """
 
 from __future__ import annotations

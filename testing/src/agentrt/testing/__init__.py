@@ -1,4 +1,17 @@
-"""A local fake model server and recorded exchanges, for tests of the HTTP model providers.
+"""Test support for agentrt and its plugin authors (distribution ``agentrt-testing``).
+
+Nothing in the product imports this package (a test walks the production modules' imports).
+
+- :func:`spawn_tool_host` / :func:`start_tool_host`: a real tool host process (optionally with
+  another venv's interpreter) serving the given plugins; :class:`ToolHostProcess`.
+- :func:`spawn_runtime`: a real runtime process (needs ``agentrt-server``); :class:`RuntimeProcess`.
+- :class:`FakeModelServer`: an OpenAI- and Anthropic-compatible HTTP server speaking the real wire
+  protocol from queued answers, and :class:`Exchange`, recorded exchanges loaded from JSON.
+
+Fault injection (``[faults]`` in the runtime's configuration, the tool host's ``--set fault.*``)
+is the documented test facility of the processes themselves; see the README.
+
+The fake model server and recorded exchanges, for tests of the HTTP model providers:
 
 :class:`FakeModelServer` is a real HTTP/1.1 server on ``127.0.0.1:<free port>`` (threads, so that
 sync tests and other processes can use it as well as asyncio tests). It answers each request with
@@ -37,7 +50,21 @@ and the exact answer (status, headers, body bytes, piece boundaries) the server 
 
 from __future__ import annotations
 
-from ._exchanges import Exchange, ExpectedRequest
-from ._fake_server import FakeModelServer, FakeResponse, RecordedRequest, sse_event
+from agentrt.testing._exchanges import Exchange, ExpectedRequest
+from agentrt.testing._model_server import FakeModelServer, FakeResponse, RecordedRequest, sse_event
+from agentrt.testing._runtime import RuntimeProcess, spawn_runtime
+from agentrt.testing._tool_host import ToolHostProcess, spawn_tool_host, start_tool_host
 
-__all__ = ["Exchange", "ExpectedRequest", "FakeModelServer", "FakeResponse", "RecordedRequest", "sse_event"]
+__all__ = [
+    "Exchange",
+    "ExpectedRequest",
+    "FakeModelServer",
+    "FakeResponse",
+    "RecordedRequest",
+    "RuntimeProcess",
+    "ToolHostProcess",
+    "spawn_runtime",
+    "spawn_tool_host",
+    "sse_event",
+    "start_tool_host",
+]

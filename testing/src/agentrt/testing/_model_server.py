@@ -1,4 +1,4 @@
-"""The fake model server behind :mod:`agentrt.server.models.testing` (see there)."""
+"""The fake model server of :mod:`agentrt.testing` (see there)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recorded model exchanges, loaded from JSON fixtures (format in :mod:`agentrt.server.models.testing`)."""
+"""Recorded model exchanges, loaded from JSON fixtures (format in :mod:`agentrt.testing`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._fake_server import FakeResponse, RecordedRequest
+from agentrt.testing._model_server import FakeResponse, RecordedRequest
 
 __all__ = ["Exchange", "ExpectedRequest"]
 

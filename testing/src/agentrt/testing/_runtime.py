@@ -1,4 +1,4 @@
-"""Helpers for tests (and the demo) that need a real runtime server process.
+"""Helpers for tests that need a real runtime server process (``agentrt-server`` installed).
 
 Example::
 
@@ -19,9 +19,11 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from agentrt.server.api._server import READY_PREFIX
+__all__ = ["READY_PREFIX", "RuntimeProcess", "spawn_runtime"]
 
-__all__ = ["RuntimeProcess", "spawn_runtime"]
+#: The line a runtime prints once it serves (``agentrt.server.api``'s; a test keeps them equal).
+#: Not imported from the server: agentrt-testing installs without it.
+READY_PREFIX = "agentrt-runtime listening on "
 
 
 class RuntimeProcess:
