@@ -8,9 +8,12 @@ DISTS := proto tool_host clients runtime_server plugins testing
 
 .PHONY: demo test lint proto bench wheels clean
 
+# A venv made before the split into distributions holds the old single distribution "agentrt",
+# whose editable finder would shadow the agentrt namespace: it is uninstalled first.
 $(STAMP): pyproject.toml $(DISTS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip uninstall --quiet --yes agentrt 2>/dev/null || true
 	$(BIN)/pip install --quiet $(DISTS:%=-e ./%) -e '.[dev]'
 	touch $(STAMP)
 
