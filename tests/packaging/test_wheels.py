@@ -156,6 +156,11 @@ def test_the_client_alone_calls_a_real_runtime_without_server_dependencies(
         )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "NOT_FOUND RUN_NOT_FOUND"
+    # The agentrt command comes with the client; serving needs the server, and it says which.
+    serve = subprocess.run(
+        [str(python.parent / "agentrt"), "serve"], capture_output=True, text=True, timeout=60
+    )
+    assert serve.returncode == 2 and "pip install agentrt-server" in serve.stderr, serve.stderr
 
 
 def test_the_workspace_lists_every_distribution() -> None:

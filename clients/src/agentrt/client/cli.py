@@ -37,6 +37,8 @@ _DELEGATES: Final = {
     "toolhost": "agentrt.toolhost",
     "prune": "agentrt.server._prune_main",
 }
+# The distribution that provides each delegate's module (the client installs without them).
+_PROVIDERS: Final = {"agentrt.server": "agentrt-server", "agentrt.toolhost": "agentrt-toolhost"}
 # Global options that take a value, so the split below can skip it.
 _GLOBAL_WITH_VALUE: Final = frozenset(
     {"--target", "--timeout", "--ca", "--cert", "--key", "--token", "--token-file", "--server-name"}
@@ -285,7 +287,8 @@ def _delegate(module_name: str, argv: list[str]) -> int:
         module = importlib.import_module(module_name)
         entry = module.main
     except (ImportError, AttributeError) as exc:
-        print(f"error: {module_name} is not available: {exc}", file=sys.stderr)
+        provider = _PROVIDERS[module_name.split("._")[0]]
+        print(f"error: {module_name} is not available ({exc}); pip install {provider}", file=sys.stderr)
         return 2
     code = entry(argv)
     return int(code) if code is not None else 0
