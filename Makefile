@@ -3,13 +3,18 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The distributions of the workspace (see pyproject.toml), installed editable, dependencies first.
+DISTS := proto tool_host clients runtime_server plugins testing
 
-.PHONY: demo test test-ts lint proto proto-ts proto-lock bench clean
+.PHONY: demo test test-ts lint proto proto-ts proto-lock bench wheels clean
 
-$(STAMP): pyproject.toml
+# A venv made before the split into distributions holds the old single distribution "agentrt",
+# whose editable finder would shadow the agentrt namespace: it is uninstalled first.
+$(STAMP): pyproject.toml $(DISTS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip uninstall --quiet --yes agentrt 2>/dev/null || true
+	$(BIN)/pip install --quiet $(DISTS:%=-e ./%) -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -44,5 +49,10 @@ proto-lock: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/step_loop.py
 
+# One wheel per distribution, into dist/ (stale build/ output would end up in the wheels).
+wheels: $(STAMP)
+	rm -rf $(DISTS:%=%/build)
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist $(DISTS:%=./%)
+
 clean:
-	rm -rf $(VENV) .agentrt clients/typescript/node_modules clients/typescript/dist clients/typescript/build-test
+	rm -rf $(VENV) .agentrt dist clients/typescript/node_modules clients/typescript/dist clients/typescript/build-test

@@ -30,9 +30,8 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc  # noqa: E402
-from runtime_server.testing import spawn_runtime  # noqa: E402
-from tool_host.testing import spawn_tool_host  # noqa: E402
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
 
 BLOB_CHARS = 40_000
 EVENTS_PER_STEP = 3
@@ -188,7 +187,7 @@ def main() -> None:
     steps = max(1, round(args.mb * 1e6 / (EVENTS_PER_STEP * BLOB_CHARS)))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        with spawn_tool_host(work / "host", plugins=["plugins.demo_tools"]) as host:
+        with spawn_tool_host(work / "host", plugins=["agentrt.plugins.demo_tools"]) as host:
             env = runtime_env(
                 f"sqlite:///{work / 'rt.sqlite'}", host.address, steps=steps, stall_s=args.stall
             )

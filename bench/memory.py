@@ -33,9 +33,13 @@ from google.protobuf import struct_pb2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc  # noqa: E402
-from runtime_server.models.testing import FakeModelServer, FakeResponse, RecordedRequest  # noqa: E402
-from runtime_server.testing import spawn_runtime  # noqa: E402
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc  # noqa: E402
+from agentrt.testing import (  # noqa: E402
+    FakeModelServer,
+    FakeResponse,
+    RecordedRequest,
+    spawn_runtime,
+)
 
 KEY_ENV = "BENCH_MEMORY_MODEL_KEY"
 ANSWER = json.dumps(

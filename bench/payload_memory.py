@@ -1,6 +1,6 @@
 """Peak memory of the runtime and the tool host around large tool results (R8.4).
 
-One real tool host (``plugins.blob_tools``) and one runtime (SQLite, payloads in the database or
+One real tool host (``agentrt.plugins.blob_tools``) and one runtime (SQLite, payloads in the database or
 ``--store file``). For each size, one run calls ``blob.make`` once; the script prints the peak RSS
 (VmHWM) of both processes after the run, and the growth over the previous peak. Sizes run in
 increasing order, since a peak only grows. A result past ``max_tool_result_bytes`` (64 MiB) is
@@ -25,9 +25,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from step_loop import peak_rss_mb  # noqa: E402
 
-from clients import Client  # noqa: E402
-from runtime_server.testing import spawn_runtime  # noqa: E402
-from tool_host.testing import spawn_tool_host  # noqa: E402
+from agentrt.client import Client  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -67,7 +66,7 @@ def main() -> None:
     sizes = sorted(int(mb * 1000 * 1000) for mb in args.sizes_mb)
     with tempfile.TemporaryDirectory(prefix="agentrt-bench-payloads-") as tmp:
         work = Path(tmp)
-        with spawn_tool_host(work / "host", plugins=["plugins.blob_tools"]) as host:
+        with spawn_tool_host(work / "host", plugins=["agentrt.plugins.blob_tools"]) as host:
             config = work / "agentrt.toml"
             text = (
                 f'db_url = "sqlite:///{work / "agentrt.sqlite"}"\ndata_dir = "{work / "data"}"\n'

@@ -30,14 +30,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from step_loop import STEPS_PER_RUN, measure, peak_rss_mb, runtime_env  # noqa: E402
 
-from runtime_server.testing import spawn_runtime  # noqa: E402
-from tool_host.security import (  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
+from agentrt.toolhost.security import (  # noqa: E402
     generate_dev_pki,
     public_key_pem,
     write_key_file,
     write_signing_key,
 )
-from tool_host.testing import spawn_tool_host  # noqa: E402
 
 TOKEN = "bench-token-0123456789"
 
@@ -96,7 +95,9 @@ def bench(work: Path, args: argparse.Namespace, *, secure: bool) -> Result:
     client_options: dict[str, str] = {}
     if secure:
         host_args, extra_env, client_options = secure_material(work / name, encrypt=args.encrypt)
-    with spawn_tool_host(work / f"host-{name}", plugins=["plugins.demo_tools"], extra_args=host_args) as host:
+    with spawn_tool_host(
+        work / f"host-{name}", plugins=["agentrt.plugins.demo_tools"], extra_args=host_args
+    ) as host:
         env = runtime_env(f"sqlite:///{work / f'bench-{name}.sqlite'}", host.address)
         host_tls = json.loads(extra_env.pop("_HOST_TLS", "{}"))
         env["AGENTRT_TOOL_HOSTS"] = json.dumps([{"name": "bench", "address": host.address, **host_tls}])

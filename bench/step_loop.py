@@ -33,10 +33,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from clients import AsyncClient  # noqa: E402
-from runtime_server.testing import spawn_runtime  # noqa: E402
-from tool_host.security import write_key_file  # noqa: E402
-from tool_host.testing import spawn_tool_host  # noqa: E402
+from agentrt.client import AsyncClient  # noqa: E402
+from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
+from agentrt.toolhost.security import write_key_file  # noqa: E402
 
 K = 5
 STEPS_PER_RUN = 2 * K + 1
@@ -121,7 +120,7 @@ def bench_backend(name: str, db_url: str, floor_s: float, work: Path, args: argp
     if args.encrypt:
         key_file = work / "keys.json"
         write_key_file(key_file)
-    with spawn_tool_host(work / f"host-{name}", plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(work / f"host-{name}", plugins=["agentrt.plugins.demo_tools"]) as host:
         env = runtime_env(db_url, host.address, key_file=key_file)
         with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
             sequential, burst = asyncio.run(measure(runtime.address, args.runs, args.concurrent))

@@ -1,6 +1,6 @@
 """Tool-call benchmark: what one InvokeTool round trip costs, against the floor of a bare one.
 
-A real tool host process (``plugins.demo_tools``) serves the no-op tool
+A real tool host process (``agentrt.plugins.demo_tools``) serves the no-op tool
 ``noop.echo``. Every call carries fresh R3.3 metadata (idempotency key, run id,
 call id, attempt, fencing token) and a deadline, as the runtime sends them, so
 each one is a full ledger round: fencing check, RUNNING recorded, tool run,
@@ -35,12 +35,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrt.toolhost.v1 import tool_host_service_pb2 as pb  # noqa: E402
-from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc  # noqa: E402
-from tool_host.testing import spawn_tool_host  # noqa: E402
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as pb  # noqa: E402
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc  # noqa: E402
+from agentrt.testing import spawn_tool_host  # noqa: E402
 
 if TYPE_CHECKING:
-    from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceAsyncStub
+    from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceAsyncStub
 
 TOOL = "noop.echo"
 ARGUMENTS = '{"i": 1}'
@@ -141,7 +141,7 @@ def main() -> None:
     )
     with (
         tempfile.TemporaryDirectory(prefix="agentrt-bench-") as tmp,
-        spawn_tool_host(Path(tmp) / "host", plugins=["plugins.demo_tools"]) as host,
+        spawn_tool_host(Path(tmp) / "host", plugins=["agentrt.plugins.demo_tools"]) as host,
     ):
         asyncio.run(measure(host.address, host.pid, args))
 

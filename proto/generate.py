@@ -1,25 +1,50 @@
-"""Regenerate the committed protobuf package ``agentrt`` from ``proto/``.
+"""Regenerate the committed protobuf package ``agentrt.proto`` from the ``.proto`` files in ``proto/``.
 
-Run: ``python proto/generate.py`` (or ``--out DIR`` to write elsewhere; the drift
-test does that and compares). Offline by design: pinned grpcio-tools for the
-messages, services and message stubs, mypy-protobuf for the gRPC stubs.
+Run: ``python proto/generate.py`` (or ``--out DIR`` to write elsewhere; the drift test does that
+and compares). Offline by design: pinned grpcio-tools for the messages, services and message stubs,
+mypy-protobuf for the gRPC stubs.
+
+The wire packages stay ``agentrt.runtime.v1`` and ``agentrt.toolhost.v1``; only the Python modules
+move under ``agentrt.proto`` (the distribution ``agentrt-proto``, ``proto/src``), so that the tool
+SDK can be ``agentrt.toolhost``. protoc names modules after the ``.proto`` paths, so the generated
+imports are rewritten afterwards, the way temporalio's scripts/gen_protos.py does. The ``.proto``
+files are copied next to their modules so that they ship inside the wheel.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import grpc_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-PACKAGE = "agentrt"
+#: The Python sources of the distribution ``agentrt-proto``.
+SRC = PROTO_ROOT / "src"
+#: The package, relative to ``--out``.
+PACKAGE = Path("agentrt") / "proto"
 INIT_TEXT = '"""Generated protobuf code for agentrt; never edit by hand (see proto/generate.py)."""\n'
+
+# Module references only: "from agentrt.runtime.v1 import x_pb2", "agentrt.runtime.v1.x_pb2".
+# Wire names ("agentrt.runtime.v1.AgentRuntimeService", the serialized descriptors) never match.
+_IMPORT = re.compile(r"^(from|import) agentrt\.(runtime|toolhost)\.v1\b", re.M)
+_MODULE = re.compile(r"\bagentrt\.(runtime|toolhost)\.v1\.(\w+_pb2(?:_grpc)?)\b")
+
+
+def _rewrite(text: str) -> str:
+    text = _IMPORT.sub(r"\1 agentrt.proto.\2.v1", text)
+    return _MODULE.sub(r"agentrt.proto.\1.v1.\2", text)
+
+
+def _protos() -> list[Path]:
+    return sorted(p.relative_to(PROTO_ROOT) for p in (PROTO_ROOT / "agentrt").rglob("*.proto"))
 
 
 def generate(out: Path) -> None:
@@ -27,24 +52,33 @@ def generate(out: Path) -> None:
     target = out / PACKAGE
     if target.exists():
         shutil.rmtree(target)
-    out.mkdir(parents=True, exist_ok=True)
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
+    target.mkdir(parents=True)
+    protos = _protos()
     include = Path(grpc_tools.__file__).parent / "_proto"
     mypy_grpc = Path(sysconfig.get_path("scripts")) / "protoc-gen-mypy_grpc"
-    cmd = [
-        sys.executable,
-        "-m",
-        "grpc_tools.protoc",
-        f"-I{PROTO_ROOT}",
-        f"-I{include}",
-        f"--python_out={out}",
-        f"--pyi_out={out}",
-        f"--grpc_python_out={out}",
-        f"--plugin=protoc-gen-mypy_grpc={mypy_grpc}",
-        f"--mypy_grpc_out=quiet:{out}",
-        *protos,
-    ]
-    subprocess.run(cmd, check=True, cwd=PROTO_ROOT)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp)
+        cmd = [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{PROTO_ROOT}",
+            f"-I{include}",
+            f"--python_out={raw}",
+            f"--pyi_out={raw}",
+            f"--grpc_python_out={raw}",
+            f"--plugin=protoc-gen-mypy_grpc={mypy_grpc}",
+            f"--mypy_grpc_out=quiet:{raw}",
+            *map(str, protos),
+        ]
+        subprocess.run(cmd, check=True, cwd=PROTO_ROOT)
+        for path in sorted((raw / "agentrt").rglob("*")):
+            if path.is_file():
+                dest = target / path.relative_to(raw / "agentrt")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_text(_rewrite(path.read_text()))
+    for proto in protos:
+        shutil.copyfile(PROTO_ROOT / proto, target / proto.relative_to("agentrt"))
     for directory in [target, *sorted(p for p in target.rglob("*") if p.is_dir())]:
         (directory / "__init__.py").write_text(INIT_TEXT)
     (target / "py.typed").write_text("")
@@ -52,7 +86,7 @@ def generate(out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=ROOT, help="directory that receives the package")
+    parser.add_argument("--out", type=Path, default=SRC, help="directory that receives agentrt/proto")
     generate(parser.parse_args().out)
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.testing import RuntimeProcess, spawn_runtime
-from tool_host.testing import ToolHostProcess, spawn_tool_host
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
 
 REFUND_STEPS = [
     {
@@ -80,7 +79,7 @@ def write_config(path: Path, *, db_url: str, tool_host_address: str) -> Path:
 
 @pytest.fixture
 def tool_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
-    with spawn_tool_host(tmp_path / "toolhost", plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(tmp_path / "toolhost", plugins=["agentrt.plugins.demo_tools"]) as host:
         yield host
 
 

@@ -8,12 +8,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, cli, event_type
-from plugins.demo_tools import count_refunds
-from runtime_server.testing import spawn_runtime
+from agentrt.client import Client, RPCError, cli, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
-from tool_host.testing import ToolHostProcess
 
 STEPS = [
     {"text": "checking", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]},
@@ -242,7 +241,7 @@ def test_resolving_needs_a_decision_and_a_waiting_run_and_records_the_principal(
 ) -> None:
     # Roles and tenants are exercised in tests/security; on loopback with no auth configured
     # every caller is the local principal, and the approver recorded is that principal.
-    from agentrt.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+    from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
 
     path = config(tmp_path, sqlite_url, tool_host)
     with spawn_runtime(["--config", str(path), "--listen", "127.0.0.1:0"], cwd=tmp_path) as runtime:

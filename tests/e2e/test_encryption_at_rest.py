@@ -17,12 +17,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, event_type
-from runtime_server.testing import spawn_runtime
+from agentrt.client import Client, RPCError, event_type
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import ToolHostProcess, spawn_runtime
+from agentrt.toolhost.security import write_key_file
 from tests.e2e.conftest import write_config
-from tool_host.security import write_key_file
-from tool_host.testing import ToolHostProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 INPUT = "please refund A100, ticket INPUTMARKER-5f1e"
@@ -138,7 +137,7 @@ def test_a_bad_key_file_exits_2_naming_the_file_and_writes_nothing(
         key_file.write_text(content)
     config = secured_config(tmp_path, tool_host, key_file)
     done = subprocess.run(
-        [sys.executable, "-m", "runtime_server", "--config", str(config), "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "agentrt.server", "--config", str(config), "--listen", "127.0.0.1:0"],
         cwd=tmp_path,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),  # this checkout's code, whatever is installed
         capture_output=True,

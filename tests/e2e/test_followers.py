@@ -18,12 +18,11 @@ from typing import Any
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from clients import Client, RPCError, event_type
-from clients._errors import from_call
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, RPCError, event_type
+from agentrt.client._errors import from_call
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import toml_value
-from tool_host.testing import ToolHostProcess
 
 STALL_S = 2.0
 STEPS = 120

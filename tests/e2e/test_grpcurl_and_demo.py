@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runtime_server.testing import spawn_runtime
-from tool_host.testing import spawn_tool_host
+from agentrt.testing import spawn_runtime, spawn_tool_host
 
 BIN = Path(sys.executable).parent
 GRPCURL = str(BIN / "grpcurl")
@@ -82,7 +81,7 @@ def test_grpcurl_lists_both_services_and_streams_a_demo_run(tmp_path: Path) -> N
         assert [int(json.loads(c)["event"]["seq"]) for c in _json_objects(replay)] == list(
             range(11, int(tail[-1]["seq"]) + 1)
         )
-    with spawn_tool_host(tmp_path / "host", plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(tmp_path / "host", plugins=["agentrt.plugins.demo_tools"]) as host:
         services = grpcurl(host.address, "list").split()
         assert "agentrt.toolhost.v1.ToolHostService" in services
         tools = json.loads(grpcurl(host.address, "agentrt.toolhost.v1.ToolHostService/ListTools"))

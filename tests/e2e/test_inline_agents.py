@@ -19,12 +19,10 @@ import pytest
 from google.protobuf import struct_pb2
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError
-from runtime_server.models.testing import FakeModelServer, FakeResponse
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, RPCError
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import FakeModelServer, FakeResponse, RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import toml_value
-from tool_host.testing import ToolHostProcess
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 KEY_ENV = "E2E_INLINE_PROFILE_KEY"
@@ -292,7 +290,7 @@ def test_profile_and_allow_list_mistakes_stop_the_server_at_start(
     for name, (text, expected) in cases.items():
         (tmp_path / name).write_text(text)
         done = subprocess.run(
-            [sys.executable, "-m", "runtime_server", "--config", str(tmp_path / name)],
+            [sys.executable, "-m", "agentrt.server", "--config", str(tmp_path / name)],
             cwd=tmp_path,
             env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT)),
             capture_output=True,

@@ -23,14 +23,13 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from agentrt.runtime.v1 import run_pb2
-from agentrt.toolhost.v1 import tool_pb2
-from clients import Client, RPCError
-from plugins.blob_tools import blob_text
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, RPCError
+from agentrt.plugins.blob_tools import blob_text
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
+from agentrt.toolhost.security import write_key_file
 from tests.e2e.conftest import agent_toml, toml_value
-from tool_host.security import write_key_file
-from tool_host.testing import ToolHostProcess, spawn_tool_host
 
 MiB = 1024 * 1024
 RESPONSE_CAP = 4 * MiB
@@ -93,7 +92,7 @@ def config(
 
 @pytest.fixture
 def blob_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
-    with spawn_tool_host(tmp_path / "toolhost", plugins=["plugins.blob_tools"]) as host:
+    with spawn_tool_host(tmp_path / "toolhost", plugins=["agentrt.plugins.blob_tools"]) as host:
         yield host
 
 
@@ -212,7 +211,15 @@ def test_results_between_inline_and_view_size_are_shown_whole_and_small_ones_sta
         assert client.get_payload(events[0].run_id, completed.result_ref.payload_id).data == expected
         # The command line writes it to a file, or says what is wrong.
         out = tmp_path / "result.json"
-        cli = [sys.executable, "-m", "clients", "--target", process.address, "payload", events[0].run_id]
+        cli = [
+            sys.executable,
+            "-m",
+            "agentrt.client",
+            "--target",
+            process.address,
+            "payload",
+            events[0].run_id,
+        ]
         done = subprocess.run(
             [*cli, completed.result_ref.payload_id, "-o", str(out)], capture_output=True, text=True
         )

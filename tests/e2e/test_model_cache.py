@@ -18,9 +18,8 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from runtime_server.models.testing import FakeModelServer, FakeResponse, RecordedRequest
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.testing import FakeModelServer, FakeResponse, RecordedRequest, RuntimeProcess, spawn_runtime
 from tests.e2e.conftest import toml_value
 
 KEY_ENV = "E2E_MODEL_CACHE_KEY"

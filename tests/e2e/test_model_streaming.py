@@ -11,11 +11,16 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client
-from runtime_server.models.testing import FakeModelServer, FakeResponse, sse_event
-from runtime_server.testing import RuntimeProcess, spawn_runtime
-from tool_host.testing import ToolHostProcess
+from agentrt.client import Client
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import (
+    FakeModelServer,
+    FakeResponse,
+    RuntimeProcess,
+    ToolHostProcess,
+    spawn_runtime,
+    sse_event,
+)
 
 KEY_ENV = "E2E_FAKE_OPENAI_KEY"
 

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, FailedPreconditionError
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, FailedPreconditionError
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import write_config
-from tool_host.testing import ToolHostProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def agentrt(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     child_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     return subprocess.run(
-        [sys.executable, "-m", "clients", *args],
+        [sys.executable, "-m", "agentrt.client", *args],
         cwd=cwd,
         env=child_env,
         capture_output=True,

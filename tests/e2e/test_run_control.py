@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, event_type
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, event_type
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
-from tool_host.testing import ToolHostProcess
 
 LOOKUP = {"text": "checking", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]}
 NAPS = {

@@ -11,12 +11,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, event_type
-from plugins.demo_tools import count_refunds
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, RPCError, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import write_config
-from tool_host.testing import ToolHostProcess
 
 EXPECTED = [
     "run.started",
@@ -247,7 +246,7 @@ def test_bad_config_exits_2_with_a_clear_message_and_writes_nothing(
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
         done = subprocess.run(
-            [sys.executable, "-m", "runtime_server", "--config", str(tmp_path / name)],
+            [sys.executable, "-m", "agentrt.server", "--config", str(tmp_path / name)],
             cwd=tmp_path,
             capture_output=True,
             text=True,

@@ -9,13 +9,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, event_type
-from runtime_server.models.testing import FakeModelServer
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, RPCError, event_type
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import FakeModelServer, RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
 from tests.e2e.test_model_streaming import answer
-from tool_host.testing import ToolHostProcess
 
 KEY_ENV = "E2E_SESSION_KEY"
 

@@ -16,13 +16,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, event_type
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client, RPCError, event_type
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, start_tool_host
+from agentrt.toolhost._faults import FAULT_ENV, FAULT_EXIT_CODE
 from tests.e2e.conftest import agent_toml
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
-from tool_host._faults import FAULT_ENV, FAULT_EXIT_CODE
-from tool_host.testing import ToolHostProcess, start_tool_host
 
 LOOKUP = {"tool": "orders.lookup", "arguments": {"order_id": "A100"}}
 BIG_REFUND = {"tool": "refund.issue", "arguments": {"order_id": "A100", "amount": 30.0, "reason": "broken"}}
@@ -193,7 +192,7 @@ def test_streams_of_unknown_runs_and_bad_after_seq_are_refused(runtime: RuntimeP
 def test_runagent_ends_with_run_waiting_at_an_unknown_outcome_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plugins = ["plugins.demo_tools", "plugins.fault_tools"]
+    plugins = ["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]
     port = free_port()
     monkeypatch.setenv(FAULT_ENV, "after_effect:refund.issue")  # the host dies after the refund lands
     host = start_tool_host(tmp_path / "host", plugins=plugins, listen=f"127.0.0.1:{port}")

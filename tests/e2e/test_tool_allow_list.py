@@ -14,14 +14,13 @@ from typing import Any
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from agentrt.toolhost.v1 import tool_pb2
-from clients import Client
-from plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client
+from agentrt.plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml, write_config
 from tests.e2e.test_runtime_process import wait_for_log
-from tool_host.testing import ToolHostProcess
 
 REFUND = {"tool": "refund.issue", "arguments": {"order_id": "A100", "amount": 12.5, "reason": "broken"}}
 ECHO = {"tool": "noop.echo", "arguments": {"text": "hi"}}

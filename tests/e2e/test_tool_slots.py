@@ -13,15 +13,14 @@ import grpc
 import pydantic
 import pytest
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.toolhost.v1 import tool_pb2
-from plugins.demo_tools import SLEEP_LOG_FILE
-from runtime_server.testing import RuntimeProcess, spawn_runtime
-from runtime_server.tools import SlotTimeout, ToolSlots
+from agentrt.plugins.demo_tools import SLEEP_LOG_FILE
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server.tools import SlotTimeout, ToolSlots
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
+from agentrt.toolhost import SideEffect, ToolContext, tool
+from agentrt.toolhost._convert import tool_to_spec
 from tests.e2e.conftest import agent_toml
-from tool_host import SideEffect, ToolContext, tool
-from tool_host._convert import tool_to_spec
-from tool_host.testing import ToolHostProcess
 
 NAP = [
     {"text": "napping", "tool_calls": [{"tool": "sleep.wait", "arguments": {"seconds": 0.3}}]},

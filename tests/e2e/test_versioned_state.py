@@ -7,13 +7,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client
-from plugins.demo_tools import count_refunds
-from runtime_server.core import STATE_VERSION
-from runtime_server.testing import spawn_runtime
+from agentrt.client import Client
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server.core import STATE_VERSION
+from agentrt.testing import ToolHostProcess, spawn_runtime
 from tests.e2e.test_approvals import config, start_until_paused
-from tool_host.testing import ToolHostProcess
 
 
 def pause_then_edit(

@@ -1,5 +1,7 @@
 """Fault-suite harness: a refund scenario whose model is a fake OpenAI server outliving the runtime.
 
+The server is agentrt.testing's FakeModelServer; :class:`FakeOpenAI` only decides the answers.
+
 The fake server is in the test process, so it sees every model request across
 runtime crashes and restarts: that is how the suite proves the model was never
 re-asked for a step whose output was already stored.
@@ -15,15 +17,20 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clients import Client, event_type
-from runtime_server.testing import RuntimeProcess
-from tool_host.testing import ToolHostProcess, spawn_tool_host
+from agentrt.client import Client, event_type
+from agentrt.testing import (
+    FakeModelServer,
+    FakeResponse,
+    RecordedRequest,
+    RuntimeProcess,
+    ToolHostProcess,
+    spawn_tool_host,
+)
 
 API_KEY = "test-key-not-secret"
 
@@ -87,35 +94,17 @@ def fake_model() -> Iterator[tuple[FakeOpenAI, str]]:
 
 @contextlib.contextmanager
 def serve_fake_openai(script: dict[int, dict[str, Any]]) -> Iterator[tuple[FakeOpenAI, str]]:
-    """A FakeOpenAI on a real loopback HTTP server; yields it and its base URL."""
+    """A FakeOpenAI answering through agentrt.testing's FakeModelServer; yields it and its base URL."""
     fake = FakeOpenAI(script)
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def respond(request: RecordedRequest) -> FakeResponse:
+        if request.headers.get("authorization") != f"Bearer {API_KEY}":
+            error = {"error": {"message": "bad API key", "type": "invalid_request_error"}}
+            return FakeResponse.json_body(error, status=401)
+        return FakeResponse.json_body(fake.answer(request.json()))
 
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            body = json.loads(self.rfile.read(length))
-            assert self.headers.get("Authorization") == f"Bearer {API_KEY}"
-            reply = json.dumps(fake.answer(body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield fake, f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with FakeModelServer(default=respond) as server:
+        yield fake, f"{server.url}/v1"
 
 
 def free_port() -> int:
@@ -127,7 +116,7 @@ def free_port() -> int:
 @pytest.fixture
 def refund_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
     with spawn_tool_host(
-        tmp_path / "toolhost", plugins=["plugins.demo_tools", "plugins.fault_tools"]
+        tmp_path / "toolhost", plugins=["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]
     ) as host:
         yield host
 

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, event_type
-from plugins.demo_tools import count_refunds
+from agentrt.client import Client, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import ToolHostProcess
 from tests.fault.conftest import (
     REFUND_SCRIPT,
     FakeOpenAI,
@@ -29,7 +30,6 @@ from tests.fault.conftest import (
     start_runtime,
 )
 from tests.fault.test_crash_points import CRASH_POINTS, check_log
-from tool_host.testing import ToolHostProcess
 
 DEEP_ARGUMENTS = '{"order_id": ' + "[" * 5000 + "]" * 5000 + "}"
 TIMEOUT_S = 60  # the run's deadline: every ending here must come long before it

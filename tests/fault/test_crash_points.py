@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, event_type
-from plugins.demo_tools import count_refunds
-from runtime_server.engine._faults import FAULT_EXIT_CODE
+from agentrt.client import Client, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server.engine._faults import FAULT_EXIT_CODE
+from agentrt.testing import ToolHostProcess
 from tests.fault.conftest import FakeOpenAI, runtime_env, start_runtime
-from tool_host.testing import ToolHostProcess
 
 # The refund is the run's second tool call, hence "@2" on the tool points.
 CRASH_POINTS = [

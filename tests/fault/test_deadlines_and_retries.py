@@ -13,14 +13,13 @@ from typing import Any
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, RPCError, cli, event_type
-from plugins.demo_tools import count_refunds
-from runtime_server.testing import RuntimeProcess
+from agentrt.client import Client, RPCError, cli, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, start_tool_host
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
-from tool_host.testing import ToolHostProcess, start_tool_host
 
-PLUGINS = ["plugins.demo_tools", "plugins.fault_tools"]
+PLUGINS = ["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]
 LOOKUP_THEN_DONE = {1: REFUND_SCRIPT[1], 2: {"text": "looked it up"}}
 REFUND_AT_ONCE = {1: REFUND_SCRIPT[2], 2: {"text": "refunded"}}
 

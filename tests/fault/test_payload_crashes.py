@@ -15,19 +15,18 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client
-from runtime_server.engine._faults import FAULT_ENV, FAULT_EXIT_CODE
-from runtime_server.store._schema import payloads
-from runtime_server.testing import RuntimeProcess
+from agentrt.client import Client
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server.engine._faults import FAULT_ENV, FAULT_EXIT_CODE
+from agentrt.server.store._schema import payloads
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_tool_host
 from tests.e2e.test_large_payloads import TEN_MB, blob_json, config
 from tests.fault.test_crash_points import check_log
-from tool_host.testing import ToolHostProcess, spawn_tool_host
 
 
 @pytest.fixture
 def blob_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
-    with spawn_tool_host(tmp_path / "toolhost", plugins=["plugins.blob_tools"]) as host:
+    with spawn_tool_host(tmp_path / "toolhost", plugins=["agentrt.plugins.blob_tools"]) as host:
         yield host
 
 

@@ -7,11 +7,11 @@ import signal
 import time
 from pathlib import Path
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, event_type
-from plugins.demo_tools import count_refunds
+from agentrt.client import Client, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import ToolHostProcess
 from tests.fault.conftest import REFUND_SCRIPT, runtime_env, serve_fake_openai, start_runtime
-from tool_host.testing import ToolHostProcess
 
 NAP_THEN_REFUND = {
     1: {"tool": "sleep.wait", "arguments": {"seconds": 2.0}},

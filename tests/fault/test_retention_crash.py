@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime_server.engine._faults import FAULT_EXIT_CODE
-from runtime_server.store import Store
+from agentrt.server.engine._faults import FAULT_EXIT_CODE
+from agentrt.server.store import Store
 from tests.integration.test_retention import EMPTY, FULL, owned, seed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def prune(tmp_path: Path, db_url: str, *, fault: str = "") -> subprocess.Complet
     if fault:
         env["AGENTRT_FAULT_POINT"] = fault
     return subprocess.run(
-        [sys.executable, "-m", "clients", "--json", "prune", "--json"],
+        [sys.executable, "-m", "agentrt.client", "--json", "prune", "--json"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, event_type
-from plugins.demo_tools import count_refunds
+from agentrt.client import Client, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import start_tool_host
+from agentrt.toolhost._faults import FAULT_ENV, FAULT_EXIT_CODE
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
-from tool_host._faults import FAULT_ENV, FAULT_EXIT_CODE
-from tool_host.testing import start_tool_host
 
-PLUGINS = ["plugins.demo_tools", "plugins.fault_tools"]
+PLUGINS = ["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]
 
 
 def test_host_crash_after_the_effect_is_settled_from_the_tools_own_store(

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from clients import Client, event_type
-from plugins.demo_tools import SLEEP_LOG_FILE
-from runtime_server.testing import RuntimeProcess
+from agentrt.client import Client, event_type
+from agentrt.plugins.demo_tools import SLEEP_LOG_FILE
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_tool_host
 from tests.e2e.conftest import agent_toml
-from tool_host.testing import ToolHostProcess, spawn_tool_host
 
 HOLD = [
     {"text": "holding", "tool_calls": [{"tool": "sleep.wait", "arguments": {"seconds": 4}}]},
@@ -33,7 +32,7 @@ QUEUED = [
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[ToolHostProcess]:
-    with spawn_tool_host(tmp_path / "toolhost", plugins=["plugins.demo_tools"]) as started:
+    with spawn_tool_host(tmp_path / "toolhost", plugins=["agentrt.plugins.demo_tools"]) as started:
         yield started
 
 

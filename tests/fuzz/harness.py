@@ -31,10 +31,11 @@ from typing import Any, cast
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.runtime.v1 import runtime_service_pb2 as rt
-from agentrt.runtime.v1 import runtime_service_pb2_grpc as rt_grpc
-from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as th_grpc
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.proto.runtime.v1 import runtime_service_pb2 as rt
+from agentrt.proto.runtime.v1 import runtime_service_pb2_grpc as rt_grpc
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as th_grpc
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
+from agentrt.toolhost.security import DevPki, GrantSigner, generate_dev_pki, public_key_pem, write_signing_key
 from tests.fuzz.findings import (
     BROKEN,
     Finding,
@@ -48,8 +49,6 @@ from tests.fuzz.findings import (
 )
 from tests.fuzz.strategies import HostCall, Targets
 from tests.security.conftest import host_args, runtime_config
-from tool_host.security import DevPki, GrantSigner, generate_dev_pki, public_key_pem, write_signing_key
-from tool_host.testing import ToolHostProcess, spawn_tool_host
 
 FUZZ_TENANT = "fuzzco"
 BYSTANDER_TENANT = "bystander"
@@ -460,7 +459,9 @@ def fuzz_stack(root: Path) -> Iterator[FuzzStack]:
     tokens = write_tokens(root / "tokens.toml")
     db_path = root / "agentrt.sqlite"
     with spawn_tool_host(
-        root / "toolhost", plugins=["plugins.demo_tools"], extra_args=host_args(host_pki, grant_public)
+        root / "toolhost",
+        plugins=["agentrt.plugins.demo_tools"],
+        extra_args=host_args(host_pki, grant_public),
     ) as host:
         config = runtime_config(
             root / "agentrt.toml",

@@ -18,9 +18,9 @@ from typing import Any
 from google.protobuf import duration_pb2, struct_pb2
 from hypothesis import strategies as st
 
-from agentrt.runtime.v1 import run_pb2
-from agentrt.runtime.v1 import runtime_service_pb2 as rt
-from agentrt.toolhost.v1 import tool_host_service_pb2 as th
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.runtime.v1 import runtime_service_pb2 as rt
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as th
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)

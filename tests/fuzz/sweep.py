@@ -15,9 +15,9 @@ from typing import Any, cast
 
 from google.protobuf import descriptor, message
 
-from agentrt.runtime.v1 import run_pb2
-from agentrt.runtime.v1 import runtime_service_pb2 as rt
-from agentrt.toolhost.v1 import tool_host_service_pb2 as th
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.runtime.v1 import runtime_service_pb2 as rt
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as th
 from tests.fuzz.strategies import DEEP_MARK, INT32, INT64, HostCall, Targets, deep_json, deepen
 
 FD = descriptor.FieldDescriptor

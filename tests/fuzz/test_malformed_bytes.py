@@ -12,8 +12,8 @@ import grpc
 import pytest
 from google.protobuf import message
 
-from agentrt.runtime.v1 import runtime_service_pb2 as rt
-from agentrt.toolhost.v1 import tool_host_service_pb2 as th
+from agentrt.proto.runtime.v1 import runtime_service_pb2 as rt
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as th
 from tests.fuzz.findings import report
 from tests.fuzz.harness import HOST_RPCS, RUNTIME_RPCS, FuzzStack
 

@@ -21,9 +21,9 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 from sqlalchemy import create_engine, text
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from runtime_server.store import normalise_url
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.server.store import normalise_url
+from agentrt.testing import RuntimeProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml
 
 TENANTS = {"acme": "tok-acme-admission", "globex": "tok-globex-admission"}

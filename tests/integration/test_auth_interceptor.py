@@ -24,10 +24,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from runtime_server._config_security import AuthConfig, JwtConfig, MtlsPrincipalConfig
-from runtime_server.api._interceptor import AuthInterceptor
-from runtime_server.auth import (
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.server._config_security import AuthConfig, JwtConfig, MtlsPrincipalConfig
+from agentrt.server.api._interceptor import AuthInterceptor
+from agentrt.server.auth import (
     METHOD_PERMISSIONS,
     Authentication,
     AuthRequest,
@@ -40,7 +40,7 @@ from runtime_server.auth import (
     hookimpl,
     local_principal,
 )
-from tool_host.security import ReloadingServerCredentials, channel_credentials, generate_dev_pki
+from agentrt.toolhost.security import ReloadingServerCredentials, channel_credentials, generate_dev_pki
 
 SERVICE = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"]
 TOKENS = {

@@ -1,4 +1,4 @@
-"""The ``agentrt`` CLI (``clients.cli.main``) against an in-process fake runtime over real gRPC.
+"""The ``agentrt`` CLI (``agentrt.client.cli.main``) against an in-process fake runtime over real gRPC.
 
 ``main`` is synchronous, so each test runs it in a thread while the fake's grpc.aio
 server keeps serving on the test's event loop.
@@ -20,8 +20,8 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from clients import cli
+from agentrt.client import cli
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 TOKEN = "cli-t0ken-value"

@@ -19,12 +19,11 @@ from typing import Any
 import grpc
 import pytest
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from clients import AsyncClient, Client, CredentialsError, UnavailableError, cli, event_type
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import AsyncClient, Client, CredentialsError, UnavailableError, cli, event_type
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.testing import RuntimeProcess, spawn_runtime, spawn_tool_host
+from agentrt.toolhost.security import DevPki, generate_dev_pki
 from tests.e2e.conftest import write_config
-from tool_host.security import DevPki, generate_dev_pki
-from tool_host.testing import spawn_tool_host
 
 TOKEN = "tls-t0ken-never-logged"
 GRPCURL = str(Path(sys.executable).parent / "grpcurl")
@@ -38,7 +37,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> DevPki:
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory, pki: DevPki) -> Iterator[RuntimeProcess]:
     root = tmp_path_factory.mktemp("runtime")
-    with spawn_tool_host(root / "toolhost", plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(root / "toolhost", plugins=["agentrt.plugins.demo_tools"]) as host:
         config = write_config(
             root / "agentrt.toml",
             db_url=f"sqlite:///{root / 'agentrt.sqlite'}",
@@ -300,7 +299,7 @@ def test_the_demo_ignores_client_credentials_in_the_environment(pki: DevPki, tmp
         AGENTRT_TLS="1",
     )
     done = subprocess.run(
-        [sys.executable, "-m", "clients", "demo"],
+        [sys.executable, "-m", "agentrt.client", "demo"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -24,9 +24,9 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from runtime_server.api._validate import MAX_COST_MICROS
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.server.api._validate import MAX_COST_MICROS
+from agentrt.testing import RuntimeProcess, spawn_runtime
 from tests.e2e.conftest import agent_toml, toml_value
 
 TENANTS = {"alice": ("acme", ["runner", "approver", "operator"]), "carol": ("globex", ["runner", "operator"])}

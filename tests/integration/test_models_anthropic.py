@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     AnthropicProvider,
     Message,
     ModelAuthError,
@@ -27,7 +27,7 @@ from runtime_server.models import (
     ToolDef,
     get_model_plugin_manager,
 )
-from runtime_server.models.testing import Exchange, FakeModelServer, FakeResponse
+from agentrt.testing import Exchange, FakeModelServer, FakeResponse
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "models"
 KEY_ENV = "AGENTRT_FAKE_ANTHROPIC_KEY"

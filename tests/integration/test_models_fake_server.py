@@ -1,4 +1,4 @@
-"""The fake model server and the recorded exchanges of runtime_server.models.testing, over real HTTP."""
+"""The fake model server and the recorded exchanges of agentrt.testing, over real HTTP."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime_server.models._sse import SSEDecoder
-from runtime_server.models.testing import (
+from agentrt.server.models._sse import SSEDecoder
+from agentrt.testing import (
     Exchange,
     ExpectedRequest,
     FakeModelServer,

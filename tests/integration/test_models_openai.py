@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     Message,
     ModelAuthError,
     ModelConfigError,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     Message,
     ModelAuthError,
     ModelError,
@@ -24,7 +24,7 @@ from runtime_server.models import (
     OpenAIProvider,
     ToolDef,
 )
-from runtime_server.models.testing import Exchange, FakeModelServer, FakeResponse, sse_event
+from agentrt.testing import Exchange, FakeModelServer, FakeResponse, sse_event
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "models"
 KEY_ENV = "AGENTRT_FAKE_OPENAI_KEY"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, insert, select
 
-from runtime_server.core import RetentionPolicy
-from runtime_server.store import PruneCounts, Pruner, RunRecord, Store, load_cipher
-from runtime_server.store._schema import checkpoints, events, payloads, runs, signals
-from tool_host.security import write_key_file
+from agentrt.server.core import RetentionPolicy
+from agentrt.server.store import PruneCounts, Pruner, RunRecord, Store, load_cipher
+from agentrt.server.store._schema import checkpoints, events, payloads, runs, signals
+from agentrt.toolhost.security import write_key_file
 
 DAY_MS = 86_400_000
 NOW_MS = 1_000 * DAY_MS  # the injected "now"

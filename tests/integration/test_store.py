@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runtime_server.core import LeaseLost
-from runtime_server.store import Store
+from agentrt.server.core import LeaseLost
+from agentrt.server.store import Store
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from runtime_server.store import SEALED_RUN_COLUMNS, RunRecord, Store, UnreadableRecord, load_cipher
-from tool_host.security import PayloadCipher, write_key_file
+from agentrt.server.store import SEALED_RUN_COLUMNS, RunRecord, Store, UnreadableRecord, load_cipher
+from agentrt.toolhost.security import PayloadCipher, write_key_file
 
 KEY1 = bytes(range(32))
 KEY2 = bytes(range(32, 64))

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from runtime_server.core import InvalidRequest
-from runtime_server.store import PayloadStore, Store, UnreadableRecord, check_payload_id, load_cipher
-from runtime_server.store._schema import payloads
-from tool_host.security import write_key_file
+from agentrt.server.core import InvalidRequest
+from agentrt.server.store import PayloadStore, Store, UnreadableRecord, check_payload_id, load_cipher
+from agentrt.server.store._schema import payloads
+from agentrt.toolhost.security import write_key_file
 
 RUN = "0190a0b0c0d0e0f000112233445566"
 TEXT = "".join(chr(0x20 + i % 90) for i in range(300_000)) + "é✓𝄞"  # multi-byte at the end

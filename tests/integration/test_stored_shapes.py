@@ -19,13 +19,13 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from agentrt.runtime.v1 import run_pb2
-from runtime_server.api._convert import STRUCTURED_TWINS, event_to_proto, run_to_proto
-from runtime_server.api._validate import MAX_BUDGET_COUNT, MAX_COST_MICROS, MAX_TOKENS
-from runtime_server.core import Budgets, Phase
-from runtime_server.core import events as ev
-from runtime_server.store import Store
-from tool_host.security import PayloadCipher
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server.api._convert import STRUCTURED_TWINS, event_to_proto, run_to_proto
+from agentrt.server.api._validate import MAX_BUDGET_COUNT, MAX_COST_MICROS, MAX_TOKENS
+from agentrt.server.core import Budgets, Phase
+from agentrt.server.core import events as ev
+from agentrt.server.store import Store
+from agentrt.toolhost.security import PayloadCipher
 
 # Raw text columns: the API refuses NUL in what it stores as text (PostgreSQL cannot hold it).
 TEXT = 'caf\u00e9 \u2603 \U0001f600 "quoted" \\ \n'

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from runtime_server._config_limits import StreamsConfig
-from runtime_server.api._stream_writer import FollowerStalled, send_events
-from runtime_server.api._streams import Follower
-from runtime_server.events import EventBus
-from runtime_server.store import Store, StoredEvent
+from agentrt.server._config_limits import StreamsConfig
+from agentrt.server.api._stream_writer import FollowerStalled, send_events
+from agentrt.server.api._streams import Follower
+from agentrt.server.events import EventBus
+from agentrt.server.store import Store, StoredEvent
 from tests.integration.test_store import run_values
 
 CONFIG = StreamsConfig(follower_buffer_events=8, follower_buffer_bytes=64 * 1024, stall_timeout_s=0.3)

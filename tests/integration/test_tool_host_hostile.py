@@ -17,22 +17,22 @@ import pytest
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
-from agentrt.toolhost.v1 import tool_pb2
-from agentrt.toolhost.v1.tool_host_service_pb2 import (
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
     GetOperationRequest,
     InvokeToolRequest,
     PreviewToolRequest,
 )
-from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from tool_host import SERVICE_NAME
-from tool_host.testing import ToolHostProcess, spawn_tool_host
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.testing import ToolHostProcess, spawn_tool_host
+from agentrt.toolhost import SERVICE_NAME
 
 KEY = "x-agentrt-idempotency-key"
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolHostProcess]:
-    with spawn_tool_host(tmp_path_factory.mktemp("toolhost"), plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(tmp_path_factory.mktemp("toolhost"), plugins=["agentrt.plugins.demo_tools"]) as host:
         yield host
 
 

@@ -23,16 +23,16 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from opentelemetry import trace
 
-from agentrt.toolhost.v1 import tool_pb2
-from agentrt.toolhost.v1.tool_host_service_pb2 import (
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
     GetOperationRequest,
     InvokeToolRequest,
     InvokeToolResponse,
     ListToolsRequest,
     PreviewToolRequest,
 )
-from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from tool_host import (
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.toolhost import (
     PermanentError,
     SideEffect,
     Tool,
@@ -45,7 +45,7 @@ from tool_host import (
     hookimpl,
     tool,
 )
-from tool_host._ledger import Ledger, OperationStatus
+from agentrt.toolhost._ledger import Ledger, OperationStatus
 
 # --- test tools ------------------------------------------------------------------------------
 

@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from runtime_server import Settings
-from runtime_server.api._server import _ledger_keep_s
-from runtime_server.engine import ledger_keep_bound_s
-from runtime_server.tools import SpawnedToolHost
-from tool_host import LedgerRetention, ToolHost
-from tool_host._cli import main as toolhost_main
-from tool_host._errors import ErrorCode
-from tool_host._host import LEDGER_FILE
-from tool_host._ledger import Ledger, OperationStatus, Replay, Start
-from tool_host._ledger_retention import MIN_KEEP_S, LedgerPruneCounts, prune_ledger
-from tool_host._outcome import Outcome
+from agentrt.server import Settings
+from agentrt.server.api._server import _ledger_keep_s
+from agentrt.server.engine import ledger_keep_bound_s
+from agentrt.server.tools import SpawnedToolHost
+from agentrt.toolhost import LedgerRetention, ToolHost
+from agentrt.toolhost._cli import main as toolhost_main
+from agentrt.toolhost._errors import ErrorCode
+from agentrt.toolhost._host import LEDGER_FILE
+from agentrt.toolhost._ledger import Ledger, OperationStatus, Replay, Start
+from agentrt.toolhost._ledger_retention import MIN_KEEP_S, LedgerPruneCounts, prune_ledger
+from agentrt.toolhost._outcome import Outcome
 
 
 def begin(ledger: Ledger, key: str, *, run_id: str, token: int | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""Integration tests of a REAL tool host process (``python -m tool_host``) over gRPC.
+"""Integration tests of a REAL tool host process (``python -m agentrt.toolhost``) over gRPC.
 
 Most tests share one host (module scope) serving the demo plugin and the example
 plugin file; each test uses its own idempotency keys. Tests that stop, kill or
@@ -27,23 +27,23 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from grpc_status import rpc_status
 
-import plugins
-from agentrt.toolhost.v1 import tool_pb2
-from agentrt.toolhost.v1.tool_host_service_pb2 import (
+import agentrt.plugins as plugins
+from agentrt.plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
     GetOperationRequest,
     InvokeToolRequest,
     InvokeToolResponse,
     ListToolsRequest,
     PreviewToolRequest,
 )
-from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
-from tool_host import SERVICE_NAME, canonical_json
-from tool_host._ledger import Ledger
-from tool_host.testing import ToolHostProcess, spawn_tool_host, start_tool_host
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.testing import ToolHostProcess, spawn_tool_host, start_tool_host
+from agentrt.toolhost import SERVICE_NAME, canonical_json
+from agentrt.toolhost._ledger import Ledger
 
 EXAMPLE_FILE = Path(plugins.__file__).parent / "example_plugin_file.py"
-PLUGINS = ("plugins.demo_tools", str(EXAMPLE_FILE))
+PLUGINS = ("agentrt.plugins.demo_tools", str(EXAMPLE_FILE))
 
 
 @pytest.fixture(scope="module")
@@ -387,7 +387,7 @@ async def test_concurrent_duplicates_run_the_tool_once(
 
 
 async def test_sigterm_exits_0_promptly(tmp_path: Path) -> None:
-    # Entry points on: the demo plugin comes from the installed `agentrt.plugins` group.
+    # Entry points on: the demo plugin comes from the installed `agentrt.tools` group.
     host = start_tool_host(tmp_path, entrypoints=True)
     try:
         async with grpc.aio.insecure_channel(host.address) as channel:
@@ -403,7 +403,9 @@ async def test_sigterm_exits_0_promptly(tmp_path: Path) -> None:
 
 
 async def test_sigterm_cancels_a_running_call_and_exits_0(tmp_path: Path) -> None:
-    with spawn_tool_host(tmp_path, plugins=["plugins.demo_tools"], extra_args=["--grace", "0.2"]) as host:
+    with spawn_tool_host(
+        tmp_path, plugins=["agentrt.plugins.demo_tools"], extra_args=["--grace", "0.2"]
+    ) as host:
         async with grpc.aio.insecure_channel(host.address) as channel:
             stub = ToolHostServiceStub(channel)
             call = _invoke(
@@ -428,7 +430,7 @@ async def test_sigterm_cancels_a_running_call_and_exits_0(tmp_path: Path) -> Non
 
 async def test_after_a_crash_a_read_only_call_runs_again(tmp_path: Path) -> None:
     args = {"seconds": 1.0}
-    with spawn_tool_host(tmp_path, plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(tmp_path, plugins=["agentrt.plugins.demo_tools"]) as host:
         async with grpc.aio.insecure_channel(host.address) as channel:
             call = _invoke(ToolHostServiceStub(channel), "sleep.wait", args, key="crash-ro", timeout=30)
             await _wait_for(lambda: "started crash-ro" in _events(tmp_path))
@@ -436,7 +438,7 @@ async def test_after_a_crash_a_read_only_call_runs_again(tmp_path: Path) -> None
             assert host.wait() == -signal.SIGKILL
             with pytest.raises(grpc.aio.AioRpcError):
                 await call
-    with spawn_tool_host(tmp_path, plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(tmp_path, plugins=["agentrt.plugins.demo_tools"]) as host:
         async with grpc.aio.insecure_channel(host.address) as channel:
             stub = ToolHostServiceStub(channel)
             operation = (
@@ -465,7 +467,7 @@ async def test_after_a_crash_a_write_call_is_outcome_unknown(tmp_path: Path) -> 
             call_id="c1",
             rerun_after_crash=False,
         )
-    with spawn_tool_host(tmp_path, plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(tmp_path, plugins=["agentrt.plugins.demo_tools"]) as host:
         async with grpc.aio.insecure_channel(host.address) as channel:
             response = await _invoke(ToolHostServiceStub(channel), "refund.issue", args, key="crash-w")
     code, message, details = _error(response)
@@ -478,7 +480,7 @@ def test_bad_cli_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     clone = tmp_path / "clone.py"
     clone.write_text(EXAMPLE_FILE.read_text())
     data = tmp_path / "data"
-    cmd = [sys.executable, "-m", "tool_host", "--no-entrypoints", "--data-dir", str(data)]
+    cmd = [sys.executable, "-m", "agentrt.toolhost", "--no-entrypoints", "--data-dir", str(data)]
     cmd += ["--plugin", str(EXAMPLE_FILE), "--plugin", str(clone)]
     env_root = str(Path(plugins.__file__).resolve().parent.parent)
     result = subprocess.run(

@@ -25,16 +25,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from agentrt.toolhost.v1.tool_host_service_pb2 import (
+from agentrt.plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
     GetOperationRequest,
     InvokeToolRequest,
     InvokeToolResponse,
     ListToolsRequest,
     PreviewToolRequest,
 )
-from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from plugins.demo_tools import SLEEP_LOG_FILE, count_refunds
-from tool_host.security import (
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.testing import ToolHostProcess, spawn_tool_host
+from agentrt.toolhost.security import (
     GRANT_HEADER,
     DevPki,
     GrantSigner,
@@ -44,9 +45,8 @@ from tool_host.security import (
     write_key_file,
     write_signing_key,
 )
-from tool_host.testing import ToolHostProcess, spawn_tool_host
 
-PLUGINS = ("plugins.demo_tools",)
+PLUGINS = ("agentrt.plugins.demo_tools",)
 REFUND = {"order_id": "A100", "amount": 2.5, "reason": "damaged box"}
 RUNTIME_CLIENT = "agentrt-runtime"
 
@@ -469,7 +469,7 @@ async def test_encrypted_ledger_holds_no_results_in_clear_and_reads_back_after_r
 
 def _run_host(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tool_host", "--data-dir", str(data_dir), "--no-entrypoints", *args],
+        [sys.executable, "-m", "agentrt.toolhost", "--data-dir", str(data_dir), "--no-entrypoints", *args],
         capture_output=True,
         text=True,
         timeout=60,

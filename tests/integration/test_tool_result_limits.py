@@ -18,18 +18,18 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentrt.toolhost.v1 import tool_host_service_pb2 as svc
-from agentrt.toolhost.v1 import tool_pb2
-from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from runtime_server.tools import CallMetadata, ToolRouter
-from tool_host.testing import ToolHostProcess, spawn_tool_host
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.server.tools import CallMetadata, ToolRouter
+from agentrt.testing import ToolHostProcess, spawn_tool_host
 
 MiB = 1024 * 1024
 
 
 @pytest.fixture
 def blob_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
-    with spawn_tool_host(tmp_path / "toolhost", plugins=["plugins.blob_tools"]) as host:
+    with spawn_tool_host(tmp_path / "toolhost", plugins=["agentrt.plugins.blob_tools"]) as host:
         yield host
 
 

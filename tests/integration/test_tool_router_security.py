@@ -26,14 +26,13 @@ from cryptography.x509.oid import NameOID
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from agentrt.runtime.v1 import run_pb2
-from agentrt.toolhost.v1.tool_host_service_pb2 import InvokeToolRequest, ListToolsRequest
-from agentrt.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
-from clients import Client, event_type
-from plugins.demo_tools import count_refunds
-from runtime_server.testing import RuntimeProcess, spawn_runtime
-from tests.e2e.conftest import agent_toml
-from tool_host.security import (
+from agentrt.client import Client, event_type
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import InvokeToolRequest, ListToolsRequest
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host, start_tool_host
+from agentrt.toolhost.security import (
     GRANT_HEADER,
     DevPki,
     GrantSigner,
@@ -45,9 +44,9 @@ from tool_host.security import (
     write_key_file,
     write_signing_key,
 )
-from tool_host.testing import ToolHostProcess, spawn_tool_host, start_tool_host
+from tests.e2e.conftest import agent_toml
 
-PLUGINS = ("plugins.demo_tools",)
+PLUGINS = ("agentrt.plugins.demo_tools",)
 RUNTIME_CLIENT = "agentrt-runtime"
 # One cent a run: the rotation tests refund order A100 (120.00) as often as a fast machine manages
 # while they wait for a reload, which may be thousands of times.
@@ -415,7 +414,7 @@ def test_a_spawned_host_gets_mtls_grants_and_encryption_with_no_setup(
     write_key_file(key_file)
     data_dir = tmp_path / "data"
     hosts = (
-        '[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["plugins.demo_tools"]\n'
+        '[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["agentrt.plugins.demo_tools"]\n'
         "entrypoints = false\n"
     )
     extra = f'data_dir = "{data_dir}"\n[encryption]\nkey_file = "{key_file}"\n'
@@ -466,7 +465,7 @@ def test_rotating_the_signing_key_never_locks_out_a_spawned_host(tmp_path: Path,
     signing_key_file = tmp_path / "grant.key"
     write_signing_key(signing_key_file)
     hosts = (
-        '[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["plugins.demo_tools"]\n'
+        '[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["agentrt.plugins.demo_tools"]\n'
         "entrypoints = false\n"
     )
     extra = f'data_dir = "{tmp_path / "data"}"\n[grants]\nsigning_key_file = "{signing_key_file}"\n'

@@ -18,12 +18,17 @@ import grpc
 import psycopg
 import pytest
 
-from clients import Client
-from plugins.demo_tools import count_refunds
-from runtime_server.testing import RuntimeProcess, spawn_runtime
+from agentrt.client import Client
+from agentrt.plugins.demo_tools import count_refunds
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime, spawn_tool_host
+from agentrt.toolhost.security import (
+    DevPki,
+    generate_dev_pki,
+    public_key_pem,
+    write_key_file,
+    write_signing_key,
+)
 from tests.e2e.conftest import agent_toml, toml_value
-from tool_host.security import DevPki, generate_dev_pki, public_key_pem, write_key_file, write_signing_key
-from tool_host.testing import ToolHostProcess, spawn_tool_host
 
 TOKENS = {
     # name: (tenant, roles)
@@ -207,7 +212,9 @@ def secure_stack(
         write_key_file(key_file)
         extra_config += f'[encryption]\nkey_file = "{key_file}"\n'
         host_extra += ["--encryption-key-file", str(key_file)]
-    with spawn_tool_host(root / "toolhost", plugins=["plugins.demo_tools"], extra_args=host_extra) as host:
+    with spawn_tool_host(
+        root / "toolhost", plugins=["agentrt.plugins.demo_tools"], extra_args=host_extra
+    ) as host:
         config = runtime_config(
             root / "agentrt.toml",
             db_url=db_url,

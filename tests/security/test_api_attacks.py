@@ -14,9 +14,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.toolhost.v1 import tool_pb2
-from clients import Client, RPCError, event_type
+from agentrt.client import Client, RPCError, event_type
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.proto.toolhost.v1 import tool_pb2
 from tests.security.conftest import SecureStack
 
 GRPCURL = str(Path(sys.executable).parent / "grpcurl")

@@ -7,18 +7,17 @@ from pathlib import Path
 import grpc
 import pytest
 
-from clients import Client, RPCError, event_type
-from runtime_server.testing import spawn_runtime
+from agentrt.client import Client, RPCError, event_type
+from agentrt.testing import spawn_runtime, spawn_tool_host
+from agentrt.toolhost.security import generate_dev_pki
 from tests.e2e.conftest import agent_toml
 from tests.security.conftest import SMALL_REFUND_STEPS
-from tool_host.security import generate_dev_pki
-from tool_host.testing import spawn_tool_host
 
 
 def test_client_certificates_map_to_principals_and_unmapped_ones_are_refused(tmp_path: Path) -> None:
     pki = generate_dev_pki(tmp_path / "pki", clients=["billing", "stranger"])
     config = tmp_path / "agentrt.toml"
-    with spawn_tool_host(tmp_path / "host", plugins=["plugins.demo_tools"]) as host:
+    with spawn_tool_host(tmp_path / "host", plugins=["agentrt.plugins.demo_tools"]) as host:
         config.write_text(
             f'db_url = "sqlite:///{tmp_path / "a.sqlite"}"\nlisten = "127.0.0.1:0"\npoll_interval_s = 0.1\n'
             f'[tls]\ncert_file = "{pki.server_cert_file}"\nkey_file = "{pki.server_key_file}"\n'

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from clients import Client
-from runtime_server.testing import spawn_runtime
+from agentrt.client import Client
+from agentrt.testing import spawn_runtime, spawn_tool_host, start_tool_host
+from agentrt.toolhost.security import generate_dev_pki
 from tests.security.conftest import write_tokens
-from tool_host.security import generate_dev_pki
-from tool_host.testing import spawn_tool_host, start_tool_host
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +30,7 @@ def run_module(module: str, *args: str, cwd: Path) -> subprocess.CompletedProces
 
 def test_runtime_refuses_a_non_loopback_listen_without_tls_and_auth(tmp_path: Path) -> None:
     db = tmp_path / "never.sqlite"
-    done = run_module("runtime_server", "--listen", "0.0.0.0:0", "--db-url", f"sqlite:///{db}", cwd=tmp_path)
+    done = run_module("agentrt.server", "--listen", "0.0.0.0:0", "--db-url", f"sqlite:///{db}", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "refusing to listen on 0.0.0.0:0" in done.stderr and "--insecure" in done.stderr
     assert not db.exists()  # refused before touching the database
@@ -41,7 +40,7 @@ def test_runtime_refuses_a_non_loopback_listen_without_tls_and_auth(tmp_path: Pa
         f'db_url = "sqlite:///{db}"\n[tls]\ncert_file = "{pki.server_cert_file}"\n'
         f'key_file = "{pki.server_key_file}"\n'
     )
-    done = run_module("runtime_server", "--config", str(tls_only), "--listen", "0.0.0.0:0", cwd=tmp_path)
+    done = run_module("agentrt.server", "--config", str(tls_only), "--listen", "0.0.0.0:0", cwd=tmp_path)
     assert done.returncode == 2 and "refusing" in done.stderr  # TLS alone is not enough
 
 
@@ -72,7 +71,7 @@ def test_runtime_with_tls_and_auth_may_listen_anywhere(tmp_path: Path) -> None:
 
 def test_tool_host_refuses_a_non_loopback_listen_without_tls_and_grants(tmp_path: Path) -> None:
     done = run_module(
-        "tool_host",
+        "agentrt.toolhost",
         "--listen",
         "0.0.0.0:0",
         "--no-entrypoints",
@@ -84,7 +83,7 @@ def test_tool_host_refuses_a_non_loopback_listen_without_tls_and_grants(tmp_path
     assert "--insecure" in done.stderr
     assert not (tmp_path / "h" / "ledger.sqlite").exists()
     host = start_tool_host(
-        tmp_path / "h2", listen="0.0.0.0:0", extra_args=["--insecure"], plugins=["plugins.demo_tools"]
+        tmp_path / "h2", listen="0.0.0.0:0", extra_args=["--insecure"], plugins=["agentrt.plugins.demo_tools"]
     )
     try:
         assert host.address.startswith("0.0.0.0:") and "INSECURE" in host.stderr_text().upper()

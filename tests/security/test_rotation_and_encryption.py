@@ -18,14 +18,20 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agentrt.runtime.v1 import run_pb2
-from agentrt.toolhost.v1 import tool_host_service_pb2 as svc
-from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as svc_grpc
-from clients import event_type
-from runtime_server.testing import spawn_runtime
+from agentrt.client import event_type
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as svc_grpc
+from agentrt.testing import spawn_runtime
+from agentrt.toolhost.security import (
+    DevPki,
+    GrantSigner,
+    issue_certificate,
+    public_key_pem,
+    write_signing_key,
+)
 from tests.e2e.conftest import agent_toml
 from tests.security.conftest import SecureStack, secure_stack
-from tool_host.security import DevPki, GrantSigner, issue_certificate, public_key_pem, write_signing_key
 
 
 def poll(condition: Callable[[], bool], *, within: float = 15.0, what: str) -> None:

@@ -12,12 +12,12 @@ import grpc
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agentrt.runtime.v1 import run_pb2
-from agentrt.toolhost.v1 import tool_host_service_pb2 as svc
-from agentrt.toolhost.v1 import tool_host_service_pb2_grpc as svc_grpc
-from clients import event_type
+from agentrt.client import event_type
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as svc_grpc
+from agentrt.toolhost.security import GRANT_HEADER, GrantSigner
 from tests.security.conftest import SecureStack
-from tool_host.security import GRANT_HEADER, GrantSigner
 
 ARGS = json.dumps({"order_id": "A100", "amount": 5.0, "reason": "attack"})
 

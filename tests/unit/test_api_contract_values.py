@@ -11,16 +11,16 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from agentrt.runtime.v1 import run_pb2
-from runtime_server.api._convert import (
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server.api._convert import (
     STRUCTURED_LIMITS,
     STRUCTURED_TWINS,
     event_to_proto,
     step_kind_to_proto,
     structured_value,
 )
-from runtime_server.core import events as ev
-from runtime_server.store import StoredEvent
+from agentrt.server.core import events as ev
+from agentrt.server.store import StoredEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 

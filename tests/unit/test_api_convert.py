@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from runtime_server.api._convert import event_to_proto, phase_from_proto, phase_to_proto
-from runtime_server.core import Phase
-from runtime_server.core import events as ev
-from runtime_server.store import StoredEvent
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server.api._convert import event_to_proto, phase_from_proto, phase_to_proto
+from agentrt.server.core import Phase
+from agentrt.server.core import events as ev
+from agentrt.server.store import StoredEvent
 
 
 def test_phase_round_trip_is_exhaustive() -> None:
@@ -59,7 +59,7 @@ def test_every_event_type_converts_to_its_oneof_field() -> None:
 
 
 def test_every_event_the_decider_produces_converts_to_proto() -> None:
-    from runtime_server.core import Budgets, LoopPolicy, Policy
+    from agentrt.server.core import Budgets, LoopPolicy, Policy
     from tests.unit.test_core_decide import simulate
 
     logs = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from google.rpc import code_pb2, error_details_pb2  # type: ignore[import-untyped]
 
-from runtime_server.api._errors import DOMAIN, to_status
-from runtime_server.core import ResourceExhausted
+from agentrt.server.api._errors import DOMAIN, to_status
+from agentrt.server.core import ResourceExhausted
 
 
 def test_resource_exhausted_has_error_info_and_retry_info() -> None:

@@ -11,9 +11,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-import runtime_server.auth as auth
-from runtime_server._config_security import AuthConfig, JwtConfig, MtlsPrincipalConfig
-from runtime_server.auth import (
+import agentrt.server.auth as auth
+from agentrt.server._config_security import AuthConfig, JwtConfig, MtlsPrincipalConfig
+from agentrt.server.auth import (
     METHOD_PERMISSIONS,
     ROLE_PERMISSIONS,
     Authentication,
@@ -30,8 +30,8 @@ from runtime_server.auth import (
     local_principal,
     permission_for,
 )
-from runtime_server.core import Unauthenticated
-from tool_host.security import PeerCertificate
+from agentrt.server.core import Unauthenticated
+from agentrt.toolhost.security import PeerCertificate
 
 TOKEN = "static-token-5b1d2c"
 SIGNER = ed25519.Ed25519PrivateKey.generate()
@@ -251,6 +251,6 @@ def test_the_package_exports_a_complete_sorted_all() -> None:
         if not name.startswith("_")
         and name != "annotations"
         and not isinstance(value, type(auth))
-        and str(getattr(value, "__module__", "runtime_server.auth")).startswith("runtime_server.auth")
+        and str(getattr(value, "__module__", "agentrt.server.auth")).startswith("agentrt.server.auth")
     }
     assert sorted(public - set(exported)) == []

@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from runtime_server._config_security import AuthConfig, JwtConfig
-from runtime_server.auth import AuthRequest, JwtVerifier, build_authentication
-from runtime_server.core import Unauthenticated
+from agentrt.server._config_security import AuthConfig, JwtConfig
+from agentrt.server.auth import AuthRequest, JwtVerifier, build_authentication
+from agentrt.server.core import Unauthenticated
 
 ISS = "https://idp.example"
 AUD = "agentrt"

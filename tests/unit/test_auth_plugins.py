@@ -10,8 +10,8 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from runtime_server._config_security import AuthConfig
-from runtime_server.auth import (
+from agentrt.server._config_security import AuthConfig
+from agentrt.server.auth import (
     AuthRequest,
     PluginAuthenticator,
     Principal,
@@ -20,8 +20,9 @@ from runtime_server.auth import (
     hookimpl,
     hookspecs,
 )
-from runtime_server.core import Unauthenticated
-from tool_host.security import PeerCertificate
+from agentrt.server.core import Unauthenticated
+from agentrt.toolhost import hookimpl as tool_hookimpl
+from agentrt.toolhost.security import PeerCertificate
 
 KEY = "api-key-0f9e8d7c6b5a"
 
@@ -115,13 +116,18 @@ def test_a_plugin_returning_something_invalid_is_an_error(returned: object) -> N
         PluginAuthenticator(pm=manager(Broken())).authenticate(request())
 
 
-def test_misspelled_auth_hooks_are_rejected_but_other_agentrt_hooks_are_not() -> None:
+def test_misspelled_auth_hooks_are_rejected_but_other_families_hooks_are_not() -> None:
     class Misspelled:
         @hookimpl
         def agentrt_authenticat(self, method: str) -> None:
             return None
 
-    class OtherHooks:
+    class OtherHooks:  # a tool hook, marked with the tool SDK's marker
+        @tool_hookimpl
+        def agentrt_register_tools(self) -> list[object]:
+            return []
+
+    class ToolHookAsAuthHook:
         @hookimpl
         def agentrt_register_tools(self) -> list[object]:
             return []
@@ -129,6 +135,8 @@ def test_misspelled_auth_hooks_are_rejected_but_other_agentrt_hooks_are_not() ->
     with pytest.raises(pluggy.PluginValidationError, match="agentrt_authenticat"):
         PluginAuthenticator(pm=manager(Misspelled()))
     PluginAuthenticator(pm=manager(OtherHooks()))
+    with pytest.raises(pluggy.PluginValidationError, match="agentrt_register_tools"):
+        PluginAuthenticator(pm=manager(ToolHookAsAuthHook()))
 
     class WrongArguments:
         @hookimpl
@@ -144,7 +152,7 @@ def write_distribution(root: Path, module: str, source: str) -> None:
     info = root / f"{module}-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[agentrt.plugins]\n{module} = {module}\n")
+    (info / "entry_points.txt").write_text(f"[agentrt.auth]\n{module} = {module}\n")
 
 
 def test_plugins_load_from_the_entry_point_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -152,7 +160,7 @@ def test_plugins_load_from_the_entry_point_group(tmp_path: Path, monkeypatch: py
         tmp_path,
         "agentrt_auth_demo_plugin",
         """
-        from runtime_server.auth import Principal, hookimpl
+        from agentrt.server.auth import Principal, hookimpl
 
         @hookimpl
         def agentrt_authenticate(metadata):
@@ -182,7 +190,7 @@ def test_an_entry_point_with_a_misspelled_hook_stops_the_factory(
         tmp_path,
         "agentrt_auth_typo_plugin",
         """
-        from runtime_server.auth import hookimpl
+        from agentrt.server.auth import hookimpl
 
         @hookimpl
         def agentrt_authenticates(metadata):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime_server._config_security import AuthConfig
-from runtime_server.auth import AuthRequest, StaticTokens, build_authentication, hash_token, parse_tokens
-from runtime_server.core import Unauthenticated
+from agentrt.server._config_security import AuthConfig
+from agentrt.server.auth import AuthRequest, StaticTokens, build_authentication, hash_token, parse_tokens
+from agentrt.server.core import Unauthenticated
 
 ALICE = "alice-secret-token-0123456789"
 BOB = "bob-secret-token-9876543210"

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     Message,
     ModelError,
     ModelPermanentError,
@@ -18,13 +18,13 @@ from runtime_server.models import (
     ModelSpecData,
     ModelToolCall,
 )
-from runtime_server.models._anthropic_stream import MessagesStream
-from runtime_server.models._anthropic_wire import build_messages_request
-from runtime_server.models._anthropic_wire import error_from_response as anthropic_error
-from runtime_server.models._openai_stream import ChatStream
-from runtime_server.models._openai_wire import error_from_response as openai_error
-from runtime_server.models._sse import ServerSentEvent
-from runtime_server.policies import Policies, get_policy_plugin_manager
+from agentrt.server.models._anthropic_stream import MessagesStream
+from agentrt.server.models._anthropic_wire import build_messages_request
+from agentrt.server.models._anthropic_wire import error_from_response as anthropic_error
+from agentrt.server.models._openai_stream import ChatStream
+from agentrt.server.models._openai_wire import error_from_response as openai_error
+from agentrt.server.models._sse import ServerSentEvent
+from agentrt.server.policies import Policies, get_policy_plugin_manager
 
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000

@@ -14,9 +14,9 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-import clients
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from clients import AsyncClient, Client, RPCError
+import agentrt.client as clients
+from agentrt.client import AsyncClient, Client, RPCError
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 
 RUN_ID = "run-1"
 
@@ -465,7 +465,7 @@ def test_sync_client_does_not_close_a_given_channel() -> None:
 
 
 def test_non_call_rpc_error_becomes_unknown() -> None:
-    from clients import _errors
+    from agentrt.client import _errors
 
     err = _errors.from_call(grpc.RpcError("odd"))
     assert type(err) is RPCError and err.code == grpc.StatusCode.UNKNOWN and err.details == []

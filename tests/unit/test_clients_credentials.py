@@ -7,10 +7,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from clients import AsyncClient, Client, CredentialsError
-from clients._credentials import CLIENT_ENV_VARS, ChannelSecurity, is_loopback_target, resolve_security
-from runtime_server._config import load_settings
-from tool_host.security import DevPki, generate_dev_pki
+from agentrt.client import AsyncClient, Client, CredentialsError
+from agentrt.client._credentials import CLIENT_ENV_VARS, ChannelSecurity, is_loopback_target, resolve_security
+from agentrt.server._config import load_settings
+from agentrt.toolhost.security import DevPki, generate_dev_pki
 
 TOKEN = "s3cr3t-token-value"
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
 
-import clients
-from agentrt.runtime.v1 import run_pb2
-from agentrt.toolhost.v1 import tool_pb2
-from clients import event_to_json, event_type, format_event, format_run, format_run_line, run_to_json
+import agentrt.client as clients
+from agentrt.client import event_to_json, event_type, format_event, format_run, format_run_line, run_to_json
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.toolhost.v1 import tool_pb2
 
 USAGE = run_pb2.Usage(model_steps=2, tool_calls=1, input_tokens=120, output_tokens=30, cost_micros=12_300)
 EXPIRE = timestamp_pb2.Timestamp(seconds=1_700_000_000)
@@ -301,7 +301,7 @@ def test_phase_name_of_unknown_value() -> None:
 
 
 def test_all_is_complete_and_sorted() -> None:
-    # Submodules (clients.cli) and the __future__ import are not API.
+    # Submodules (agentrt.client.cli) and the __future__ import are not API.
     public = {name for name in vars(clients) if not name.startswith("_")} - {"annotations", "cli"}
     assert set(clients.__all__) == public
     # isort-style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions.

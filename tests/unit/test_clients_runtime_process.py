@@ -1,4 +1,4 @@
-"""The demo's child-process helper (clients._demo.RuntimeProcess) with small stand-in children.
+"""The demo's child-process helper (agentrt.client._demo.RuntimeProcess) with small stand-in children.
 
 The demo itself (a real runtime child) is tested end to end elsewhere; these cover the
 helper's error paths: early exit, silence, and a child that ignores SIGTERM.
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from clients._demo import READY_PREFIX, RuntimeProcess, RuntimeStartError
+from agentrt.client._demo import READY_PREFIX, RuntimeProcess, RuntimeStartError
 
 
 def child(code: str) -> list[str]:

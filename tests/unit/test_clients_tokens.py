@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from clients import cli
-from clients._tokens import ROLES, token_sha256, tokens_entry
-from runtime_server._config_security import ROLES as SERVER_ROLES
+from agentrt.client import cli
+from agentrt.client._tokens import ROLES, token_sha256, tokens_entry
+from agentrt.server._config_security import ROLES as SERVER_ROLES
 
 TOKEN = "tok_3xAmple-Value.1"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_server._config import ConfigError, load_settings
+from agentrt.server._config import ConfigError, load_settings
 
 BAD = {
     "mtls without a client CA": {

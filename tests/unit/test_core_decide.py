@@ -8,7 +8,7 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime_server.core import (
+from agentrt.server.core import (
     Append,
     Budgets,
     CallModel,
@@ -27,7 +27,7 @@ from runtime_server.core import (
     idempotency_key,
     replay,
 )
-from runtime_server.core import events as ev
+from agentrt.server.core import events as ev
 
 
 def simulate(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_server.core import (
+from agentrt.server.core import (
     Event,
     RunState,
     Usage,
@@ -13,7 +13,7 @@ from runtime_server.core import (
     fault_message,
     usage_plus,
 )
-from runtime_server.core import events as ev
+from agentrt.server.core import events as ev
 
 
 def _decide(previous: int, *, environmental: bool = False, unknown: bool = False) -> object:

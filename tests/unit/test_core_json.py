@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runtime_server.core import (
+from agentrt.server.core import (
     Budgets,
     Clock,
     Event,
@@ -19,8 +19,8 @@ from runtime_server.core import (
     loads_bounded,
     nesting_depth,
 )
-from runtime_server.core import events as ev
-from runtime_server.core._loops import signature
+from agentrt.server.core import events as ev
+from agentrt.server.core._loops import signature
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HOSTILE = [

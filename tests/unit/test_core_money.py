@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from agentrt.runtime.v1 import run_pb2
-from runtime_server._config import BudgetsConfig, PriceConfig
-from runtime_server.api._convert import agent_from_proto
-from runtime_server.api._validate import MAX_COST_MICROS
-from runtime_server.core import (
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server._config import BudgetsConfig, PriceConfig
+from agentrt.server.api._convert import agent_from_proto
+from agentrt.server.api._validate import MAX_COST_MICROS
+from agentrt.server.core import (
     Budgets,
     Event,
     Usage,
@@ -24,8 +24,8 @@ from runtime_server.core import (
     usage_plus,
     usd_to_micros,
 )
-from runtime_server.core import events as ev
-from runtime_server.engine._approval_step import _amount, budget_grant
+from agentrt.server.core import events as ev
+from agentrt.server.engine._approval_step import _amount, budget_grant
 
 
 def test_dollars_convert_through_their_decimal_text_not_binary_floats() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime_server.core import (
+from agentrt.server.core import (
     RULES,
     TERMINAL_PHASES,
     IllegalTransition,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import runtime_server.core
+import agentrt.server.core
 
 FORBIDDEN_IMPORTS = {
     "asyncio",
@@ -24,7 +24,7 @@ FORBIDDEN_IMPORTS = {
 
 
 def test_core_imports_no_io_and_reads_no_clock() -> None:
-    root = Path(runtime_server.core.__file__).parent
+    root = Path(agentrt.server.core.__file__).parent
     offenders: list[str] = []
     for path in sorted(root.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -43,7 +43,7 @@ def test_core_imports_no_io_and_reads_no_clock() -> None:
 
 
 def test_deadline_math() -> None:
-    from runtime_server.core import backoff_delay_s, call_timeout_s, retry_fits
+    from agentrt.server.core import backoff_delay_s, call_timeout_s, retry_fits
 
     assert call_timeout_s(now_s=0, run_deadline_s=10, call_timeout_s=30, reserve_s=1) == 9
     assert call_timeout_s(now_s=0, run_deadline_s=100, call_timeout_s=30, reserve_s=1) == 30

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from runtime_server import ConfigError, load_settings
-from runtime_server.core import Phase, RetentionPolicy
+from agentrt.server import ConfigError, load_settings
+from agentrt.server.core import Phase, RetentionPolicy
 
 NOW = 10_000_000
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_server.core import STATE_VERSION, Event, IncompatibleVersion, compatible_tool_versions, upgrade
-from runtime_server.core import events as ev
+from agentrt.server.core import STATE_VERSION, Event, IncompatibleVersion, compatible_tool_versions, upgrade
+from agentrt.server.core import events as ev
 
 
 def test_v1_diagnostic_steps_are_upgraded_and_current_events_are_left_alone() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_server.engine._faults import FaultPlan, InjectedFault
+from agentrt.server.engine._faults import FaultPlan, InjectedFault
 
 
 def fired(plan: FaultPlan, point: str, times: int) -> list[bool]:

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from runtime_server.api._streams import waiting_for
-from runtime_server.core import Phase
-from runtime_server.events import EventBus, item_bytes
-from runtime_server.store import RunRecord, StoredEvent
+from agentrt.server.api._streams import waiting_for
+from agentrt.server.core import Phase
+from agentrt.server.events import EventBus, item_bytes
+from agentrt.server.store import RunRecord, StoredEvent
 
 
 def event(seq: int, size: int = 10, kind: str = "step.started") -> StoredEvent:

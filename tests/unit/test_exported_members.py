@@ -8,21 +8,22 @@ import inspect
 import pytest
 
 PACKAGES = [
-    "clients",
-    "plugins.demo_tools",
-    "runtime_server",
-    "runtime_server.api",
-    "runtime_server.auth",
-    "runtime_server.core",
-    "runtime_server.engine",
-    "runtime_server.events",
-    "runtime_server.models",
-    "runtime_server.policies",
-    "runtime_server.store",
-    "runtime_server.telemetry",
-    "runtime_server.tools",
-    "tool_host",
-    "tool_host.security",
+    "agentrt.client",
+    "agentrt.plugins.demo_tools",
+    "agentrt.server",
+    "agentrt.server.api",
+    "agentrt.server.auth",
+    "agentrt.server.core",
+    "agentrt.server.engine",
+    "agentrt.server.events",
+    "agentrt.server.models",
+    "agentrt.server.policies",
+    "agentrt.server.store",
+    "agentrt.server.telemetry",
+    "agentrt.server.tools",
+    "agentrt.testing",
+    "agentrt.toolhost",
+    "agentrt.toolhost.security",
 ]
 
 

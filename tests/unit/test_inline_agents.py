@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from google.protobuf import struct_pb2
 
-from agentrt.runtime.v1 import run_pb2
-from runtime_server._config import AgentConfig, ModelConfig, Settings
-from runtime_server._config_security import InlineAgentsConfig, ModelProfileConfig, Role
-from runtime_server.api._convert import agent_from_proto
-from runtime_server.api._inline import check_inline_agent
-from runtime_server.auth import Principal, local_principal
-from runtime_server.core import AgentRtError, InvalidRequest, PermissionDenied
-from runtime_server.engine import ResolvedAgent, bind_model, sensitive_option
-from runtime_server.models import ModelConfigError
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server._config import AgentConfig, ModelConfig, Settings
+from agentrt.server._config_security import InlineAgentsConfig, ModelProfileConfig, Role
+from agentrt.server.api._convert import agent_from_proto
+from agentrt.server.api._inline import check_inline_agent
+from agentrt.server.auth import Principal, local_principal
+from agentrt.server.core import AgentRtError, InvalidRequest, PermissionDenied
+from agentrt.server.engine import ResolvedAgent, bind_model, sensitive_option
+from agentrt.server.models import ModelConfigError
 
 SECRET_URL = "https://models.internal.example:8443/v1"
 SECRET_ENV = "AGENTRT_TEST_PROFILE_KEY"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     AnthropicProvider,
     Message,
     ModelAuthError,
@@ -21,15 +21,15 @@ from runtime_server.models import (
     ModelTransientError,
     ToolDef,
 )
-from runtime_server.models._anthropic_stream import MessagesStream
-from runtime_server.models._anthropic_wire import (
+from agentrt.server.models._anthropic_stream import MessagesStream
+from agentrt.server.models._anthropic_wire import (
     build_messages_request,
     error_from_event,
     error_from_response,
     finish_reason,
     parse_messages_response,
 )
-from runtime_server.models._sse import ServerSentEvent
+from agentrt.server.models._sse import ServerSentEvent
 
 KEY = "sk-ant-api03-unit-test-0123456789abcdef"
 ENV = {"ANTHROPIC_API_KEY": KEY}

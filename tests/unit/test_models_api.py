@@ -1,4 +1,4 @@
-"""Public surface of runtime_server.models: exports, value types, error tree, documented hooks."""
+"""Public surface of agentrt.server.models: exports, value types, error tree, documented hooks."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-import runtime_server.models as models
-from runtime_server.models import (
+import agentrt.server.models as models
+from agentrt.server.models import (
     Message,
     ModelAuthError,
     ModelConfigError,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     Message,
     ModelError,
     ModelPermanentError,
@@ -16,8 +16,8 @@ from runtime_server.models import (
     ModelToolCall,
     ModelTransientError,
 )
-from runtime_server.models._openai_stream import ChatStream, error_from_stream
-from runtime_server.models._sse import ServerSentEvent
+from agentrt.server.models._openai_stream import ChatStream, error_from_stream
+from agentrt.server.models._sse import ServerSentEvent
 
 REQUEST = ModelRequest(
     run_id="run-1",

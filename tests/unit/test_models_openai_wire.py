@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     Message,
     ModelAuthError,
     ModelConfigError,
@@ -22,7 +22,7 @@ from runtime_server.models import (
     OpenAIProvider,
     ToolDef,
 )
-from runtime_server.models._openai_wire import (
+from agentrt.server.models._openai_wire import (
     build_chat_request,
     error_from_response,
     from_wire_tool_name,

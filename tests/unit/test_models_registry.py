@@ -12,7 +12,7 @@ from typing import Any
 import pluggy
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     DEFAULT_MODEL_PLUGINS,
     ENTRYPOINT_GROUP,
     AnthropicProvider,
@@ -27,6 +27,7 @@ from runtime_server.models import (
     get_model_plugin_manager,
     hookimpl,
 )
+from agentrt.toolhost import hookimpl as tool_hookimpl
 
 SCRIPT = {"steps": [{"text": "hi"}]}
 
@@ -76,7 +77,16 @@ class EchoPlugin:
 
 
 class ToolPlugin:
-    """A tool plugin in the shared entry-point group: its hooks are not the model manager's business."""
+    """A module with hooks of two families: its tool hook (the tool SDK's marker) is not the model
+    manager's business."""
+
+    @tool_hookimpl
+    def agentrt_register_tools(self, config: object) -> list[object]:
+        return []
+
+
+class ToolHookAsModelHook:
+    """A tool hook marked with the model marker: an unknown model hook."""
 
     @hookimpl
     def agentrt_register_tools(self, config: object) -> list[object]:
@@ -263,7 +273,7 @@ async def test_a_plugin_returning_something_else_is_a_type_error() -> None:
 
 
 async def test_blocked_builtin_is_unknown() -> None:
-    pm = get_model_plugin_manager(entrypoints=False, blocked=["runtime_server.models._openai"])
+    pm = get_model_plugin_manager(entrypoints=False, blocked=["agentrt.server.models._openai"])
     async with ModelRegistry(pm) as registry:
         with pytest.raises(ModelConfigError, match=r"'openai'; known providers: anthropic, scripted$"):
             registry.provider(spec("openai"))
@@ -313,6 +323,14 @@ def test_misspelled_model_hook_is_rejected(monkeypatch: pytest.MonkeyPatch) -> N
         get_model_plugin_manager()
 
 
+def test_each_hook_family_has_its_own_project_and_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ENTRYPOINT_GROUP == "agentrt.models"
+    fake_distributions(monkeypatch, FakeEntryPoint("tool_as_model", ToolHookAsModelHook))
+
+    with pytest.raises(pluggy.PluginValidationError, match="unknown hook 'agentrt_register_tools'"):
+        get_model_plugin_manager()
+
+
 def test_plugin_that_fails_to_import_fails_fast_unless_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken() -> object:
         raise ModuleNotFoundError("No module named 'broken_plugin'")
@@ -325,7 +343,7 @@ def test_plugin_that_fails_to_import_fails_fast_unless_blocked(monkeypatch: pyte
 
 
 def test_the_api_key_can_come_from_a_secrets_file(tmp_path: Path) -> None:
-    from runtime_server.models import ModelConfigError, OpenAIProvider
+    from agentrt.server.models import ModelConfigError, OpenAIProvider
 
     key_file = tmp_path / "openai.key"
     key_file.write_text("sk-from-file\n")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.models import (
+from agentrt.server.models import (
     EXHAUSTED_TEXT,
     Message,
     ModelAuthError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime_server.models._sse import ServerSentEvent, SSEDecoder
+from agentrt.server.models._sse import ServerSentEvent, SSEDecoder
 
 STREAM = (
     ": connected\r\n"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime_server.engine._payload_step import (
+from agentrt.server.engine._payload_step import (
     MAX_EVENT_BYTES,
     EventTooLarge,
     check_event_sizes,
@@ -16,9 +16,9 @@ from runtime_server.engine._payload_step import (
     text_view,
     utf8_size,
 )
-from runtime_server.store import PayloadRef
-from tool_host._errors import ErrorCode
-from tool_host._operations import _bounded
+from agentrt.server.store import PayloadRef
+from agentrt.toolhost._errors import ErrorCode
+from agentrt.toolhost._operations import _bounded
 
 REF = PayloadRef(payload_id="ab" * 32, size_bytes=10_000_000, sha256="ab" * 32, preview="", media_type="x")
 TEXTS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from runtime_server.policies import (
+from agentrt.server.policies import (
     ApprovalRequirement,
     Policies,
     get_policy_plugin_manager,

@@ -26,7 +26,8 @@ def _diff(a: Path, b: Path) -> list[str]:
 
 def test_generated_package_matches_proto(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(ROOT / "proto" / "generate.py"), "--out", str(tmp_path)], check=True)
-    assert _diff(ROOT / "agentrt", tmp_path / "agentrt") == [], "run `make proto` and commit the result"
+    package = Path("agentrt") / "proto"
+    assert _diff(ROOT / "proto" / "src" / package, tmp_path / package) == [], "run `make proto` and commit"
 
 
 def _buf(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tool_host.security import (
+from agentrt.toolhost.security import (
     CipherError,
     GrantError,
     GrantSigner,
@@ -183,7 +183,7 @@ def test_a_server_trusting_two_dev_cas_accepts_clients_of_both(tmp_path: Path) -
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-    from tool_host.security import ReloadingServerCredentials, channel_credentials
+    from agentrt.toolhost.security import ReloadingServerCredentials, channel_credentials
 
     first = generate_dev_pki(tmp_path / "a", clients=["one"])
     second = generate_dev_pki(tmp_path / "b", clients=["two"])

@@ -1,4 +1,4 @@
-"""Unit tests of ``tool_host.main``: bad input exits 2 with a message and writes nothing."""
+"""Unit tests of ``agentrt.toolhost.main``: bad input exits 2 with a message and writes nothing."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import plugins
-from tool_host import main
-from tool_host._host import parse_listen
+import agentrt.plugins as plugins
+from agentrt.toolhost import main
+from agentrt.toolhost._host import parse_listen
 
 EXAMPLE_FILE = Path(plugins.__file__).parent / "example_plugin_file.py"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tool_host._errors import ErrorCode
-from tool_host._ledger import (
+from agentrt.toolhost._errors import ErrorCode
+from agentrt.toolhost._ledger import (
     Conflict,
     Fenced,
     InFlight,
@@ -20,7 +20,7 @@ from tool_host._ledger import (
     Replay,
     Start,
 )
-from tool_host._outcome import Outcome
+from agentrt.toolhost._outcome import Outcome
 
 
 @pytest.fixture

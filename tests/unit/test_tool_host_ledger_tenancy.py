@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from tool_host._errors import ErrorCode
-from tool_host._ledger import Fenced, Ledger, OperationStatus, Replay, Start, sealing_aad
-from tool_host._ledger_schema import SCHEMA_VERSION, LedgerVersionError
-from tool_host._outcome import Outcome
-from tool_host._server import parse_metadata
-from tool_host._status import InvalidRequest
-from tool_host.security import MAX_FENCING_TOKEN, CipherError, PayloadCipher
+from agentrt.toolhost._errors import ErrorCode
+from agentrt.toolhost._ledger import Fenced, Ledger, OperationStatus, Replay, Start, sealing_aad
+from agentrt.toolhost._ledger_schema import SCHEMA_VERSION, LedgerVersionError
+from agentrt.toolhost._outcome import Outcome
+from agentrt.toolhost._server import parse_metadata
+from agentrt.toolhost._status import InvalidRequest
+from agentrt.toolhost.security import MAX_FENCING_TOKEN, CipherError, PayloadCipher
 
 CIPHER = PayloadCipher(keys={"k1": b"k" * 32}, active="k1")
 

@@ -14,8 +14,8 @@ import pluggy
 import pydantic
 import pytest
 
-import plugins.demo_tools
-from tool_host import (
+import agentrt.plugins.demo_tools
+from agentrt.toolhost import (
     DuplicateToolError,
     PluginError,
     SideEffect,
@@ -28,9 +28,9 @@ from tool_host import (
     load_plugin,
     tool,
 )
-from tool_host._plugins import preview
+from agentrt.toolhost._plugins import preview
 
-EXAMPLE_FILE = Path(plugins.__file__).parent / "example_plugin_file.py"
+EXAMPLE_FILE = Path(agentrt.plugins.__file__).parent / "example_plugin_file.py"
 CONFIG = ToolHostConfig(data_dir=Path("unused"))
 
 
@@ -60,7 +60,7 @@ def _plugin(name: str, *tool_names: str, **hooks: Any) -> types.ModuleType:
 
 
 class _FakeEntryPoint:
-    def __init__(self, name: str, plugin: Any, group: str = "agentrt.plugins") -> None:
+    def __init__(self, name: str, plugin: Any, group: str = "agentrt.tools") -> None:
         self.name = name
         self.group = group
         self.value = f"fake:{name}"
@@ -135,7 +135,7 @@ def test_an_entry_point_that_fails_to_import_is_named(fake_entrypoints: list[_Fa
 
 def test_the_shipped_demo_plugin_is_an_installed_entry_point() -> None:
     pm = get_plugin_manager()  # the real installed metadata
-    assert pm.get_plugin("demo_tools") is plugins.demo_tools
+    assert pm.get_plugin("demo_tools") is agentrt.plugins.demo_tools
     tools = collect_tools(pm, CONFIG)
     assert {"orders.lookup", "refund.issue", "sleep.wait", "noop.echo"} <= set(tools)
 
@@ -149,7 +149,7 @@ def test_plugin_by_module_name(module_on_path: Any) -> None:
         """
         from __future__ import annotations
         import pydantic
-        from tool_host import SideEffect, ToolContext, hookimpl, tool
+        from agentrt.toolhost import SideEffect, ToolContext, hookimpl, tool
 
         class Args(pydantic.BaseModel):
             n: int
@@ -186,7 +186,9 @@ def test_the_same_file_loads_once() -> None:
 
 
 def test_a_plugin_given_twice_registers_once() -> None:
-    pm = get_plugin_manager(plugins=["plugins.demo_tools", "plugins.demo_tools"], entrypoints=True)
+    pm = get_plugin_manager(
+        plugins=["agentrt.plugins.demo_tools", "agentrt.plugins.demo_tools"], entrypoints=True
+    )
     assert len(collect_tools(pm, CONFIG)) == 4
 
 
@@ -213,7 +215,7 @@ def test_a_misspelled_hook_fails_check_pending(module_on_path: Any) -> None:
     name = module_on_path(
         "th_test_typo_mod",
         """
-        from tool_host import hookimpl
+        from agentrt.toolhost import hookimpl
 
         @hookimpl
         def agentrt_register_tool(config):
@@ -228,7 +230,7 @@ def test_a_hook_with_unknown_arguments_is_rejected(module_on_path: Any) -> None:
     name = module_on_path(
         "th_test_badargs_mod",
         """
-        from tool_host import hookimpl
+        from agentrt.toolhost import hookimpl
 
         @hookimpl
         def agentrt_register_tools(config, nonsense):
@@ -322,7 +324,7 @@ def test_preview_takes_the_first_answer() -> None:
 
 
 def test_the_demo_plugin_previews_refunds() -> None:
-    pm = get_plugin_manager(plugins=["plugins.demo_tools"], entrypoints=False)
+    pm = get_plugin_manager(plugins=["agentrt.plugins.demo_tools"], entrypoints=False)
     summary = preview(pm, "refund.issue", {"order_id": "A101", "amount": 5, "reason": "late"})
     assert "Grace Hopper" in summary and "5.00 EUR" in summary
     assert "does not exist" in preview(pm, "refund.issue", {"order_id": "Z9", "amount": 5, "reason": "x"})

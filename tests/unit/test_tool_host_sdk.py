@@ -13,9 +13,9 @@ from typing import Any
 import pydantic
 import pytest
 
-import tool_host
-from agentrt.toolhost.v1 import tool_pb2
-from tool_host import (
+import agentrt.toolhost as tool_host
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.toolhost import (
     CancellationSignal,
     ErrorCode,
     InvalidInput,
@@ -32,11 +32,17 @@ from tool_host import (
     hookspecs,
     tool,
 )
-from tool_host._convert import ERROR_CODES, OPERATION_STATUSES, SIDE_EFFECTS, failure_to_proto, tool_to_spec
-from tool_host._ledger import OperationStatus
-from tool_host._outcome import Failure, Outcome
-from tool_host._server import CallMetadata, call_budget, parse_metadata
-from tool_host._status import InvalidRequest
+from agentrt.toolhost._convert import (
+    ERROR_CODES,
+    OPERATION_STATUSES,
+    SIDE_EFFECTS,
+    failure_to_proto,
+    tool_to_spec,
+)
+from agentrt.toolhost._ledger import OperationStatus
+from agentrt.toolhost._outcome import Failure, Outcome
+from agentrt.toolhost._server import CallMetadata, call_budget, parse_metadata
+from agentrt.toolhost._status import InvalidRequest
 
 
 class GreetArgs(pydantic.BaseModel):
@@ -454,6 +460,7 @@ def test_every_hook_is_documented_with_its_parameters() -> None:
 
 
 def test_preview_is_firstresult() -> None:
-    opts = hookspecs.agentrt_preview_tool.agentrt_spec  # type: ignore[attr-defined]
+    # pluggy stores a spec's options under "<project name>_spec".
+    opts = getattr(hookspecs.agentrt_preview_tool, f"{hookspecs.PROJECT_NAME}_spec")
     assert opts["firstresult"] is True
     assert "Stops at first non-None result" in (hookspecs.agentrt_preview_tool.__doc__ or "")

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from google.protobuf import duration_pb2
 
-from agentrt.runtime.v1 import run_pb2, runtime_service_pb2
-from runtime_server._config import LimitsConfig, Settings
-from runtime_server.api._page_tokens import MAX_PAGE_TOKEN_CHARS, PageTokens
-from runtime_server.api._request_keys import request_hash
-from runtime_server.api._validate import (
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
+from agentrt.server._config import LimitsConfig, Settings
+from agentrt.server.api._page_tokens import MAX_PAGE_TOKEN_CHARS, PageTokens
+from agentrt.server.api._request_keys import request_hash
+from agentrt.server.api._validate import (
     MAX_AGENT_NAMES,
     MAX_COST_MICROS,
     MAX_INSTRUCTIONS_BYTES,
@@ -27,13 +27,13 @@ from runtime_server.api._validate import (
     check_text,
     quote,
 )
-from runtime_server.core import InvalidRequest, PayloadTooLarge
-from runtime_server.engine._request_keys import same_request
-from runtime_server.models import ModelConfigError
-from runtime_server.models._http import MAX_API_KEY_BYTES, read_api_key
-from runtime_server.store import RunRecord
-from tool_host import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
-from tool_host._validate import bad_key, json_depth
+from agentrt.server.core import InvalidRequest, PayloadTooLarge
+from agentrt.server.engine._request_keys import same_request
+from agentrt.server.models import ModelConfigError
+from agentrt.server.models._http import MAX_API_KEY_BYTES, read_api_key
+from agentrt.server.store import RunRecord
+from agentrt.toolhost import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
+from agentrt.toolhost._validate import bad_key, json_depth
 
 LIMITS = LimitsConfig(max_metadata_bytes=100, max_metadata_entries=4, max_id_bytes=32)
 OVER_TIMEOUT = int(LIMITS.max_timeout_s) + 1

@@ -17,10 +17,10 @@ export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", 
 export const PYTHON = process.env["AGENTRT_PYTHON"] || join(REPO_ROOT, ".venv", "bin", "python");
 
 /** `python -m <this>` serves the runtime; it prints READY_PREFIX + address when it listens. */
-export const RUNTIME_MODULE = "runtime_server";
+export const RUNTIME_MODULE = "agentrt.server";
 const READY_PREFIX = "agentrt-runtime listening on ";
 /** Where the dev PKI helper lives (`generate_dev_pki`). */
-export const PKI_MODULE = "tool_host.security";
+export const PKI_MODULE = "agentrt.toolhost.security";
 
 /** The environment of every Python child: the repository's code first, whatever is installed. */
 function pythonEnv(): NodeJS.ProcessEnv {
@@ -61,7 +61,7 @@ export function pythonSnippet(code: string, args: string[] = []): string {
 }
 
 /** Plugin modules the spawned tool host serves. */
-export const TOOL_PLUGINS = ["plugins.demo_tools", "plugins.blob_tools"];
+export const TOOL_PLUGINS = ["agentrt.plugins.demo_tools", "agentrt.plugins.blob_tools"];
 /** Size of the blob the `blob` agent's tool returns: over the 64 KiB inline limit, so stored as a payload. */
 export const BLOB_BYTES = 100_000;
 

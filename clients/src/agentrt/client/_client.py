@@ -1,0 +1,454 @@
+"""The asyncio client of ``agentrt.runtime.v1.AgentRuntimeService``, and what both clients share."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
+
+import grpc
+import grpc.aio
+
+from agentrt.client import _errors
+from agentrt.client._credentials import ChannelSecurity, resolve_security
+from agentrt.client._errors import CredentialsError
+from agentrt.client._payloads import Payload, assemble_async
+from agentrt.client._streams import AsyncEventStream
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+
+if TYPE_CHECKING:
+    from agentrt.proto.runtime.v1.runtime_service_pb2_grpc import AgentRuntimeServiceAsyncStub
+
+_R = TypeVar("_R")
+
+
+def default_target() -> str:
+    """Returns ``$AGENTRT_TARGET``, or ``127.0.0.1:50051`` when it is unset or empty."""
+    return os.environ.get("AGENTRT_TARGET") or "127.0.0.1:50051"
+
+
+DEFAULT_TARGET: Final[str] = default_target()
+"""Where clients connect by default: ``$AGENTRT_TARGET`` or ``127.0.0.1:50051``."""
+
+DEFAULT_TIMEOUT: Final[float] = 10.0
+"""Seconds a unary call may take unless the client or the call says otherwise."""
+
+
+def _metadata_tuple(metadata: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((k.lower(), v) for k, v in metadata)
+
+
+def _security(
+    target: str, *, channel_given: bool, metadata: tuple[tuple[str, str], ...], **options: Any
+) -> ChannelSecurity:
+    if channel_given:
+        # A ready channel carries its own credentials; the environment's are not applied to it.
+        given = sorted(name for name, value in options.items() if value is not None)
+        if given:
+            raise CredentialsError(f"{', '.join(given)} cannot be combined with a ready channel")
+        return ChannelSecurity(target=target)
+    security = resolve_security(target, **options)
+    if security.token and any(k == "authorization" for k, _ in metadata):
+        raise CredentialsError("give the token or an authorization metadata entry, not both")
+    return security
+
+
+def _start_fields(
+    agent_name: str,
+    input: str,
+    agent: run_pb2.AgentSpec | None,
+    budgets: run_pb2.Budgets | None,
+    request_key: str,
+    metadata: Mapping[str, str] | None,
+    session_id: str,
+    session_policy: str = "",
+) -> dict[str, Any]:
+    # RunAgentRequest and StartRunRequest have the same fields.
+    fields: dict[str, Any] = {
+        "agent_name": agent_name,
+        "input": input,
+        "agent": agent,
+        "budgets": budgets,
+        "request_key": request_key,
+        "metadata": dict(metadata or {}),
+        "session_id": session_id,
+    }
+    if session_policy:  # "reject" | "enqueue" | "interrupt"
+        fields["session_policy"] = f"SESSION_POLICY_{session_policy.upper()}"
+    return fields
+
+
+def _list_request(
+    page_size: int, page_token: str, phases: Sequence[run_pb2.RunPhase], agent_name: str, session_id: str
+) -> runtime_service_pb2.ListRunsRequest:
+    return runtime_service_pb2.ListRunsRequest(
+        page_size=page_size,
+        page_token=page_token,
+        phases=list(phases),
+        agent_name=agent_name,
+        session_id=session_id,
+    )
+
+
+def _outcome_request(
+    run_id: str, call_id: str, decision: str, expected_revision: int, result_json: str, comment: str
+) -> runtime_service_pb2.ResolveOutcomeRequest:
+    return runtime_service_pb2.ResolveOutcomeRequest(
+        run_id=run_id,
+        call_id=call_id,
+        decision=f"OUTCOME_DECISION_{decision.upper()}",
+        result_json=result_json,
+        expected_revision=expected_revision,
+        comment=comment,
+    )
+
+
+def _resolve_request(
+    run_id: str, approval_id: str, approve: bool, args_hash: str, expected_revision: int, comment: str
+) -> runtime_service_pb2.ResolveApprovalRequest:
+    decision = run_pb2.APPROVAL_DECISION_APPROVE if approve else run_pb2.APPROVAL_DECISION_REJECT
+    return runtime_service_pb2.ResolveApprovalRequest(
+        run_id=run_id,
+        approval_id=approval_id,
+        decision=decision,
+        args_hash=args_hash,
+        expected_revision=expected_revision,
+        comment=comment,
+    )
+
+
+class AsyncClient:
+    """asyncio client of the agentrt runtime.
+
+    Example::
+
+        async with AsyncClient("127.0.0.1:50051") as client:
+            async for event in client.run_agent("refund-demo", "Refund order A100"):
+                print(format_event(event))
+
+    Every unary call has a deadline (``timeout``). Streaming
+    calls have none by default because runs can be long.
+
+    Security options left as None come from ``AGENTRT_*`` variables; "" turns one off::
+
+        AsyncClient("runtime.internal:50051", ca_file="ca.pem", cert_file="me.pem",
+                    key_file="me.key", token_file="token.txt")
+
+    Args:
+        target: ``host:port`` of the runtime. Ignored when ``channel`` is given.
+        timeout: Default deadline of unary calls, in seconds.
+        metadata: gRPC metadata sent with every call.
+        channel: A ready channel to use instead. The client does not close a channel it
+            was given, and applies no security option (nor ``AGENTRT_*`` variable) to it.
+        ca_file: PEM CA the server's certificate is checked against; turns TLS on
+            (default ``$AGENTRT_CA``).
+        cert_file: PEM client certificate for mTLS (default ``$AGENTRT_CERT``).
+        key_file: Its PEM private key (default ``$AGENTRT_KEY``).
+        token: Bearer token sent as ``authorization: Bearer ...`` (default ``$AGENTRT_TOKEN``).
+            Over plaintext it is only sent to a loopback target.
+        token_file: File whose first line is the token (default ``$AGENTRT_TOKEN_FILE``).
+        server_name: Name the server's certificate must carry, when the target's host is not
+            it (default ``$AGENTRT_SERVER_NAME``).
+        tls: Force TLS on (system roots without ``ca_file``) or off (default ``$AGENTRT_TLS``;
+            else on when a TLS file is given).
+
+    Raises:
+        CredentialsError: A TLS or token file cannot be used, or a token would travel in clear.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        metadata: Sequence[tuple[str, str]] = (),
+        channel: grpc.aio.Channel | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        token: str | None = None,
+        token_file: str | None = None,
+        server_name: str | None = None,
+        tls: bool | None = None,
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        extra = _metadata_tuple(metadata)
+        security = _security(
+            target,
+            channel_given=channel is not None,
+            metadata=extra,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            token=token,
+            token_file=token_file,
+            server_name=server_name,
+            tls=tls,
+        )
+        self._security = security.describe()
+        # Hints name this client's options; a channel made elsewhere gets none.
+        self._hint = security.hint if channel is None else None
+        self._metadata = extra + security.call_metadata()
+        self._owns_channel = channel is None
+        if channel is None:
+            credentials = security.channel_credentials()
+            channel = (
+                grpc.aio.secure_channel(target, credentials, options=security.channel_options())
+                if credentials is not None
+                else grpc.aio.insecure_channel(target)
+            )
+        self._channel = channel
+        self._stub: AgentRuntimeServiceAsyncStub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(
+            self._channel
+        )
+
+    def __repr__(self) -> str:
+        return f"AsyncClient(target={self.target!r}, security={self._security!r})"
+
+    async def close(self) -> None:
+        """Closes the channel (if the client made it); in-flight calls are cancelled."""
+        if self._owns_channel:
+            await self._channel.close(None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def run_agent(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+        session_policy: str = "",
+        timeout: float | None = None,
+    ) -> AsyncEventStream:
+        """Starts a run (or attaches to the one ``request_key`` started) and streams its events.
+
+        The stream ends when the run ends or pauses; closing it never cancels the run.
+
+        Args:
+            agent_name: Name of an agent configured on the server.
+            input: The user's input.
+            agent: Inline agent definition; wins over ``agent_name``.
+            budgets: Overrides of the agent's budgets.
+            request_key: Idempotency key of the start.
+            metadata: Caller metadata stored with the run.
+            session_id: Session the run is a turn of.
+            timeout: Deadline of the whole stream, in seconds; none by default.
+
+        Returns:
+            An async iterator of the run's events.
+        """
+        request = runtime_service_pb2.RunAgentRequest(
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
+        )
+        return AsyncEventStream(
+            self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+        )
+
+    async def start_run(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+        session_policy: str = "",
+    ) -> run_pb2.Run:
+        """Starts a run (or returns the one ``request_key`` started) without streaming.
+
+        Args:
+            agent_name: Name of an agent configured on the server.
+            input: The user's input.
+            agent: Inline agent definition; wins over ``agent_name``.
+            budgets: Overrides of the agent's budgets.
+            request_key: Idempotency key of the start.
+            metadata: Caller metadata stored with the run.
+            session_id: Session the run is a turn of.
+
+        Returns:
+            The run as accepted.
+
+        Raises:
+            RPCError: The server refused (e.g. unknown agent: NOT_FOUND).
+        """
+        request = runtime_service_pb2.StartRunRequest(
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
+        )
+        response = await self._unary(
+            self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def get_run(self, run_id: str) -> run_pb2.Run:
+        """Returns one run.
+
+        Args:
+            run_id: The run's id.
+
+        Raises:
+            RPCError: NOT_FOUND when there is no such run.
+        """
+        request = runtime_service_pb2.GetRunRequest(run_id=run_id)
+        response = await self._unary(
+            self._stub.GetRun(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def list_runs(
+        self,
+        *,
+        page_size: int = 50,
+        page_token: str = "",
+        phases: Sequence[run_pb2.RunPhase] = (),
+        agent_name: str = "",
+        session_id: str = "",
+    ) -> runtime_service_pb2.ListRunsResponse:
+        """Lists runs, newest first.
+
+        Args:
+            page_size: At most this many runs (the server caps it).
+            page_token: ``next_page_token`` of the previous page.
+            phases: Only runs in these phases.
+            agent_name: Only runs of this agent.
+            session_id: Only runs of this session.
+
+        Returns:
+            The page: ``runs`` and ``next_page_token`` ("" on the last page).
+        """
+        request = _list_request(page_size, page_token, phases, agent_name, session_id)
+        return await self._unary(self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata))
+
+    def stream_events(
+        self, run_id: str, *, after_seq: int = 0, follow: bool = False, timeout: float | None = None
+    ) -> AsyncEventStream:
+        """Replays a run's persisted events after ``after_seq``, then (with ``follow``) tails live ones.
+
+        Args:
+            run_id: The run's id.
+            after_seq: Only events with a greater seq (reconnect with the last seq seen).
+            follow: Keep the stream open until the run ends.
+            timeout: Deadline of the whole stream, in seconds; none by default.
+
+        Returns:
+            An async iterator of the events.
+        """
+        request = runtime_service_pb2.StreamRunEventsRequest(
+            run_id=run_id, after_seq=after_seq, follow=follow
+        )
+        return AsyncEventStream(
+            self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+        )
+
+    async def get_payload(self, run_id: str, payload_id: str, *, deadline_s: float | None = None) -> Payload:
+        """Fetches a payload of a run (a large tool result, output or input) whole.
+
+        Args:
+            run_id: The run's id.
+            payload_id: ``payload_id`` of a PayloadRef in one of the run's events.
+            deadline_s: Deadline of the whole transfer, in seconds; none by default.
+
+        Raises:
+            RPCError: NOT_FOUND when the run has no such payload (or is another tenant's),
+                INVALID_ARGUMENT for a malformed id.
+            PayloadMismatch: The bytes received do not match the payload's size and sha256.
+        """
+        request = runtime_service_pb2.GetPayloadRequest(run_id=run_id, payload_id=payload_id)
+        call = self._stub.GetPayload(request, timeout=deadline_s, metadata=self._metadata)
+        try:
+            return await assemble_async(call)
+        except grpc.aio.AioRpcError as exc:
+            raise await _errors.from_aio_call(call, exc, hint=self._hint) from exc
+
+    async def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
+        """Asks a run to stop. Cancellation is not rollback.
+
+        Args:
+            run_id: The run's id.
+            reason: Why, recorded with the run.
+
+        Returns:
+            The run after the request was recorded.
+        """
+        request = runtime_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
+        response = await self._unary(
+            self._stub.CancelRun(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def resolve_approval(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        approve: bool,
+        args_hash: str,
+        expected_revision: int,
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Approves or rejects a call waiting for a person.
+
+        Args:
+            run_id: The run's id.
+            approval_id: From the ``approval.requested`` event.
+            approve: True to run the call, False to reject it.
+            args_hash: The ``args_hash`` of the arguments the approver saw.
+            expected_revision: The run revision the approver saw.
+            comment: Free text.
+
+        Returns:
+            The run after the decision was recorded.
+
+        Raises:
+            RPCError: e.g. FAILED_PRECONDITION or ABORTED when the run moved on.
+        """
+        request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
+        response = await self._unary(
+            self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def resolve_outcome(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        decision: str,
+        expected_revision: int,
+        result_json: str = "",
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Settles a run in UNKNOWN_OUTCOME: ``decision`` is "succeeded", "failed" or "retry".
+
+        Raises:
+            RPCError: FAILED_PRECONDITION when the run is not in UNKNOWN_OUTCOME, ABORTED when it moved on.
+        """
+        request = _outcome_request(run_id, call_id, decision, expected_revision, result_json, comment)
+        response = await self._unary(
+            self._stub.ResolveOutcome(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.run
+
+    async def _unary(self, call: grpc.aio.UnaryUnaryCall[Any, _R]) -> _R:
+        try:
+            return await call
+        except grpc.aio.AioRpcError as exc:
+            raise await _errors.from_aio_call(call, exc, hint=self._hint) from exc

@@ -1,0 +1,239 @@
+"""The synchronous client of ``agentrt.runtime.v1.AgentRuntimeService``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Self
+
+import grpc
+
+from agentrt.client import _errors
+from agentrt.client._client import (
+    DEFAULT_TARGET,
+    DEFAULT_TIMEOUT,
+    _list_request,
+    _metadata_tuple,
+    _outcome_request,
+    _resolve_request,
+    _security,
+    _start_fields,
+)
+from agentrt.client._payloads import Payload, assemble
+from agentrt.client._streams import EventStream
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+
+
+class Client:
+    """Synchronous client of the agentrt runtime; the same API as :class:`AsyncClient`.
+
+    Example::
+
+        with Client() as client:
+            for event in client.run_agent("refund-demo", "Refund order A100"):
+                print(format_event(event))
+
+    Args:
+        target: ``host:port`` of the runtime. Ignored when ``channel`` is given.
+        timeout: Default deadline of unary calls, in seconds.
+        metadata: gRPC metadata sent with every call.
+        channel: A ready channel to use instead. The client does not close a channel it
+            was given, and applies no security option (nor ``AGENTRT_*`` variable) to it.
+        ca_file, cert_file, key_file, token, token_file, server_name, tls: Security options,
+            as in :class:`AsyncClient`; None takes the ``AGENTRT_*`` variable.
+
+    Raises:
+        CredentialsError: A TLS or token file cannot be used, or a token would travel in clear.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        metadata: Sequence[tuple[str, str]] = (),
+        channel: grpc.Channel | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        token: str | None = None,
+        token_file: str | None = None,
+        server_name: str | None = None,
+        tls: bool | None = None,
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        extra = _metadata_tuple(metadata)
+        security = _security(
+            target,
+            channel_given=channel is not None,
+            metadata=extra,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            token=token,
+            token_file=token_file,
+            server_name=server_name,
+            tls=tls,
+        )
+        self._security = security.describe()
+        # Hints name this client's options; a channel made elsewhere gets none.
+        self._hint = security.hint if channel is None else None
+        self._metadata = extra + security.call_metadata()
+        self._owns_channel = channel is None
+        if channel is None:
+            credentials = security.channel_credentials()
+            channel = (
+                grpc.secure_channel(target, credentials, options=security.channel_options())
+                if credentials is not None
+                else grpc.insecure_channel(target)
+            )
+        self._channel = channel
+        self._stub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(self._channel)
+
+    def __repr__(self) -> str:
+        return f"Client(target={self.target!r}, security={self._security!r})"
+
+    def close(self) -> None:
+        """Closes the channel (if the client made it); in-flight calls are cancelled."""
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def run_agent(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+        session_policy: str = "",
+        timeout: float | None = None,
+    ) -> EventStream:
+        """Starts a run and streams its events; see :meth:`AsyncClient.run_agent`."""
+        request = runtime_service_pb2.RunAgentRequest(
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
+        )
+        return EventStream(
+            self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+        )
+
+    def start_run(
+        self,
+        agent_name: str = "",
+        input: str = "",
+        *,
+        agent: run_pb2.AgentSpec | None = None,
+        budgets: run_pb2.Budgets | None = None,
+        request_key: str = "",
+        metadata: Mapping[str, str] | None = None,
+        session_id: str = "",
+        session_policy: str = "",
+    ) -> run_pb2.Run:
+        """Starts a run without streaming; see :meth:`AsyncClient.start_run`."""
+        request = runtime_service_pb2.StartRunRequest(
+            **_start_fields(
+                agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
+            )
+        )
+        try:
+            return self._stub.StartRun(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
+
+    def get_run(self, run_id: str) -> run_pb2.Run:
+        """Returns one run; see :meth:`AsyncClient.get_run`."""
+        request = runtime_service_pb2.GetRunRequest(run_id=run_id)
+        try:
+            return self._stub.GetRun(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
+
+    def list_runs(
+        self,
+        *,
+        page_size: int = 50,
+        page_token: str = "",
+        phases: Sequence[run_pb2.RunPhase] = (),
+        agent_name: str = "",
+        session_id: str = "",
+    ) -> runtime_service_pb2.ListRunsResponse:
+        """Lists runs, newest first; see :meth:`AsyncClient.list_runs`."""
+        request = _list_request(page_size, page_token, phases, agent_name, session_id)
+        try:
+            return self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
+
+    def stream_events(
+        self, run_id: str, *, after_seq: int = 0, follow: bool = False, timeout: float | None = None
+    ) -> EventStream:
+        """Replays (and with ``follow`` tails) a run's events; see :meth:`AsyncClient.stream_events`."""
+        request = runtime_service_pb2.StreamRunEventsRequest(
+            run_id=run_id, after_seq=after_seq, follow=follow
+        )
+        return EventStream(
+            self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+        )
+
+    def get_payload(self, run_id: str, payload_id: str, *, deadline_s: float | None = None) -> Payload:
+        """Fetches a payload of a run whole; see :meth:`AsyncClient.get_payload`."""
+        request = runtime_service_pb2.GetPayloadRequest(run_id=run_id, payload_id=payload_id)
+        try:
+            return assemble(self._stub.GetPayload(request, timeout=deadline_s, metadata=self._metadata))
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
+
+    def cancel_run(self, run_id: str, *, reason: str = "") -> run_pb2.Run:
+        """Asks a run to stop; see :meth:`AsyncClient.cancel_run`."""
+        request = runtime_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
+        try:
+            return self._stub.CancelRun(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
+
+    def resolve_approval(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        approve: bool,
+        args_hash: str,
+        expected_revision: int,
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Approves or rejects a call waiting for a person; see :meth:`AsyncClient.resolve_approval`."""
+        request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
+        try:
+            return self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
+
+    def resolve_outcome(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        decision: str,
+        expected_revision: int,
+        result_json: str = "",
+        comment: str = "",
+    ) -> run_pb2.Run:
+        """Settles a run in UNKNOWN_OUTCOME; see :meth:`AsyncClient.resolve_outcome`."""
+        request = _outcome_request(run_id, call_id, decision, expected_revision, result_json, comment)
+        try:
+            return self._stub.ResolveOutcome(request, timeout=self.timeout, metadata=self._metadata).run
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc

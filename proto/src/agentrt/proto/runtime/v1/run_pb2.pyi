@@ -1,0 +1,586 @@
+import datetime
+
+from agentrt.proto.toolhost.v1 import tool_pb2 as _tool_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RunPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_PHASE_UNSPECIFIED: _ClassVar[RunPhase]
+    RUN_PHASE_QUEUED: _ClassVar[RunPhase]
+    RUN_PHASE_MODEL_STEP: _ClassVar[RunPhase]
+    RUN_PHASE_TOOL_STEP: _ClassVar[RunPhase]
+    RUN_PHASE_WAITING_APPROVAL: _ClassVar[RunPhase]
+    RUN_PHASE_RETRY_WAIT: _ClassVar[RunPhase]
+    RUN_PHASE_CANCEL_REQUESTED: _ClassVar[RunPhase]
+    RUN_PHASE_UNKNOWN_OUTCOME: _ClassVar[RunPhase]
+    RUN_PHASE_COMPLETED: _ClassVar[RunPhase]
+    RUN_PHASE_FAILED: _ClassVar[RunPhase]
+    RUN_PHASE_CANCELLED: _ClassVar[RunPhase]
+    RUN_PHASE_EXPIRED: _ClassVar[RunPhase]
+
+class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_KIND_UNSPECIFIED: _ClassVar[StepKind]
+    STEP_KIND_MODEL: _ClassVar[StepKind]
+    STEP_KIND_DIAGNOSTIC: _ClassVar[StepKind]
+    STEP_KIND_CORRECTIVE: _ClassVar[StepKind]
+
+class ApprovalDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_DECISION_UNSPECIFIED: _ClassVar[ApprovalDecision]
+    APPROVAL_DECISION_APPROVE: _ClassVar[ApprovalDecision]
+    APPROVAL_DECISION_REJECT: _ClassVar[ApprovalDecision]
+
+class WaitReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WAIT_REASON_UNSPECIFIED: _ClassVar[WaitReason]
+    WAIT_REASON_APPROVAL: _ClassVar[WaitReason]
+    WAIT_REASON_UNKNOWN_OUTCOME: _ClassVar[WaitReason]
+    WAIT_REASON_BUDGET: _ClassVar[WaitReason]
+    WAIT_REASON_SESSION_QUEUE: _ClassVar[WaitReason]
+RUN_PHASE_UNSPECIFIED: RunPhase
+RUN_PHASE_QUEUED: RunPhase
+RUN_PHASE_MODEL_STEP: RunPhase
+RUN_PHASE_TOOL_STEP: RunPhase
+RUN_PHASE_WAITING_APPROVAL: RunPhase
+RUN_PHASE_RETRY_WAIT: RunPhase
+RUN_PHASE_CANCEL_REQUESTED: RunPhase
+RUN_PHASE_UNKNOWN_OUTCOME: RunPhase
+RUN_PHASE_COMPLETED: RunPhase
+RUN_PHASE_FAILED: RunPhase
+RUN_PHASE_CANCELLED: RunPhase
+RUN_PHASE_EXPIRED: RunPhase
+STEP_KIND_UNSPECIFIED: StepKind
+STEP_KIND_MODEL: StepKind
+STEP_KIND_DIAGNOSTIC: StepKind
+STEP_KIND_CORRECTIVE: StepKind
+APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision
+APPROVAL_DECISION_APPROVE: ApprovalDecision
+APPROVAL_DECISION_REJECT: ApprovalDecision
+WAIT_REASON_UNSPECIFIED: WaitReason
+WAIT_REASON_APPROVAL: WaitReason
+WAIT_REASON_UNKNOWN_OUTCOME: WaitReason
+WAIT_REASON_BUDGET: WaitReason
+WAIT_REASON_SESSION_QUEUE: WaitReason
+
+class Budgets(_message.Message):
+    __slots__ = ("max_model_steps", "max_tool_calls", "max_calls_per_tool", "timeout", "max_input_tokens", "max_output_tokens", "max_cost_micros", "max_handoffs", "max_parallel_tool_calls")
+    class MaxCallsPerToolEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MAX_MODEL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CALLS_PER_TOOL_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    MAX_HANDOFFS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    max_model_steps: int
+    max_tool_calls: int
+    max_calls_per_tool: _containers.ScalarMap[str, int]
+    timeout: _duration_pb2.Duration
+    max_input_tokens: int
+    max_output_tokens: int
+    max_cost_micros: int
+    max_handoffs: int
+    max_parallel_tool_calls: int
+    def __init__(self, max_model_steps: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_calls_per_tool: _Optional[_Mapping[str, int]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., max_cost_micros: _Optional[int] = ..., max_handoffs: _Optional[int] = ..., max_parallel_tool_calls: _Optional[int] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("model_steps", "tool_calls", "input_tokens", "output_tokens", "cost_micros", "handoffs")
+    MODEL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFFS_FIELD_NUMBER: _ClassVar[int]
+    model_steps: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    handoffs: int
+    def __init__(self, model_steps: _Optional[int] = ..., tool_calls: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cost_micros: _Optional[int] = ..., handoffs: _Optional[int] = ...) -> None: ...
+
+class ModelSpec(_message.Message):
+    __slots__ = ("provider", "name", "options", "profile")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    name: str
+    options: _struct_pb2.Struct
+    profile: str
+    def __init__(self, provider: _Optional[str] = ..., name: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., profile: _Optional[str] = ...) -> None: ...
+
+class AgentSpec(_message.Message):
+    __slots__ = ("name", "instructions", "model", "tools", "budgets", "handoffs", "agent_tools")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    HANDOFFS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    instructions: str
+    model: ModelSpec
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    budgets: Budgets
+    handoffs: _containers.RepeatedScalarFieldContainer[str]
+    agent_tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_KEY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    PRUNE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FAULT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    tenant_id: str
+    agent_name: str
+    phase: RunPhase
+    revision: int
+    input: str
+    output: str
+    reason: str
+    budgets: Budgets
+    usage: Usage
+    request_key: str
+    session_id: str
+    metadata: _containers.ScalarMap[str, str]
+    last_seq: int
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    deadline: _timestamp_pb2.Timestamp
+    pending_approval: ApprovalRequested
+    created_by: str
+    input_ref: PayloadRef
+    output_ref: PayloadRef
+    prune_time: _timestamp_pb2.Timestamp
+    fault_count: int
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("call_id", "tool", "arguments_json", "arguments")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    tool: str
+    arguments_json: str
+    arguments: _struct_pb2.Value
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+
+class SessionTurn(_message.Message):
+    __slots__ = ("run_id", "input", "output")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    input: str
+    output: str
+    def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
+
+class RunStarted(_message.Message):
+    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history", "started_by", "input_ref")
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_BY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    agent_name: str
+    input: str
+    budgets: Budgets
+    deadline: _timestamp_pb2.Timestamp
+    session_history: _containers.RepeatedCompositeFieldContainer[SessionTurn]
+    started_by: str
+    input_ref: PayloadRef
+    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., started_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+
+class StepStarted(_message.Message):
+    __slots__ = ("step", "kind", "usage", "reason")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    kind: StepKind
+    usage: Usage
+    reason: str
+    def __init__(self, step: _Optional[int] = ..., kind: _Optional[_Union[StepKind, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ModelTextDelta(_message.Message):
+    __slots__ = ("step", "text", "attempt", "superseded")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    text: str
+    attempt: int
+    superseded: bool
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., attempt: _Optional[int] = ..., superseded: _Optional[bool] = ...) -> None: ...
+
+class ModelCompleted(_message.Message):
+    __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after", "text_ref")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_REF_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    text: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    usage_before: Usage
+    usage_after: Usage
+    text_ref: PayloadRef
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., text_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+
+class ToolStarted(_message.Message):
+    __slots__ = ("step", "call_id", "tool", "arguments_json", "arguments", "idempotency_key", "attempt", "usage_before", "usage_after", "tool_version", "arguments_ref")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_REF_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool: str
+    arguments_json: str
+    arguments: _struct_pb2.Value
+    idempotency_key: str
+    attempt: int
+    usage_before: Usage
+    usage_after: Usage
+    tool_version: str
+    arguments_ref: PayloadRef
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., tool_version: _Optional[str] = ..., arguments_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+
+class ToolCompleted(_message.Message):
+    __slots__ = ("step", "call_id", "tool", "result_json", "result", "replayed", "result_ref", "truncated")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    RESULT_REF_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool: str
+    result_json: str
+    result: _struct_pb2.Value
+    replayed: bool
+    result_ref: PayloadRef
+    truncated: bool
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., result_json: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., replayed: _Optional[bool] = ..., result_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class ToolFailed(_message.Message):
+    __slots__ = ("step", "call_id", "tool", "error")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool: str
+    error: _tool_pb2.ToolError
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ...) -> None: ...
+
+class ApprovalRequested(_message.Message):
+    __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "arguments", "args_hash", "impact_summary", "policy_version", "expire_time", "request_time", "tool_version")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    ARGS_HASH_FIELD_NUMBER: _ClassVar[int]
+    IMPACT_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_TIME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    call_id: str
+    tool: str
+    arguments_json: str
+    arguments: _struct_pb2.Value
+    args_hash: str
+    impact_summary: str
+    policy_version: str
+    expire_time: _timestamp_pb2.Timestamp
+    request_time: _timestamp_pb2.Timestamp
+    tool_version: str
+    def __init__(self, approval_id: _Optional[str] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., args_hash: _Optional[str] = ..., impact_summary: _Optional[str] = ..., policy_version: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tool_version: _Optional[str] = ...) -> None: ...
+
+class ApprovalResolved(_message.Message):
+    __slots__ = ("approval_id", "decision", "approver", "comment")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    APPROVER_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    decision: ApprovalDecision
+    approver: str
+    comment: str
+    def __init__(self, approval_id: _Optional[str] = ..., decision: _Optional[_Union[ApprovalDecision, str]] = ..., approver: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class OutcomeResolved(_message.Message):
+    __slots__ = ("call_id", "decision", "resolved_by", "comment")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    decision: str
+    resolved_by: str
+    comment: str
+    def __init__(self, call_id: _Optional[str] = ..., decision: _Optional[str] = ..., resolved_by: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class RetryScheduled(_message.Message):
+    __slots__ = ("call_id", "attempt", "delay", "reason", "due_time", "step")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    attempt: int
+    delay: _duration_pb2.Duration
+    reason: str
+    due_time: _timestamp_pb2.Timestamp
+    step: int
+    def __init__(self, call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
+
+class ToolOutcomeUnknown(_message.Message):
+    __slots__ = ("step", "call_id", "tool", "idempotency_key", "reason", "call_deadline")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CALL_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    tool: str
+    idempotency_key: str
+    reason: str
+    call_deadline: _timestamp_pb2.Timestamp
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., reason: _Optional[str] = ..., call_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Handoff(_message.Message):
+    __slots__ = ("step", "call_id", "from_agent", "to_agent", "reason", "usage_after")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_AGENT_FIELD_NUMBER: _ClassVar[int]
+    TO_AGENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    call_id: str
+    from_agent: str
+    to_agent: str
+    reason: str
+    usage_after: Usage
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., from_agent: _Optional[str] = ..., to_agent: _Optional[str] = ..., reason: _Optional[str] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class RunCheckpointed(_message.Message):
+    __slots__ = ("through_seq",)
+    THROUGH_SEQ_FIELD_NUMBER: _ClassVar[int]
+    through_seq: int
+    def __init__(self, through_seq: _Optional[int] = ...) -> None: ...
+
+class CancelRequested(_message.Message):
+    __slots__ = ("reason", "requested_by")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    requested_by: str
+    def __init__(self, reason: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
+
+class RunCompleted(_message.Message):
+    __slots__ = ("output", "output_ref")
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    output: str
+    output_ref: PayloadRef
+    def __init__(self, output: _Optional[str] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+
+class RunFailed(_message.Message):
+    __slots__ = ("reason", "message")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    message: str
+    def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class RunCancelled(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class RunEnded(_message.Message):
+    __slots__ = ("phase", "reason", "partial", "retryable", "usage")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    phase: RunPhase
+    reason: str
+    partial: bool
+    retryable: bool
+    usage: Usage
+    def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
+    STEP_STARTED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    MODEL_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_STARTED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FAILED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_SCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    RUN_CHECKPOINTED_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    RUN_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    RUN_FAILED_FIELD_NUMBER: _ClassVar[int]
+    RUN_CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    RUN_ENDED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_OUTCOME_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    RUN_FAULT_FIELD_NUMBER: _ClassVar[int]
+    RUN_WAITING_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    seq: int
+    time: _timestamp_pb2.Timestamp
+    run_started: RunStarted
+    step_started: StepStarted
+    model_text_delta: ModelTextDelta
+    model_completed: ModelCompleted
+    tool_started: ToolStarted
+    tool_completed: ToolCompleted
+    tool_failed: ToolFailed
+    approval_requested: ApprovalRequested
+    approval_resolved: ApprovalResolved
+    retry_scheduled: RetryScheduled
+    run_checkpointed: RunCheckpointed
+    cancel_requested: CancelRequested
+    run_completed: RunCompleted
+    run_failed: RunFailed
+    run_cancelled: RunCancelled
+    run_ended: RunEnded
+    tool_outcome_unknown: ToolOutcomeUnknown
+    handoff: Handoff
+    outcome_resolved: OutcomeResolved
+    run_fault: RunFault
+    run_waiting: RunWaiting
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ...) -> None: ...
+
+class PayloadRef(_message.Message):
+    __slots__ = ("payload_id", "size_bytes", "sha256", "preview", "media_type")
+    PAYLOAD_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    payload_id: str
+    size_bytes: int
+    sha256: str
+    preview: str
+    media_type: str
+    def __init__(self, payload_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., preview: _Optional[str] = ..., media_type: _Optional[str] = ...) -> None: ...
+
+class RunFault(_message.Message):
+    __slots__ = ("step", "error_class", "message", "fault_count", "max_faults", "usage_spent", "usage_after")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAULT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_SPENT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    error_class: str
+    message: str
+    fault_count: int
+    max_faults: int
+    usage_spent: Usage
+    usage_after: Usage
+    def __init__(self, step: _Optional[int] = ..., error_class: _Optional[str] = ..., message: _Optional[str] = ..., fault_count: _Optional[int] = ..., max_faults: _Optional[int] = ..., usage_spent: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class RunWaiting(_message.Message):
+    __slots__ = ("reason", "phase", "detail")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    reason: WaitReason
+    phase: RunPhase
+    detail: str
+    def __init__(self, reason: _Optional[_Union[WaitReason, str]] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., detail: _Optional[str] = ...) -> None: ...

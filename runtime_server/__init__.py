@@ -1,8 +1,0 @@
-"""agentrt runtime server: run state machines, budgets, deadlines, store and event streams."""
-
-from __future__ import annotations
-
-from runtime_server._config import ConfigError, Settings, load_settings
-from runtime_server._main import main
-
-__all__ = ["ConfigError", "Settings", "load_settings", "main"]

@@ -1,0 +1,327 @@
+"""Runtime configuration: a TOML file, then ``AGENTRT_*`` environment overrides, validated by pydantic.
+
+Env overrides address nested keys with ``__``: ``AGENTRT_DB_URL=...``,
+``AGENTRT_LIMITS__MAX_INPUT_BYTES=1024``. Values that parse as JSON are taken as
+JSON (numbers, booleans, lists), others as strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentrt.server._config_limits import (
+    AdmissionConfig,
+    FaultsConfig,
+    ModelCacheConfig,
+    PayloadsConfig,
+    RetentionConfig,
+    StreamsConfig,
+    ToolLimitsConfig,
+)
+from agentrt.server._config_security import (
+    AuthConfig,
+    EncryptionConfig,
+    GrantsConfig,
+    InlineAgentsConfig,
+    ModelProfileConfig,
+    TlsConfig,
+)
+from agentrt.server.core import Budgets, LoopPolicy, price_micros, usd_to_micros
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says where and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """Which model an agent uses: a named server-side profile, or a provider given here."""
+
+    provider: str = "scripted"
+    name: str = ""
+    options: dict[str, Any] = Field(default_factory=dict)
+    profile: str = ""  # a [model_profiles.<name>]; its options come first, these on top
+
+
+class BudgetsConfig(_Strict):
+    """Budgets of an agent's runs (R6.1)."""
+
+    max_model_steps: int = Field(20, ge=1)
+    max_tool_calls: int = Field(50, ge=0)
+    max_calls_per_tool: dict[str, int] = Field(default_factory=dict)
+    timeout_s: float = Field(300.0, gt=0)
+    max_input_tokens: int = Field(0, ge=0)
+    max_output_tokens: int = Field(0, ge=0)
+    max_cost_usd: float = Field(0.0, ge=0, allow_inf_nan=False)  # dollars; runs count micro-dollars
+    max_handoffs: int = Field(0, ge=0)
+    max_parallel_tool_calls: int = Field(1, ge=1)
+
+    def to_budgets(self) -> Budgets:
+        values = self.model_dump()
+        values["max_cost_micros"] = usd_to_micros(values.pop("max_cost_usd"))  # exact, from the decimal text
+        return Budgets(**values)
+
+
+class LoopsConfig(_Strict):
+    """Soft loop exits (R6.2); 0 turns a check off."""
+
+    max_identical_calls: int = Field(3, ge=0)
+    max_repeated_errors: int = Field(3, ge=0)
+    max_steps_without_new_fact: int = Field(6, ge=0)
+
+    def to_policy(self) -> LoopPolicy:
+        return LoopPolicy(**self.model_dump())
+
+
+class ApprovalsConfig(_Strict):
+    """How an agent's calls wait for people (DESIGN §7)."""
+
+    timeout_s: float = Field(86400.0, gt=0)  # an approval is executable this long
+    on_expiry: Literal["reask", "fail"] = "reask"
+    options: dict[str, Any] = Field(default_factory=dict)  # handed to approval policy hooks
+
+
+class OutputConfig(_Strict):
+    """What a final answer must satisfy before the run completes (R4.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_: dict[str, Any] | None = Field(None, alias="schema")  # JSON Schema the answer (JSON) must match
+    on_failure: Literal["fail", "correct"] = "fail"  # "correct": one corrective model step first
+    options: dict[str, Any] = Field(default_factory=dict)  # handed to guardrail/postcondition hooks
+
+    @field_validator("schema_")
+    @classmethod
+    def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(value)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+        return value
+
+
+class AgentConfig(_Strict):
+    """An agent configured on the server."""
+
+    instructions: str = ""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    tools: list[str] = Field(default_factory=list)
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    loops: LoopsConfig = Field(default_factory=LoopsConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    on_budget_exhausted: Literal["fail", "pause"] = "fail"  # "pause": a person may grant more (R6.1)
+    handoffs: list[str] = Field(default_factory=list)  # agents this one may hand the run to (R9.1)
+    agent_tools: list[str] = Field(default_factory=list)  # agents this one may call as tools (child runs)
+
+
+class ToolHostConfig(_Strict):
+    """A tool host the runtime reaches: an address, or a local child process it spawns."""
+
+    name: str
+    address: str = ""
+    spawn: bool = False
+    plugins: list[str] = Field(default_factory=list)
+    entrypoints: bool = True
+    data_dir: str = ""
+    # mTLS to a host at ``address``: the CA its certificate must chain to, and the runtime's
+    # client certificate and key. Re-read when they change. A spawned host gets its own.
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    server_name: str = ""  # the name to verify in the host's certificate, when not its address
+
+    @model_validator(mode="after")
+    def _address_or_spawn(self) -> ToolHostConfig:
+        if bool(self.address) == self.spawn:
+            raise ValueError("give exactly one of address or spawn = true")
+        if self.address and ":" not in self.address:
+            raise ValueError(f"address {self.address!r} is not HOST:PORT")
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("give both cert_file and key_file, or neither")
+        if (self.cert_file or self.server_name) and not self.ca_file:
+            raise ValueError("cert_file and server_name need ca_file (TLS to the host)")
+        if self.spawn and (self.ca_file or self.cert_file):
+            raise ValueError("a spawned host gets its own TLS material; give ca_file only with address")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.ca_file)
+
+
+class PriceConfig(_Strict):
+    """What a model costs, in US dollars per million tokens (= micro-dollars per token)."""
+
+    input_per_mtok: float = Field(ge=0, allow_inf_nan=False)
+    output_per_mtok: float = Field(ge=0, allow_inf_nan=False)
+
+    def cost_micros(self, input_tokens: int, output_tokens: int) -> int:
+        """One call's cost in micro-dollars, exact and rounded up (core/_money.py)."""
+        return price_micros(input_tokens, output_tokens, self.input_per_mtok, self.output_per_mtok)
+
+
+class LimitsConfig(_Strict):
+    """Input limits and the ceilings per-run budget overrides may not pass."""
+
+    max_input_bytes: int = Field(64 * 1024, ge=1)
+    max_metadata_entries: int = Field(32, ge=0)
+    max_model_steps: int = Field(200, ge=1)
+    max_tool_calls: int = Field(1000, ge=0)
+    max_timeout_s: float = Field(86400.0, gt=0)
+    max_metadata_bytes: int = Field(16 * 1024, ge=0)  # keys and values of one run's metadata together
+    max_id_bytes: int = Field(128, ge=16, le=200)  # run ids, request keys, session ids, payload ids
+
+
+class Settings(_Strict):
+    """Everything the runtime server reads at start."""
+
+    listen: str = "127.0.0.1:50051"
+    db_url: str = "sqlite:///.agentrt/agentrt.sqlite"
+    sqlite_synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL"
+    db_pool_size: int = Field(10, ge=1)
+    worker_id: str = ""
+    default_tenant: str = "default"
+    lease_ttl_s: float = Field(15.0, gt=0)
+    poll_interval_s: float = Field(1.0, gt=0)
+    max_concurrent_runs: int = Field(512, ge=1)
+    tool_timeout_s: float = Field(30.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)  # how long start waits for each tool host to answer
+    model_timeout_s: float = Field(120.0, gt=0)
+    call_reserve_s: float = Field(0.2, ge=0)
+    tool_attempts: int = Field(3, ge=1)
+    query_timeout_s: float = Field(5.0, gt=0)
+    model_attempts: int = Field(3, ge=1)
+    retry_base_s: float = Field(0.2, gt=0)
+    retry_cap_s: float = Field(5.0, gt=0)
+    grace_s: float = Field(5.0, ge=0)
+    data_dir: str = ".agentrt"
+    tool_hosts: list[ToolHostConfig] = Field(default_factory=list)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)  # keyed by model name
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    grants: GrantsConfig = Field(default_factory=GrantsConfig)
+    encryption: EncryptionConfig = Field(default_factory=EncryptionConfig)
+    model_profiles: dict[str, ModelProfileConfig] = Field(default_factory=dict)
+    inline_agents: InlineAgentsConfig = Field(default_factory=InlineAgentsConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    payloads: PayloadsConfig = Field(default_factory=PayloadsConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    tool_limits: ToolLimitsConfig = Field(default_factory=ToolLimitsConfig)
+    streams: StreamsConfig = Field(default_factory=StreamsConfig)
+    model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    reflection: bool | None = None  # None: on when listening on loopback only
+    insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"{value!r} is not HOST:PORT")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_hosts(self) -> Settings:
+        names = [h.name for h in self.tool_hosts]
+        if len(names) != len(set(names)):
+            raise ValueError(f"tool host names repeat: {names}")
+        for name, agent in self.agents.items():
+            unknown = [a for a in (*agent.handoffs, *agent.agent_tools) if a not in self.agents]
+            if unknown:
+                raise ValueError(f"agent {name!r} names agents that are not configured: {unknown}")
+            if agent.model.profile and agent.model.profile not in self.model_profiles:
+                raise ValueError(f"agent {name!r} names an unknown model profile {agent.model.profile!r}")
+        if self.auth.mtls and not self.tls.client_ca_file:
+            raise ValueError("auth.mtls maps client certificates: it needs tls.client_ca_file (mTLS)")
+        unknown = [a for a in self.inline_agents.agents if a not in self.agents]
+        if unknown:
+            raise ValueError(f"inline_agents.agents names agents that are not configured: {unknown}")
+        return self
+
+
+def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        node = target.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot override {'.'.join(path)}: {key} is not a table")
+        target = node
+    target[path[-1]] = value
+
+
+def _env_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    base: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Read ``base`` (defaults), then the TOML file, then ``AGENTRT_*`` env overrides.
+
+    Raises:
+        ConfigError: unreadable file, bad TOML, or values that fail validation; the
+            message names each offending key.
+    """
+    data: dict[str, Any] = json.loads(json.dumps(dict(base or {})))
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                data.update(tomllib.load(fh))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    for key, raw in sorted((os.environ if env is None else env).items()):
+        if key.startswith("AGENTRT_") and key not in _CLIENT_ENV:
+            _set_path(data, key.removeprefix("AGENTRT_").lower().split("__"), _env_value(raw))
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from exc
+
+
+# Variables the client and test tooling read; not server settings.
+_CLIENT_ENV = frozenset(
+    {
+        "AGENTRT_TARGET",
+        # The client's connection settings (agentrt.client._credentials), not the server's.
+        "AGENTRT_CA",
+        "AGENTRT_CERT",
+        "AGENTRT_KEY",
+        "AGENTRT_TOKEN",
+        "AGENTRT_TOKEN_FILE",
+        "AGENTRT_SERVER_NAME",
+        "AGENTRT_TLS",
+        "AGENTRT_FAULT_POINT",
+        "AGENTRT_TOOLHOST_FAULT",
+        "AGENTRT_TEST_PG",
+        "AGENTRT_BENCH_PG",
+        # The fuzz tests' example count and seed (tests/fuzz, bench/fuzz_rpcs.py).
+        "AGENTRT_FUZZ_EXAMPLES",
+        "AGENTRT_FUZZ_SEED",
+    }
+)

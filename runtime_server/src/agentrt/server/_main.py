@@ -1,0 +1,81 @@
+"""``agentrt serve`` / ``python -m agentrt.server``: parse flags, load config, serve."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+from agentrt.server import _demo
+from agentrt.server._config import ConfigError, Settings, load_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentrt serve", description="Run the agentrt runtime server.")
+    parser.add_argument("--config", help="TOML config file (AGENTRT_* env vars override it)")
+    parser.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 picks a free one)")
+    parser.add_argument("--db-url", help="sqlite:///PATH or postgresql://USER@HOST/DB")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="embedded demo defaults: SQLite, a local tool host, the refund-demo agent",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback listen without TLS and authentication (logged loudly; not for production)",
+    )
+    parser.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def build_settings(args: argparse.Namespace) -> Settings:
+    """Config file + env, then command-line flags on top.
+
+    Raises:
+        ConfigError: the result does not validate.
+    """
+    settings = load_settings(args.config, base=_demo.DEMO_SETTINGS if args.demo else None)
+    overrides: dict[str, Any] = {}
+    if args.listen:
+        overrides["listen"] = args.listen
+    if args.db_url:
+        overrides["db_url"] = args.db_url
+    if args.insecure:
+        overrides["insecure"] = True
+    if not overrides:
+        return settings
+    try:
+        return Settings.model_validate({**settings.model_dump(), **overrides})
+    except ValueError as exc:
+        raise ConfigError(f"invalid command-line option: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (2 for bad configuration)."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    if args.demo and not _demo.demo_plugins_installed():
+        print(f"agentrt serve: {_demo.DEMO_MISSING}", file=sys.stderr)
+        return 2
+    try:
+        settings = build_settings(args)
+    except ConfigError as exc:
+        print(f"agentrt serve: {exc}", file=sys.stderr)
+        return 2
+    from agentrt.server.api import serve
+
+    try:
+        asyncio.run(serve(settings, announce=lambda line: print(line, flush=True)))
+    except ConfigError as exc:
+        print(f"agentrt serve: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0

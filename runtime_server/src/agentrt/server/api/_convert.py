@@ -1,0 +1,223 @@
+"""Conversions between store/core values and protobuf messages (one place, round-trip tested).
+
+The edge between the core's words and the wire: a step's kind ("model") becomes a ``StepKind``
+value, money stored as float dollars by older runtimes becomes micro-dollars, and tool
+arguments and results are offered as ``google.protobuf.Value`` next to their JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
+
+from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.server._config import AgentConfig
+from agentrt.server.core import (
+    JsonBoundsError,
+    JsonLimits,
+    Phase,
+    loads_bounded,
+    micros_to_usd,
+    upgrade_money_json,
+)
+from agentrt.server.core import events as ev
+from agentrt.server.store import RunRecord, StoredEvent
+
+# Tool arguments and results are also sent as a structured Value when their JSON text is within
+# these bounds. Each JSON level is two protobuf levels (Value, Struct/ListValue): 32 keeps a
+# RunEvent under the 100-level decoding limit of the common protobuf runtimes.
+STRUCTURED_LIMITS = JsonLimits(max_depth=32, max_bytes=64 * 1024)
+
+
+def structured_value(text: str) -> struct_pb2.Value | None:
+    """``text`` as a Value, or None when it is not JSON or is past ``STRUCTURED_LIMITS``."""
+    if not text:
+        return None
+    try:
+        data = loads_bounded(text, STRUCTURED_LIMITS)
+        value = struct_pb2.Value()
+        json_format.ParseDict(data, value)
+    except (JsonBoundsError, json_format.ParseError, OverflowError, ValueError, TypeError):
+        return None  # e.g. an integer too large for a double: the JSON text alone carries it
+    return value
+
+
+# Every kind the core writes has its enum value (a missing one fails at import, loudly).
+_STEP_KINDS = {
+    k: cast("run_pb2.StepKind", run_pb2.StepKind.Value(f"STEP_KIND_{k.upper()}")) for k in ev.STEP_KINDS
+}
+
+
+def step_kind_to_proto(kind: object) -> run_pb2.StepKind:
+    """The core's step kind ("model") as a StepKind; an unknown one as STEP_KIND_UNSPECIFIED.
+
+    The enum's own name ("STEP_KIND_MODEL") is read too: a log written in the API's JSON shape.
+    """
+    if isinstance(kind, str) and kind.startswith("STEP_KIND_"):
+        kind = kind.removeprefix("STEP_KIND_").lower()
+    return (
+        _STEP_KINDS.get(kind, run_pb2.STEP_KIND_UNSPECIFIED)
+        if isinstance(kind, str)
+        else run_pb2.STEP_KIND_UNSPECIFIED
+    )
+
+
+# (message, JSON text field, structured twin): the twins the API fills; never stored.
+STRUCTURED_TWINS: tuple[tuple[type[Message], str, str], ...] = (
+    (run_pb2.ToolCall, "arguments_json", "arguments"),
+    (run_pb2.ToolStarted, "arguments_json", "arguments"),
+    (run_pb2.ToolCompleted, "result_json", "result"),
+    (run_pb2.ApprovalRequested, "arguments_json", "arguments"),
+)
+_TWINS = {cls: (text, twin) for cls, text, twin in STRUCTURED_TWINS}
+
+
+def _set_twin(body: Message) -> None:
+    text_field, twin = _TWINS[type(body)]
+    value = structured_value(getattr(body, text_field))
+    if value is not None:
+        getattr(body, twin).CopyFrom(value)
+
+
+def _add_structured(event_type: str, body: Any) -> None:
+    """Fill the structured twins of the JSON text fields (the text stays the record)."""
+    if event_type == ev.MODEL_COMPLETED:
+        for call in body.tool_calls:
+            _set_twin(call)
+        return
+    # With a ref the arguments text is a preview; a truncated result is not the result.
+    partial = (event_type == ev.TOOL_STARTED and body.HasField("arguments_ref")) or (
+        event_type == ev.TOOL_COMPLETED and body.truncated
+    )
+    if type(body) in _TWINS and not partial:
+        _set_twin(body)
+
+
+def phase_to_proto(phase: Phase) -> run_pb2.RunPhase:
+    return cast("run_pb2.RunPhase", run_pb2.RunPhase.Value(f"RUN_PHASE_{phase.value}"))
+
+
+def phase_from_proto(value: int) -> Phase:
+    """Raises ValueError for RUN_PHASE_UNSPECIFIED or an unknown number."""
+    name = run_pb2.RunPhase.Name(value)
+    if name == "RUN_PHASE_UNSPECIFIED":
+        raise ValueError("RUN_PHASE_UNSPECIFIED is not a phase")
+    return Phase(name.removeprefix("RUN_PHASE_"))
+
+
+def _timestamp(epoch_ms: int) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromMilliseconds(epoch_ms)
+    return stamp
+
+
+def run_to_proto(record: RunRecord) -> run_pb2.Run:
+    """A runs row as the API shows it; a pending cancel intent shows as CANCEL_REQUESTED."""
+    phase = Phase(record.phase)
+    if record.cancel_requested_ms is not None and not phase.terminal and phase is not Phase.UNKNOWN_OUTCOME:
+        phase = Phase.CANCEL_REQUESTED
+    run = run_pb2.Run(
+        run_id=record.run_id,
+        tenant_id=record.tenant_id,
+        agent_name=record.agent_name,
+        phase=phase_to_proto(phase),
+        revision=record.revision,
+        input=record.input,
+        output=record.output,
+        reason=record.reason,
+        request_key=record.request_key or "",
+        session_id=record.session_id or "",
+        metadata=json.loads(record.metadata),
+        last_seq=record.last_seq,
+        create_time=_timestamp(record.created_ms),
+        update_time=_timestamp(record.updated_ms),
+        deadline=_timestamp(record.deadline_ms),
+        created_by=record.created_by,
+        fault_count=record.fault_count,
+    )
+    if record.input_ref:
+        json_format.ParseDict(json.loads(record.input_ref), run.input_ref)
+    if record.output_ref:
+        json_format.ParseDict(json.loads(record.output_ref), run.output_ref)
+    if record.pending_approval and phase is Phase.WAITING_APPROVAL:
+        json_format.ParseDict(json.loads(record.pending_approval), run.pending_approval)
+        _add_structured(ev.APPROVAL_REQUESTED, run.pending_approval)
+    # Rows of runs stored before money was exact hold float dollars (upgraded here, on read).
+    json_format.ParseDict(upgrade_money_json(json.loads(record.budgets)), run.budgets)
+    json_format.ParseDict(upgrade_money_json(json.loads(record.usage)), run.usage)
+    run.fault_count = record.fault_count or 0  # None on a record create_run built (server default)
+    if record.pruned_ms is not None:
+        run.prune_time.CopyFrom(_timestamp(record.pruned_ms))
+    return run
+
+
+def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:
+    """A stored event as a RunEvent; the payload is already in the oneof message's JSON shape."""
+    event = run_pb2.RunEvent(run_id=stored.run_id, seq=stored.seq, time=_timestamp(stored.created_ms))
+    body = getattr(event, ev.oneof_field(stored.type))
+    data = json.loads(stored.payload)
+    if "cost_usd" in stored.payload:  # an event of a run stored before money was exact
+        data = upgrade_money_json(data)
+    if stored.type == ev.STEP_STARTED:
+        data = dict(data, kind=step_kind_to_proto(data.get("kind")))
+    try:
+        # Keyword construction is ~7x faster than ParseDict; it refuses the JSON string forms of
+        # Timestamp/Duration, which the few events carrying them go through ParseDict for.
+        body.CopyFrom(type(body)(**data))
+    except (TypeError, ValueError):
+        body.Clear()
+        json_format.ParseDict(data, body)
+    body.SetInParent()
+    _add_structured(stored.type, body)
+    return event
+
+
+def budgets_from_proto(budgets: run_pb2.Budgets) -> dict[str, Any]:
+    """Non-zero budget fields as overrides keyed like ``core.Budgets``."""
+    out: dict[str, Any] = {}
+    for name in (
+        "max_model_steps",
+        "max_tool_calls",
+        "max_input_tokens",
+        "max_output_tokens",
+        "max_cost_micros",
+        "max_handoffs",
+        "max_parallel_tool_calls",
+    ):
+        if getattr(budgets, name):
+            out[name] = getattr(budgets, name)
+    if budgets.max_calls_per_tool:
+        out["max_calls_per_tool"] = dict(budgets.max_calls_per_tool)
+    if budgets.HasField("timeout"):
+        out["timeout_s"] = budgets.timeout.ToTimedelta().total_seconds()
+    return out
+
+
+def agent_from_proto(spec: run_pb2.AgentSpec) -> AgentConfig:
+    """An inline agent spec as an AgentConfig (pydantic validates it; ValidationError on bad input).
+
+    Only the shape is converted here; what an inline agent may name (profile, options, tools,
+    agents) is checked before, by the servicer.
+    """
+    model: dict[str, Any] = {"profile": spec.model.profile, "name": spec.model.name}
+    if spec.model.provider:
+        model["provider"] = spec.model.provider
+    if spec.model.HasField("options"):
+        model["options"] = json_format.MessageToDict(spec.model.options)
+    data: dict[str, Any] = {
+        "instructions": spec.instructions,
+        "model": model,
+        "tools": list(spec.tools),
+        "handoffs": list(spec.handoffs),
+        "agent_tools": list(spec.agent_tools),
+    }
+    if spec.HasField("budgets"):
+        defaults = AgentConfig().budgets.model_dump()
+        overrides = budgets_from_proto(spec.budgets)
+        if "max_cost_micros" in overrides:  # config holds dollars; exact below US$1e9 (MAX_COST_MICROS)
+            overrides["max_cost_usd"] = micros_to_usd(overrides.pop("max_cost_micros"))
+        data["budgets"] = dict(defaults, **overrides)
+    return AgentConfig.model_validate(data)

@@ -1,0 +1,355 @@
+"""Assembles and runs the runtime server process: store, engine, tool hosts, gRPC, health, reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pluggy
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.server._config import ConfigError, ModelConfig, Settings, ToolHostConfig
+from agentrt.server.api._interceptor import AuthInterceptor
+from agentrt.server.api._servicer import RuntimeServicer
+from agentrt.server.auth import Authentication, build_authentication, local_principal
+from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
+from agentrt.server.events import EventBus
+from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
+from agentrt.server.store import Store, load_cipher
+from agentrt.server.telemetry import Counters
+from agentrt.server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter, ToolSlots
+from agentrt.toolhost import LedgerRetention
+from agentrt.toolhost.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
+
+log = logging.getLogger("agentrt.server")
+SERVICE_NAME = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name
+READY_PREFIX = "agentrt-runtime listening on "
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class RuntimeServer:
+    """One runtime process's parts, started and stopped in order."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.counters = Counters()
+        self.bus = EventBus(
+            buffer_events=settings.streams.follower_buffer_events,
+            buffer_bytes=settings.streams.follower_buffer_bytes,
+        )
+        limits = settings.tool_limits
+        self.tools = ToolRouter(
+            slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls),
+            max_result_bytes=settings.payloads.max_tool_result_bytes,
+        )
+        self.spawned: list[SpawnedToolHost] = []
+        self.store: Store | None = None
+        self.models: ModelRegistry | None = None
+        self.engine: Engine | None = None
+        self.server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.address = ""
+
+    async def start(self) -> str:
+        """Start everything; returns the address the gRPC server listens on.
+
+        Raises:
+            ConfigError: a tool host is unreachable, an agent names a tool no host serves, or the
+                listen address cannot be bound.
+        """
+        settings = self.settings
+        # Everything that can reject the configuration runs before the database is touched.
+        authentication = _authentication(settings)
+        credentials = _server_credentials(settings)
+        self.models = ModelRegistry(
+            get_model_plugin_manager(), max_providers=settings.model_cache.max_providers
+        )
+        _check_models(settings, self.models)
+        self.tools.signer = _grant_signer(settings)
+        ledger_keep_s = _ledger_keep_s(settings)
+        try:
+            for host in settings.tool_hosts:
+                address, tls = host.address, _host_tls(settings, host)
+                signer = None
+                if host.spawn:
+                    data_dir = host.data_dir or str(Path(settings.data_dir) / f"toolhost-{host.name}")
+                    if self.tools.signer is not None:
+                        # Our own child trusts a key of its own: rotating the configured signing
+                        # key can never lock it out.
+                        signer = GrantSigner(key=Ed25519PrivateKey.generate(), ttl_s=settings.grants.ttl_s)
+                    spawned = await SpawnedToolHost.start(
+                        data_dir=data_dir,
+                        plugins=host.plugins,
+                        entrypoints=host.entrypoints,
+                        grant_public_key=signer.public_key_pem if signer is not None else None,
+                        encryption_key_file=settings.encryption.key_file,
+                        ledger_keep_s=ledger_keep_s,
+                    )
+                    self.spawned.append(spawned)
+                    address, tls = spawned.address, spawned.tls
+                await self.tools.add_host(
+                    host.name, address, tls=tls, signer=signer, timeout_s=settings.connect_timeout_s
+                )
+        except (ToolHostError, RuntimeError) as exc:
+            raise ConfigError(str(exc)) from exc
+        served = set(self.tools.tool_names())
+        for name, agent in settings.agents.items():
+            missing = [t for t in agent.tools if t not in served]
+            if missing:
+                raise ConfigError(f"agent {name!r} names tools no tool host serves: {missing}")
+        missing = [t for t in settings.inline_agents.tools if t not in served]
+        if missing:
+            raise ConfigError(f"inline_agents.tools names tools no tool host serves: {missing}")
+        try:
+            cipher = load_cipher(settings.encryption.key_file)
+        except ValueError as exc:  # names the file, never key bytes
+            raise ConfigError(str(exc)) from exc
+        self.store = await Store.open(
+            settings.db_url,
+            sqlite_synchronous=settings.sqlite_synchronous,
+            pool_size=settings.db_pool_size,
+            cipher=cipher,
+        )
+        self.engine = Engine(
+            store=self.store,
+            bus=self.bus,
+            models=self.models,
+            tools=self.tools,
+            settings=settings,
+            counters=self.counters,
+        )
+        self.server = grpc.aio.server(
+            interceptors=[AuthInterceptor(authentication)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        runtime_service_pb2_grpc.add_AgentRuntimeServiceServicer_to_server(
+            RuntimeServicer(engine=self.engine, settings=settings), self.server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if _reflection_on(settings):
+            reflection.enable_server_reflection(
+                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+            )
+        try:
+            if credentials is None:
+                port = self.server.add_insecure_port(settings.listen)
+            else:
+                port = self.server.add_secure_port(settings.listen, credentials.credentials)
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {settings.listen}: {exc}") from exc
+        await self.server.start()
+        await self.engine.start()
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.address = f"{settings.listen.rpartition(':')[0]}:{port}"
+        return self.address
+
+    async def stop(self) -> None:
+        """Graceful: NOT_SERVING, drain RPCs, let runs reach a commit point, then close."""
+        grace = self.settings.grace_s
+        with contextlib.suppress(Exception):
+            await self.health.enter_graceful_shutdown()
+        if self.server is not None:
+            await self.server.stop(grace)
+        if self.engine is not None:
+            await self.engine.stop(grace_s=grace)
+        await self.tools.close()
+        for spawned in self.spawned:
+            await spawned.stop()
+        if self.models is not None:
+            await self.models.aclose()
+        if self.store is not None:
+            await self.store.close()
+        # One machine-readable line: operators and tests read the process's counters from it.
+        counters = json.dumps(self.counters.snapshot(), sort_keys=True)
+        print(f"agentrt-counters {counters}", file=sys.stderr, flush=True)
+
+
+def _check_models(settings: Settings, models: ModelRegistry) -> None:
+    """Every agent's model (and a profile inline agents use as is) can be created; no profile lets
+    callers pick an endpoint or key.
+
+    Raises:
+        ConfigError: an unusable model, an agent with a profile that also sets provider or name,
+            or a profile whose ``inline_options`` lists an endpoint, key source or header option.
+    """
+    for name, profile in settings.model_profiles.items():
+        sensitive = sorted(k for k in profile.inline_options if sensitive_option(k))
+        if sensitive:
+            raise ConfigError(
+                f"model profile {name!r}: inline_options may not list {sensitive}: endpoints, key "
+                "sources and headers stay in server config"
+            )
+        if not settings.inline_agents.enabled or profile.inline_options:
+            continue  # completed by the options of the agents that name it, checked below or per request
+        try:  # inline agents use exactly these options
+            spec = ModelSpecData(provider=profile.provider, name=profile.name, options=profile.options)
+            models.provider(spec)
+        except ModelConfigError as exc:
+            raise ConfigError(f"model profile {name!r} is unusable: {exc}") from exc
+    for name, agent in settings.agents.items():
+        model = agent.model
+        # (Settings are re-validated from a dump after CLI overrides: compare with the defaults.)
+        if model.profile and (model.name or model.provider != ModelConfig().provider):
+            raise ConfigError(
+                f"agent {name!r}: model.profile gives the provider and model name; remove model.provider "
+                "and model.name (options stay, on top of the profile's)"
+            )
+        try:
+            models.provider(bind_model(model, settings.model_profiles).spec)
+        except ModelConfigError as exc:
+            raise ConfigError(f"agent {name!r} has an unusable model: {exc}") from exc
+
+
+def _ledger_keep_s(settings: Settings) -> float | None:
+    """The ``--ledger-keep-s`` spawned hosts need: None when their default already covers the bound.
+
+    A late retry must still find its key in the host's ledger (README, retention).
+    """
+    bound = ledger_keep_bound_s(settings)
+    if bound <= LedgerRetention().keep_s:
+        return None
+    if any(not host.spawn for host in settings.tool_hosts):
+        log.warning(
+            "runs may retry a tool call up to %.0f s after it started: tool hosts at an address must "
+            "keep their ledger that long (--ledger-keep-s %.0f)",
+            bound,
+            bound,
+        )
+    return bound
+
+
+def _loopback(settings: Settings) -> bool:
+    return is_loopback_host(settings.listen.rpartition(":")[0])
+
+
+def _reflection_on(settings: Settings) -> bool:
+    return settings.reflection if settings.reflection is not None else _loopback(settings)
+
+
+def _authentication(settings: Settings) -> Authentication:
+    """Who may call. Secure by default: off loopback, TLS and an authenticator are required.
+
+    Raises:
+        ConfigError: a non-loopback listen without TLS and authentication (and no ``--insecure``),
+            or an authentication file that cannot be used.
+    """
+    loopback = _loopback(settings)
+    secured = settings.tls.enabled and settings.auth.configured
+    if not loopback and not secured:
+        if not settings.insecure:
+            raise ConfigError(
+                f"refusing to listen on {settings.listen} without TLS and authentication: configure "
+                "[tls] and [auth], listen on loopback, or pass --insecure"
+            )
+        missing = [
+            name for name, on in (("TLS", settings.tls.enabled), ("auth", settings.auth.configured)) if not on
+        ]
+        log.warning(
+            "INSECURE (--insecure): serving %s without %s; anyone who reaches this port can act on runs",
+            settings.listen,
+            " and ".join(missing),
+        )
+    local = None if settings.auth.configured else local_principal(settings.default_tenant)
+    try:
+        return build_authentication(settings.auth, local=local)
+    except (ValueError, ImportError, pluggy.PluginValidationError) as exc:
+        raise ConfigError(f"auth: {exc}") from exc
+
+
+def _server_credentials(settings: Settings) -> ReloadingServerCredentials | None:
+    if not settings.tls.enabled:
+        return None
+    try:
+        return ReloadingServerCredentials(
+            cert_file=settings.tls.cert_file,
+            key_file=settings.tls.key_file,
+            client_ca_file=settings.tls.client_ca_file,
+        )
+    except TlsFileError as exc:
+        raise ConfigError(f"tls: {exc}") from exc
+
+
+def _grant_signer(settings: Settings) -> GrantSigner | None:
+    """The signer of call grants: the configured key file, else a key made now (enough for spawned hosts).
+
+    Raises:
+        ConfigError: the signing key file cannot be read or is not an Ed25519 private key.
+    """
+    grants = settings.grants
+    if not grants.enabled:
+        log.warning("call grants are off (grants.enabled = false): only tool hosts without grant keys obey")
+        return None
+    if not grants.signing_key_file:
+        if any(not host.spawn for host in settings.tool_hosts):
+            log.info(
+                "call grants are signed with a key made at start; tool hosts at an address that verify "
+                "grants need grants.signing_key_file and its public key"
+            )
+        return GrantSigner(key=Ed25519PrivateKey.generate(), ttl_s=grants.ttl_s)
+    try:
+        return GrantSigner(key_file=grants.signing_key_file, ttl_s=grants.ttl_s)
+    except OSError as exc:
+        raise ConfigError(
+            f"grants: cannot read signing_key_file {grants.signing_key_file}: {exc.strerror}"
+        ) from exc
+    except ValueError as exc:
+        raise ConfigError(f"grants: signing_key_file {grants.signing_key_file}: {exc}") from exc
+
+
+def _host_tls(settings: Settings, host: ToolHostConfig) -> HostTls | None:
+    """mTLS to a host at an address; plaintext only on loopback or with ``--insecure``.
+
+    Raises:
+        ConfigError: a non-loopback host address without ``ca_file`` (and no ``--insecure``).
+    """
+    if host.spawn:
+        return None  # a spawned host gets its own TLS material
+    if host.tls:
+        return HostTls(
+            ca_file=host.ca_file,
+            cert_file=host.cert_file,
+            key_file=host.key_file,
+            server_name=host.server_name,
+        )
+    if not is_loopback_host(host.address.rpartition(":")[0]):
+        if not settings.insecure:
+            raise ConfigError(
+                f"tool host {host.name!r} at {host.address} is not on loopback: configure its ca_file, "
+                "cert_file and key_file (mTLS), or pass --insecure"
+            )
+        log.warning(
+            "INSECURE (--insecure): calling tool host %r at %s without TLS; anyone on the path can read "
+            "and alter tool calls",
+            host.name,
+            host.address,
+        )
+    return None
+
+
+async def serve(settings: Settings, *, announce: Callable[[str], None] = print) -> None:
+    """Run until SIGTERM or SIGINT."""
+    server = RuntimeServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        address = await server.start()
+        announce(f"{READY_PREFIX}{address}")
+        await stop.wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,460 @@
+"""gRPC servicer of ``agentrt.runtime.v1.AgentRuntimeService``: validation at the edge, then the engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from pydantic import ValidationError
+
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.server._config import AgentConfig, Settings
+from agentrt.server.api._convert import (
+    agent_from_proto,
+    budgets_from_proto,
+    event_to_proto,
+    phase_from_proto,
+    run_to_proto,
+)
+from agentrt.server.api._errors import abort_internal, abort_with
+from agentrt.server.api._inline import INLINE_AGENT_NAME, check_inline_agent
+from agentrt.server.api._page_tokens import PageTokens
+from agentrt.server.api._payloads import find_payload, payload_responses
+from agentrt.server.api._request_keys import request_hash
+from agentrt.server.api._stream_writer import send_events
+from agentrt.server.api._streams import Follower
+from agentrt.server.api._tombstones import refuse_pruned
+from agentrt.server.api._validate import check_enum, check_id, check_json, check_start, check_text
+from agentrt.server.auth import Principal, current_principal
+from agentrt.server.core import (
+    AgentRtError,
+    Event,
+    FailedPrecondition,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    Phase,
+    StaleRevision,
+    parse_rfc3339_ms,
+    replay,
+)
+from agentrt.server.engine import Engine, ResolvedAgent, StartRequest, bind_model
+from agentrt.server.models import ModelConfigError
+from agentrt.server.store import RunRecord
+
+Context = grpc.aio.ServicerContext[Any, Any]
+_MAX_COMMENT_BYTES = 4096  # stored truncated to 400 characters; longer is a client bug or abuse
+_MAX_PAGE = 500
+
+
+class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
+    """Thin: every handler validates, calls the engine or store, converts."""
+
+    def __init__(self, *, engine: Engine, settings: Settings, page_tokens: PageTokens | None = None):
+        self.engine = engine
+        self.store = engine.store
+        self.settings = settings
+        self.page_tokens = page_tokens or PageTokens.for_settings(settings)
+
+    def _id(self, value: str, field: str, *, required: bool = True) -> str:
+        return check_id(value, field, max_bytes=self.settings.limits.max_id_bytes, required=required)
+
+    @staticmethod
+    def _principal() -> Principal:
+        # Set by the AuthInterceptor for every call but health checks.
+        return current_principal()
+
+    # -- starting -----------------------------------------------------------------------------------
+
+    def _resolve_agent(
+        self, request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest
+    ) -> ResolvedAgent:
+        if request.HasField("agent"):
+            check_inline_agent(request.agent, settings=self.settings, principal=self._principal())
+            try:
+                config = agent_from_proto(request.agent)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                field = "agent." + ".".join(str(p) for p in first["loc"])
+                raise InvalidRequest(f"inline agent is invalid: {first['msg']}", field=field) from exc
+            name = request.agent.name or INLINE_AGENT_NAME
+        else:
+            if not request.agent_name:
+                raise InvalidRequest("agent_name or an inline agent is required", field="agent_name")
+            found = self.settings.agents.get(request.agent_name)
+            if found is None:
+                raise NotFound(
+                    f"no agent named {request.agent_name!r} is configured",
+                    reason="AGENT_NOT_FOUND",
+                    metadata={"agent_name": request.agent_name},
+                )
+            config, name = found, request.agent_name
+        self._check_agent(config)
+        return ResolvedAgent.resolve(name, config, self.settings.agents)
+
+    def _check_agent(self, config: AgentConfig) -> None:
+        known = set(self.engine.tools.tool_names())
+        unknown = [t for t in config.tools if t not in known]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown tools {unknown}; served tools: {sorted(known)}",
+                field="agent.tools",
+                reason="UNKNOWN_TOOL",
+            )
+        try:
+            bound = bind_model(config.model, self.settings.model_profiles)
+        except ModelConfigError as exc:
+            raise InvalidRequest(str(exc), field="agent.model.profile", reason="UNKNOWN_PROFILE") from None
+        try:
+            self.engine.models.provider(bound.spec)
+        except ModelConfigError as exc:
+            # A profile's endpoints and key sources are the server's business, not the caller's.
+            message = f"agent model is invalid: {bound.redact(str(exc))}"
+            raise InvalidRequest(message, field="agent.model", reason="INVALID_MODEL") from None
+
+    def _start_request(
+        self,
+        request: runtime_service_pb2.RunAgentRequest | runtime_service_pb2.StartRunRequest,
+        context: Context,
+    ) -> StartRequest:
+        limits = self.settings.limits
+        check_start(request, limits=limits)
+        if not request.input.strip():
+            raise InvalidRequest("input is required", field="input")
+        size = len(request.input.encode())
+        if size > limits.max_input_bytes:
+            raise PayloadTooLarge(
+                f"input is {size} bytes; the limit is {limits.max_input_bytes}",
+                field="input",
+                metadata={"limit": str(limits.max_input_bytes), "size": str(size)},
+            )
+        principal = self._principal()
+        return StartRequest(
+            tenant_id=principal.tenant,
+            created_by=principal.subject,
+            agent=self._resolve_agent(request),
+            input=request.input,
+            budget_overrides=budgets_from_proto(request.budgets),
+            request_key=request.request_key,
+            request_hash=request_hash(request) if request.request_key else "",
+            metadata=dict(request.metadata),
+            session_id=request.session_id,
+            session_policy=_session_policy(request.session_policy),
+        )
+
+    # Streams are coroutines writing with context.write (not generators), so a write to a reader
+    # that stopped reading can be timed out: see _stream_writer.
+    async def RunAgent(  # type: ignore[override]
+        self, request: runtime_service_pb2.RunAgentRequest, context: Context
+    ) -> None:
+        """Streams until the run ends or waits outside itself; then the last item is run.waiting."""
+        try:
+            record, _ = await self.engine.start_run(self._start_request(request, context), admit=True)
+            refuse_pruned(record)  # a repeated request_key attaching to a pruned run
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        except Exception as exc:
+            await abort_internal(context, exc)
+        follower = self._follower(record.run_id, after_seq=0, follow=True, stop_at_wait=True)
+        await self._send(
+            follower, context, lambda e: context.write(runtime_service_pb2.RunAgentResponse(event=e))
+        )
+
+    def _follower(self, run_id: str, *, after_seq: int, follow: bool, stop_at_wait: bool = False) -> Follower:
+        # Built (and so subscribed) before any await on the stream's path: no live event is missed.
+        return Follower(
+            store=self.store,
+            bus=self.engine.bus,
+            run_id=run_id,
+            after_seq=after_seq,
+            follow=follow,
+            stop_at_wait=stop_at_wait,
+            config=self.settings.streams,
+            now_ms=self.engine.now_ms,
+        )
+
+    async def _send(
+        self,
+        follower: Follower,
+        context: Context,
+        write: Callable[[run_pb2.RunEvent], Awaitable[None]],
+    ) -> None:
+        try:
+            await send_events(
+                follower,
+                lambda item: write(event_to_proto(item)),
+                stall_timeout_s=self.settings.streams.stall_timeout_s,
+            )
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        except Exception as exc:
+            await abort_internal(context, exc)
+
+    async def StartRun(
+        self, request: runtime_service_pb2.StartRunRequest, context: Context
+    ) -> runtime_service_pb2.StartRunResponse:
+        try:
+            record, _ = await self.engine.start_run(self._start_request(request, context), admit=True)
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        except Exception as exc:
+            await abort_internal(context, exc)
+        return runtime_service_pb2.StartRunResponse(run=run_to_proto(record))
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    async def _get(self, run_id: str, context: Context) -> RunRecord:
+        self._id(run_id, "run_id")
+        record = await self.store.get_run(run_id, tenant_id=self._principal().tenant)
+        if record is None:
+            raise NotFound(f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
+        return record
+
+    async def GetRun(
+        self, request: runtime_service_pb2.GetRunRequest, context: Context
+    ) -> runtime_service_pb2.GetRunResponse:
+        try:
+            record = await self._get(request.run_id, context)
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        return runtime_service_pb2.GetRunResponse(run=run_to_proto(record))
+
+    async def ListRuns(
+        self, request: runtime_service_pb2.ListRunsRequest, context: Context
+    ) -> runtime_service_pb2.ListRunsResponse:
+        try:
+            if not 0 <= request.page_size <= _MAX_PAGE:
+                raise InvalidRequest(f"page_size must be within 0..{_MAX_PAGE}", field="page_size")
+            phases = sorted(
+                {phase_from_proto(check_enum(p, "phases", run_pb2.RunPhase)).value for p in request.phases}
+            )
+            self._id(request.agent_name, "agent_name", required=False)
+            self._id(request.session_id, "session_id", required=False)
+            tenant = self._principal().tenant
+            scope = [tenant, *phases, request.agent_name, request.session_id]
+            cursor = self.page_tokens.open(request.page_token, scope=scope) if request.page_token else ""
+            try:
+                records, token = await self.store.list_runs(
+                    tenant_id=tenant,
+                    phases=phases,
+                    agent_name=request.agent_name,
+                    session_id=request.session_id,
+                    page_size=request.page_size or 50,
+                    page_token=cursor,
+                )
+            except ValueError as exc:
+                raise InvalidRequest("page_token is not valid", field="page_token") from exc
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        return runtime_service_pb2.ListRunsResponse(
+            runs=[run_to_proto(r) for r in records],
+            next_page_token=self.page_tokens.seal(token, scope=scope) if token else "",
+        )
+
+    async def StreamRunEvents(  # type: ignore[override]
+        self, request: runtime_service_pb2.StreamRunEventsRequest, context: Context
+    ) -> None:
+        """Replays, and with ``follow`` tails until the run ends: it follows through every wait.
+
+        A follow stream of an ended run ends once the replay is sent, whatever ``after_seq`` is.
+        """
+        try:
+            if request.after_seq < 0:
+                raise InvalidRequest("after_seq must not be negative", field="after_seq")
+            refuse_pruned(await self._get(request.run_id, context))
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        follower = self._follower(request.run_id, after_seq=request.after_seq, follow=request.follow)
+        await self._send(
+            follower, context, lambda e: context.write(runtime_service_pb2.StreamRunEventsResponse(event=e))
+        )
+
+    # -- control ------------------------------------------------------------------------------------
+
+    async def CancelRun(
+        self, request: runtime_service_pb2.CancelRunRequest, context: Context
+    ) -> runtime_service_pb2.CancelRunResponse:
+        try:
+            check_text(request.reason, "reason", max_bytes=400)
+            record = await self._get(request.run_id, context)
+            if Phase(record.phase).terminal:
+                raise FailedPrecondition(
+                    f"run {record.run_id} already ended ({record.phase})",
+                    reason="RUN_ALREADY_ENDED",
+                    metadata={"run_id": record.run_id, "phase": record.phase},
+                )
+            principal = self._principal()
+            updated = await self.engine.request_cancel(
+                record.run_id,
+                tenant_id=principal.tenant,
+                reason=request.reason,
+                requested_by=principal.subject,
+            )
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        return runtime_service_pb2.CancelRunResponse(run=run_to_proto(updated or record))
+
+    async def _decide(
+        self, record: RunRecord, kind: str, payload: dict[str, Any], expected_revision: int, context: Context
+    ) -> RunRecord:
+        """Queue a person's decision for the next owner, fenced by the revision they saw; wake the run."""
+        queued = await self.store.add_signal(
+            record.run_id,
+            kind=kind,
+            payload=json.dumps(payload),
+            now_ms=self.engine.now_ms(),
+            expected_revision=expected_revision,
+        )
+        if not queued:
+            raise StaleRevision(
+                f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
+            )
+        await self.engine.wake(record.run_id)
+        return await self._get(record.run_id, context)
+
+    async def ResolveOutcome(
+        self, request: runtime_service_pb2.ResolveOutcomeRequest, context: Context
+    ) -> runtime_service_pb2.ResolveOutcomeResponse:
+        try:
+            check_enum(request.decision, "decision", runtime_service_pb2.OutcomeDecision)
+            self._id(request.call_id, "call_id")
+            check_text(request.comment, "comment", max_bytes=_MAX_COMMENT_BYTES)
+            check_json(request.result_json, "result_json", max_bytes=self.settings.limits.max_input_bytes)
+            decision = runtime_service_pb2.OutcomeDecision.Name(request.decision)
+            record = await self._get(request.run_id, context)
+            if record.phase != Phase.UNKNOWN_OUTCOME.value:
+                raise FailedPrecondition(
+                    f"run {record.run_id} is {record.phase}, not UNKNOWN_OUTCOME",
+                    reason="RUN_NOT_IN_UNKNOWN_OUTCOME",
+                    metadata={"run_id": record.run_id, "phase": record.phase},
+                )
+            if request.expected_revision != record.revision:
+                raise StaleRevision(
+                    f"run {record.run_id} is at revision {record.revision}, not {request.expected_revision}",
+                    metadata={"run_id": record.run_id, "revision": str(record.revision)},
+                )
+            stored = await self.store.read_events(record.run_id, limit=100_000)
+            call = replay(
+                record.run_id, [Event(e.type, json.loads(e.payload)) for e in stored]
+            ).unknown_call()
+            if call is None or call.call_id != request.call_id:
+                raise InvalidRequest(
+                    f"call {request.call_id!r} is not the call whose outcome is unknown",
+                    field="call_id",
+                    reason="UNKNOWN_CALL",
+                )
+            payload = {
+                "call_id": request.call_id,
+                "decision": decision,
+                "result_json": request.result_json,
+                "comment": request.comment[:400],
+                "resolved_by": self._principal().subject,
+            }
+            record = await self._decide(
+                record, "outcome_decision", payload, request.expected_revision, context
+            )
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        return runtime_service_pb2.ResolveOutcomeResponse(run=run_to_proto(record))
+
+    async def GetPayload(
+        self, request: runtime_service_pb2.GetPayloadRequest, context: Context
+    ) -> AsyncIterator[runtime_service_pb2.GetPayloadResponse]:
+        # Another tenant's payload answers like a missing one: NOT_FOUND, nothing about it leaks.
+        try:
+            self._id(request.run_id, "run_id")
+            self._id(request.payload_id, "payload_id")
+            try:
+                stored = await find_payload(self.engine.payloads, request, tenant_id=self._principal().tenant)
+            except NotFound:
+                refuse_pruned(await self._get(request.run_id, context))  # retention removed it
+                raise
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        try:
+            async for response in payload_responses(
+                self.engine.payloads, stored, chunk_bytes=self.settings.payloads.chunk_bytes
+            ):
+                yield response
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        except Exception as exc:
+            await abort_internal(context, exc)
+
+    async def ResolveApproval(
+        self, request: runtime_service_pb2.ResolveApprovalRequest, context: Context
+    ) -> runtime_service_pb2.ResolveApprovalResponse:
+        try:
+            check_enum(request.decision, "decision", run_pb2.ApprovalDecision)
+            self._id(request.approval_id, "approval_id")
+            self._id(request.args_hash, "args_hash", required=False)
+            check_text(request.comment, "comment", max_bytes=_MAX_COMMENT_BYTES)
+            record = await self._get(request.run_id, context)
+            approver = self._principal().subject
+            if record.phase != Phase.WAITING_APPROVAL.value or not record.pending_approval:
+                raise FailedPrecondition(
+                    f"run {record.run_id} is {record.phase}, not waiting for an approval",
+                    reason="RUN_NOT_WAITING_APPROVAL",
+                    metadata={"run_id": record.run_id, "phase": record.phase},
+                )
+            pending = json.loads(record.pending_approval)
+            if request.approval_id != pending["approval_id"]:
+                raise NotFound(
+                    f"no pending approval {request.approval_id!r} on run {record.run_id}",
+                    reason="APPROVAL_NOT_FOUND",
+                    metadata={"run_id": record.run_id},
+                )
+            self._check_approver_scope(approver, record, pending)
+            if request.args_hash != pending["args_hash"]:
+                raise FailedPrecondition(
+                    "args_hash does not match the arguments waiting for approval",
+                    reason="ARGS_HASH_MISMATCH",
+                    metadata={"run_id": record.run_id, "approval_id": request.approval_id},
+                )
+            if request.expected_revision != record.revision:
+                raise StaleRevision(
+                    f"run {record.run_id} is at revision {record.revision}, not {request.expected_revision}",
+                    metadata={"run_id": record.run_id, "revision": str(record.revision)},
+                )
+            if self.engine.now_ms() >= parse_rfc3339_ms(pending["expire_time"]):
+                raise FailedPrecondition(
+                    f"approval {request.approval_id} expired at {pending['expire_time']}",
+                    reason="APPROVAL_EXPIRED",
+                    metadata={"run_id": record.run_id, "approval_id": request.approval_id},
+                )
+            payload = {
+                "approval_id": request.approval_id,
+                "decision": run_pb2.ApprovalDecision.Name(request.decision),
+                "approver": approver,
+                "comment": request.comment[:400],
+            }
+            record = await self._decide(
+                record, "approval_decision", payload, request.expected_revision, context
+            )
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        return runtime_service_pb2.ResolveApprovalResponse(run=run_to_proto(record))
+
+    def _check_approver_scope(self, approver: str, record: RunRecord, pending: dict[str, Any]) -> None:
+        """An approver limited by config to some agents or tools may resolve only those (R7.2)."""
+        scope = self.settings.auth.approver_scopes.get(approver)
+        if scope is None:
+            return
+        tool = str(pending.get("tool", ""))
+        if (scope.agents and record.agent_name not in scope.agents) or (
+            scope.tools and tool not in scope.tools
+        ):
+            raise PermissionDenied(
+                f"{approver} may not resolve approvals of agent {record.agent_name!r} for {tool!r}",
+                reason="APPROVER_OUT_OF_SCOPE",
+                metadata={"run_id": record.run_id},
+            )
+
+
+def _session_policy(value: int) -> str:
+    # check_start has refused unknown numbers.
+    name = runtime_service_pb2.SessionPolicy.Name(value).removeprefix("SESSION_POLICY_").lower()
+    return "reject" if name == "unspecified" else name

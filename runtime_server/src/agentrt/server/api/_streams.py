@@ -1,0 +1,238 @@
+"""Replay-then-follow of a run's events: no gap, no duplicate, and an end (R8.1, R8.2).
+
+The follower subscribes to the live bus when it is built, before any await, then
+reads the run's row and the store up to the row's ``last_seq``: nothing committed
+in between can be missed, and the row's phase is the phase *at* the last event
+delivered (an event and its row move in one transaction). From that position:
+
+- an ended run ends the stream, whatever ``after_seq`` was (even past the end);
+- with ``stop_at_wait`` (RunAgent) a run waiting for something outside itself
+  ends the stream with a stream-only ``run.waiting`` item saying what;
+- otherwise live items follow. Live items at or below the last delivered seq are
+  dropped; a gap, a paused (overfull) subscription or an idle second sends the
+  follower back to the row and the store, which also covers other replicas.
+
+Memory: replay pages are bounded in bytes as well as rows, and the live buffer is
+the subscription's (bounded; see :mod:`agentrt.server.events`). A follower that
+falls behind loses only live-only text deltas: persisted events are re-read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from agentrt.server._config_limits import StreamsConfig
+from agentrt.server.core import Phase
+from agentrt.server.core import events as ev
+from agentrt.server.events import EventBus, Subscription
+from agentrt.server.store import RunRecord, Store, StoredEvent
+
+_MAX_PAGE_ROWS = 500
+_MAX_PAGE_BYTES = 64 * 1024  # one replay page in memory per follower, whatever the buffer allows
+_WAIT_MARKERS = frozenset({ev.APPROVAL_REQUESTED, ev.TOOL_OUTCOME_UNKNOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a run is waiting on something outside itself: the content of a ``run.waiting`` item."""
+
+    reason: str  # a WaitReason name
+    phase: Phase
+    detail: str
+
+    def to_stored(self, run_id: str, now_ms: int) -> StoredEvent:
+        """The stream-only item (seq 0, never stored) that ends a RunAgent stream."""
+        payload = {"reason": self.reason, "phase": f"RUN_PHASE_{self.phase.value}", "detail": self.detail}
+        return StoredEvent(run_id, 0, ev.RUN_WAITING, json.dumps(payload), now_ms)
+
+
+def waiting_for(record: RunRecord, *, unknown_call: str = "", session_head: str = "") -> Waiting | None:
+    """What ``record`` waits for outside itself, or None while it can go on by itself.
+
+    Args:
+        record: The run's row.
+        unknown_call: The call id of the last tool.outcome.unknown seen, if any.
+        session_head: The run id of its session's oldest unended run ("" if unknown or none).
+    """
+    phase = Phase(record.phase)
+    if phase is Phase.WAITING_APPROVAL:
+        pending = json.loads(record.pending_approval or "{}")
+        # A budget pause is an approval with no call: a person grants more, or not.
+        reason = "WAIT_REASON_APPROVAL" if pending.get("call_id") else "WAIT_REASON_BUDGET"
+        return Waiting(reason, phase, str(pending.get("approval_id", "")))
+    if phase is Phase.UNKNOWN_OUTCOME:
+        return Waiting("WAIT_REASON_UNKNOWN_OUTCOME", phase, unknown_call)
+    if phase is Phase.QUEUED and record.session_id and session_head and session_head != record.run_id:
+        return Waiting("WAIT_REASON_SESSION_QUEUE", phase, session_head)
+    return None
+
+
+class Follower:
+    """One stream's reader of one run: replay, then (with ``follow``) live items until an end.
+
+    Build it where the stream starts: it subscribes at once. Iterate :meth:`events` once.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        bus: EventBus,
+        run_id: str,
+        after_seq: int,
+        follow: bool,
+        config: StreamsConfig,
+        now_ms: Callable[[], int],
+        stop_at_wait: bool = False,
+        idle_recheck_s: float = 1.0,
+    ):
+        self.store = store
+        self.bus = bus
+        self.run_id = run_id
+        self.after_seq = after_seq
+        self.follow = follow
+        self.stop_at_wait = stop_at_wait
+        self.idle_recheck_s = idle_recheck_s
+        self._now_ms = now_ms
+        self._page_bytes = min(config.follower_buffer_bytes, _MAX_PAGE_BYTES)
+        self._max_page_rows = min(_MAX_PAGE_ROWS, config.follower_buffer_events)
+        self._more = True
+        self._unknown_call = ""
+        self.replaying = False  # True while the item being sent came from a store page
+        self.sub: Subscription | None = (
+            bus.subscribe(
+                run_id, max_events=config.follower_buffer_events, max_bytes=config.follower_buffer_bytes
+            )
+            if follow
+            else None
+        )
+
+    def full_since(self) -> float | None:
+        """Since when this follower's buffer has been full (None: it is not).
+
+        A replay page waiting to be sent counts as full from the start: the store is not read
+        again until the reader takes it.
+        """
+        if self.sub is not None and self.sub.paused_since is not None:
+            return self.sub.paused_since
+        return float("-inf") if self.replaying else None
+
+    async def events(self) -> AsyncGenerator[StoredEvent, None]:
+        """Yield the run's events after ``after_seq``; see the module docstring for when it ends."""
+        try:
+            if self.sub is None:
+                last = self.after_seq
+                while True:
+                    async with aclosing(self._page(last)) as page:
+                        async for item in page:
+                            last = item.seq
+                            yield item
+                    if not self._more:
+                        return
+            else:
+                async with aclosing(self._follow(self.sub)) as items:
+                    async for item in items:
+                        yield item
+        finally:
+            self.replaying = False
+            if self.sub is not None:
+                self.bus.unsubscribe(self.sub)
+
+    async def _page(self, last: int) -> AsyncGenerator[StoredEvent, None]:
+        """One replay page after ``last``, bounded in rows and, from the stored sizes, in bytes."""
+        sizes = await self.store.read_event_sizes(self.run_id, after_seq=last, limit=self._max_page_rows)
+        rows, total = 0, 0
+        for _, size in sizes:
+            if rows and total + size > self._page_bytes:
+                break
+            rows, total = rows + 1, total + size
+        # More after this page: it was cut by bytes, or the size query hit its row limit.
+        self._more = len(sizes) > rows or len(sizes) == self._max_page_rows
+        if not rows:
+            return
+        page = deque(await self.store.read_events(self.run_id, after_seq=last, limit=rows))
+        self.replaying = True
+        try:
+            while page:
+                item = page.popleft()  # let sent items go as the page drains
+                self._note(item)
+                yield item
+        finally:
+            self.replaying = False
+
+    def _note(self, item: StoredEvent) -> None:
+        if item.type == ev.TOOL_OUTCOME_UNKNOWN:
+            self._unknown_call = str(json.loads(item.payload).get("call_id", ""))
+
+    async def _follow(self, sub: Subscription) -> AsyncGenerator[StoredEvent, None]:
+        last = self.after_seq
+        while True:
+            # Resume before reading: whatever is published from here on is buffered, and what
+            # was dropped while paused is in the store.
+            sub.resume()
+            record = await self.store.get_run(self.run_id)
+            if record is None:
+                return  # gone (pruned): nothing more will come
+            while last < record.last_seq:
+                count = 0
+                async with aclosing(self._page(last)) as page:
+                    async for item in page:
+                        count += 1
+                        last = item.seq
+                        yield item
+                        if item.type == ev.RUN_ENDED:
+                            return
+                if count == 0:
+                    break  # the store has fewer events than the row says (pruned)
+            if Phase(record.phase).terminal:
+                return  # an ended run ends the stream, whatever after_seq was
+            if self.stop_at_wait and last >= record.last_seq:
+                waiting = await self._waiting(record)
+                if waiting is not None:
+                    yield waiting.to_stored(self.run_id, self._now_ms())
+                    return
+            async with aclosing(self._live(sub, last)) as live:
+                async for item in live:
+                    if item.seq:
+                        last = item.seq
+                    yield item
+                    if item.type == ev.RUN_ENDED:
+                        return
+
+    async def _live(self, sub: Subscription, last: int) -> AsyncGenerator[StoredEvent, None]:
+        """Live items in order after ``last``; returns to let the caller re-read row and store."""
+        while True:
+            live = await sub.get(wait_s=self.idle_recheck_s)
+            if live is None:
+                return  # idle for a while, or paused: back to the store
+            item = live.event
+            if item.seq == 0:
+                # A delta belongs right after the event it was published after; elsewhere it would
+                # be out of order, so a follower that is not exactly there skips it.
+                if live.after_seq is None or live.after_seq == last:
+                    yield item
+                continue
+            if item.seq <= last:
+                continue
+            if item.seq != last + 1:
+                return  # a gap: the store has it
+            last = item.seq
+            self._note(item)
+            yield item
+            if item.type == ev.RUN_ENDED:
+                return
+            if self.stop_at_wait and item.type in _WAIT_MARKERS and not sub.buffered_events:
+                return  # maybe waiting now: the row decides
+
+    async def _waiting(self, record: RunRecord) -> Waiting | None:
+        head = ""
+        if record.phase == Phase.QUEUED.value and record.session_id:
+            active = await self.store.active_session_run(
+                tenant_id=record.tenant_id, session_id=record.session_id
+            )
+            head = active.run_id if active is not None else ""
+        return waiting_for(record, unknown_call=self._unknown_call, session_head=head)

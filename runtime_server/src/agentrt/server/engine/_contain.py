@@ -1,0 +1,196 @@
+"""Contained failures: an exception while driving one run is a ``run.fault`` of that run.
+
+Before, an unexpected exception (a bug, a hook that raised, JSON that broke a parser)
+left the run as persisted with its lease held; the lease expired, another owner
+reclaimed it, re-asked the model and crashed again, until the deadline ended it
+EXPIRED ``retryable``. Now the exception is caught here, recorded under the run's
+lease and revision (with the model usage the attempt spent and nobody recorded,
+and the run's fault count in the same transaction), and the run is driven again
+from its last committed event after a bounded backoff, by this worker, without
+giving the lease away. The ``faults.max_faults``-th fault ends the run FAILED
+``internal_error:<class>`` (core ``decide_fault`` says when, and whether retryable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy.exc
+
+from agentrt.server.core import (
+    FAULT_PARK_S,
+    Event,
+    LeaseLost,
+    Phase,
+    RunState,
+    Usage,
+    decide_fault,
+    end_events,
+    fault_message,
+    usage_plus,
+)
+from agentrt.server.core import events as ev
+from agentrt.server.engine._control import Cancelled
+from agentrt.server.engine._driver import Fresh, RunDriver, RunHandle
+from agentrt.server.store import RunRecord, StoredEvent
+
+if TYPE_CHECKING:
+    from agentrt.server.engine._engine import Engine
+
+log = logging.getLogger("agentrt.engine")
+
+# The store or the network failed, not our logic: the same run started again may well succeed.
+_ENVIRONMENTAL: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    MemoryError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+)
+
+
+async def drive_contained(engine: Engine, handle: RunHandle, fresh: Fresh | None) -> None:
+    """Drive a run until it ends, parks or is given up; each fault is recorded, never looped on.
+
+    Raises:
+        LeaseLost: the run now belongs to another worker (the caller stops writing).
+    """
+    while True:
+        driver = RunDriver(engine, handle)
+        try:
+            await driver.drive(fresh)
+            return
+        except (LeaseLost, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("run %s: fault while driving it", handle.run_id)
+            try:
+                delay = await record_fault(engine, driver, exc)
+            except LeaseLost:
+                raise
+            except Exception:
+                log.exception("run %s: the fault could not be recorded; the lease will lapse", handle.run_id)
+                return
+        if delay is None or engine.stopping:
+            return
+        fresh = None  # the next attempt starts from what is committed
+        with contextlib.suppress(Cancelled):  # a cancel request cuts the wait; the next attempt ends it
+            await driver.sleep(delay)
+
+
+async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> float | None:
+    """Commit a run.fault (and, past the limit, the run's end); the delay before the next attempt.
+
+    Works from the run's row, not the driver's state: the state may be what failed to build.
+    Returns None when the run ended or parked, or is not this worker's any more.
+    """
+    record = await engine.store.get_run(driver.run_id)
+    if record is None or record.lease_owner != engine.owner:
+        return None
+    phase = Phase(record.phase)
+    if phase.terminal:
+        return None  # the closing commit went through; what failed came after it
+    error_class = type(exc).__name__
+    settings = engine.settings
+    decision = decide_fault(
+        previous_faults=record.fault_count,
+        max_faults=settings.faults.max_faults,
+        error_class=error_class,
+        environmental=isinstance(exc, _ENVIRONMENTAL),
+        unknown_outcome=phase is Phase.UNKNOWN_OUTCOME,
+        base_s=settings.retry_base_s,
+        cap_s=settings.retry_cap_s,
+    )
+    spent = driver.unrecorded
+    after = usage_plus(_usage(record), spent)
+    message = fault_message(error_class, str(exc), _where(exc), secrets=_secrets(driver))
+    fault = {
+        "step": driver.state.step,
+        "error_class": error_class,
+        "message": message,
+        "fault_count": decision.fault_count,
+        "max_faults": settings.faults.max_faults,
+        "usage_spent": spent.to_json(),
+        "usage_after": after.to_json(),
+    }
+    events = [Event(ev.RUN_FAULT, fault)]
+    now_ms = engine.now_ms()
+    values: dict[str, Any] = {"fault_count": decision.fault_count, "usage": json.dumps(after.to_json())}
+    if decision.end:
+        state = RunState(run_id=record.run_id, phase=phase, seq=record.last_seq, usage=after)
+        state.any_tool_started = await _any_tool_started(engine, record)
+        events += end_events(
+            state, Phase.FAILED, decision.reason, message=message, retryable=decision.retryable
+        )
+        values.update(
+            phase=Phase.FAILED.value,
+            reason=decision.reason,
+            pending_approval=None,
+            lease_owner=None,
+            lease_expires_ms=None,
+        )
+    elif decision.park:  # UNKNOWN_OUTCOME is never collapsed into FAILED (R4.4): a person settles it
+        values.update(wake_ms=now_ms + int(FAULT_PARK_S * 1000), lease_owner=None, lease_expires_ms=None)
+    payloads = [(e.type, json.dumps(e.data)) for e in events]
+    first_seq = record.last_seq + 1
+    await engine.store.append(
+        record.run_id,
+        expected_revision=record.revision,
+        owner=engine.owner,
+        first_seq=first_seq,
+        new_events=payloads,
+        values=values,
+        now_ms=now_ms,
+    )
+    engine.counters.inc("run_fault_count")
+    engine.bus.publish(
+        record.run_id,
+        [StoredEvent(record.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
+    )
+    if decision.end:
+        engine.counters.inc("runs_ended")
+        if state.any_tool_started:
+            engine.counters.inc("partial_run_count")
+        return None
+    return None if decision.park else decision.delay_s
+
+
+def _usage(record: RunRecord) -> Usage:
+    try:
+        data = json.loads(record.usage or "{}")
+    except ValueError:  # recording the fault must not fault in turn
+        data = {}
+    return Usage.from_json(data)
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame that raised: file name, line and function (no paths, no locals)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+
+
+def _secrets(driver: RunDriver) -> tuple[str, ...]:
+    """The active model profile's key, if the driver bound one: never copied into an event."""
+    bound = driver.model.bound_model()
+    return bound.hidden if bound is not None else ()
+
+
+async def _any_tool_started(engine: Engine, record: RunRecord) -> bool:
+    after = 0
+    while True:
+        page = await engine.store.read_events(record.run_id, after_seq=after)
+        if any(e.type == ev.TOOL_STARTED for e in page):
+            return True
+        if len(page) < 1000:
+            return False
+        after = page[-1].seq

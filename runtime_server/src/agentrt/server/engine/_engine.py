@@ -1,0 +1,414 @@
+"""The engine: owns runs through leases and hands each to a :class:`RunDriver`.
+
+A run outlives any RPC; only a lease loss, a cancel request or shutdown stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrt.server._config import Settings
+from agentrt.server.core import STATE_VERSION, FailedPrecondition, LeaseLost, Phase, rfc3339
+from agentrt.server.core import events as ev
+from agentrt.server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
+from agentrt.server.engine._contain import drive_contained
+from agentrt.server.engine._driver import Fresh, RunHandle
+from agentrt.server.engine._faults import FaultPlan
+from agentrt.server.engine._payload_step import store_input
+from agentrt.server.engine._request_keys import same_request
+from agentrt.server.engine._retention import RetentionJob, build_pruner
+from agentrt.server.events import EventBus
+from agentrt.server.models import ModelRegistry
+from agentrt.server.policies import Policies, get_policy_plugin_manager
+from agentrt.server.store import Admission, RunRecord, Store, StoredEvent
+from agentrt.server.telemetry import Counters
+from agentrt.server.tools import ToolRouter
+
+log = logging.getLogger("agentrt.engine")
+SESSION_HISTORY_TURNS = 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartRequest:
+    """A validated request to start a run."""
+
+    tenant_id: str
+    agent: ResolvedAgent
+    input: str
+    budget_overrides: Mapping[str, Any] = field(default_factory=dict)
+    request_key: str = ""
+    request_hash: str = ""  # of the caller's request; "" (internal starts) skips the reuse check
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    session_id: str = ""
+    session_policy: str = "reject"  # reject | enqueue | interrupt (R8.3)
+    created_by: str = ""  # subject of the principal that asked (or "run:<id>" for a child run)
+
+
+def new_run_id(now_ms: int) -> str:
+    """Time-ordered, unguessable run id."""
+    return f"{now_ms:012x}{uuid.uuid4().hex[:20]}"
+
+
+class Engine:
+    """Drives the runs this process owns."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        bus: EventBus,
+        models: ModelRegistry,
+        tools: ToolRouter,
+        settings: Settings,
+        counters: Counters,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+        faults: FaultPlan | None = None,
+        policies: Policies | None = None,
+    ):
+        self.store = store
+        self.payloads = store.payload_store(
+            mode=settings.payloads.store, root=Path(settings.data_dir) / "payloads"
+        )
+        self.bus = bus
+        self.models = models
+        self.tools = tools
+        self.settings = settings
+        self.counters = counters
+        self.clock = clock
+        self.rand = rand
+        self.faults = faults or FaultPlan.from_env()
+        self.policies = policies or Policies(get_policy_plugin_manager())
+        self.owner = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._runs: dict[str, RunHandle] = {}
+        self._background: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._unowned_waiting = False  # a run was accepted without a worker (capacity or session)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.retention: RetentionJob | None = None  # set at start when retention is configured
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    @property
+    def stopping(self) -> bool:
+        """Shutting down: no new work, no further attempts after a fault."""
+        return self._stopping
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Claim runs left by earlier lives, then keep polling and renewing leases."""
+        await self._claim_and_launch()
+        loop = asyncio.get_running_loop()
+        self._background = [loop.create_task(self._poll_loop()), loop.create_task(self._renew_loop())]
+        pruner = build_pruner(self.settings, self.store.db, fault_point=self.faults.hit)
+        if pruner is not None:
+            self.retention = RetentionJob(
+                pruner=pruner, interval_s=self.settings.retention.interval_s, clock=self.clock
+            )
+            self._background.append(loop.create_task(self.retention.run_forever()))
+
+    async def stop(self, *, grace_s: float) -> None:
+        """Stop taking work, give running runs ``grace_s`` to reach a commit point, then cancel them.
+
+        Cancelled runs keep their persisted state; their leases are released so another
+        replica (or the next start) resumes them at once.
+        """
+        self._stopping = True
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._runs:
+            try:
+                async with asyncio.timeout(grace_s):
+                    await self._idle.wait()
+            except TimeoutError:
+                pass
+        handles = list(self._runs.values())
+        for handle in handles:
+            if handle.task is not None:
+                handle.task.cancel()
+        await asyncio.gather(*(h.task for h in handles if h.task is not None), return_exceptions=True)
+        for handle in handles:
+            await self.store.release(handle.run_id, owner=self.owner)
+
+    def running(self) -> list[str]:
+        return sorted(self._runs)
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    async def start_run(self, request: StartRequest, *, admit: bool = False) -> tuple[RunRecord, bool]:
+        """Persist a new run (or find the one its request_key started) and start driving it.
+
+        Args:
+            admit: Apply the admission limits (a caller's request; child runs are part of their parent).
+
+        Raises:
+            ResourceExhausted: Over an admission limit; nothing was written.
+        """
+        admission = self._admission(request.tenant_id) if admit else None
+        now_ms = self.now_ms()
+        budgets = effective_budgets(request.agent.config, request.budget_overrides, self.settings.limits)
+        waits_for_turn = False
+        history: list[dict[str, str]] = []
+        if request.session_id:
+            if request.request_key:
+                found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
+                if found is not None:
+                    return same_request(found, request.request_key, request.request_hash), False
+            if admission is not None:
+                # Before the session policy acts (an interrupt cancels a run): refused means no write.
+                await self.store.check_admission(admission)
+            try:
+                waits_for_turn = await self._session_gate(request)
+            except FailedPrecondition:
+                # The session's active run may be this key's own run, started by a concurrent retry.
+                found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
+                if found is None or not request.request_key:
+                    raise
+                return same_request(found, request.request_key, request.request_hash), False
+            turns = await self.store.session_turns(
+                tenant_id=request.tenant_id, session_id=request.session_id, limit=SESSION_HISTORY_TURNS
+            )
+            history = [{"run_id": t.run_id, "input": t.input, "output": t.output} for t in turns]
+        now_ms = self.now_ms()
+        run_id = new_run_id(now_ms)
+        deadline_ms = now_ms + int(budgets.timeout_s * 1000)
+        own = (
+            not self._stopping and not waits_for_turn and len(self._runs) < self.settings.max_concurrent_runs
+        )
+        shown, input_ref = await store_input(self, run_id, request.tenant_id, request.input, now_ms)
+        values = {
+            "run_id": run_id,
+            "tenant_id": request.tenant_id,
+            "agent_name": request.agent.name,
+            "agent_spec": request.agent.snapshot_json(),
+            "input": shown,
+            "input_ref": json.dumps(input_ref) if input_ref is not None else None,
+            "output": "",
+            "reason": "",
+            "phase": Phase.QUEUED.value,
+            "budgets": json.dumps(budgets.to_json()),
+            "usage": "{}",
+            "request_key": request.request_key or None,
+            "request_hash": request.request_hash or None,
+            "session_id": request.session_id or None,
+            "metadata": json.dumps(dict(request.metadata)),
+            "deadline_ms": deadline_ms,
+            "lease_owner": self.owner if own else None,
+            "lease_expires_ms": now_ms + self._ttl_ms() if own else None,
+            "lease_generation": 1 if own else 0,
+            "cancel_requested_ms": None,
+            "cancel_reason": None,
+            "created_by": request.created_by,
+            "state_version": STATE_VERSION,
+            "runtime_version": RUNTIME_VERSION,
+            "agent_config_hash": request.agent.config_hash(),
+        }
+        started: dict[str, Any] = {
+            "agent_name": request.agent.name,
+            "input": shown,
+            "budgets": budgets.to_json(),
+            "deadline": rfc3339(deadline_ms),
+            "started_by": request.created_by,
+        }
+        if history:
+            started["session_history"] = history
+        if input_ref is not None:
+            started["input_ref"] = input_ref
+        record, created = await self.store.create_run(
+            values, [(ev.RUN_STARTED, json.dumps(started))], now_ms, admission=admission
+        )
+        if not created:
+            same_request(record, request.request_key, request.request_hash)
+        if created:
+            self.counters.inc("runs_started")
+            if not own:
+                self._unowned_waiting = True
+            if own:
+                first = StoredEvent(record.run_id, 1, ev.RUN_STARTED, json.dumps(started), now_ms)
+                self._launch(record.run_id, record.lease_generation, (record, [first]))
+        return record, created
+
+    def _admission(self, tenant_id: str) -> Admission:
+        limits = self.settings.admission
+        return Admission(
+            tenant_id=tenant_id,
+            max_queued_runs=limits.max_queued_runs,
+            max_queued_runs_per_tenant=limits.max_queued_runs_per_tenant,
+            max_active_runs_per_tenant=limits.max_active_runs_per_tenant,
+            retry_after_s=limits.retry_after_s,
+        )
+
+    async def _session_gate(self, request: StartRequest) -> bool:
+        """Apply the session policy; True when the new turn must wait for an earlier one to end.
+
+        Raises:
+            FailedPrecondition: ``SESSION_BUSY`` under the reject policy (nothing is written).
+        """
+        active = await self.store.active_session_run(
+            tenant_id=request.tenant_id, session_id=request.session_id
+        )
+        if active is None:
+            return False
+        if request.session_policy == "reject":
+            raise FailedPrecondition(
+                f"session {request.session_id!r} has an active run {active.run_id}",
+                reason="SESSION_BUSY",
+                metadata={"session_id": request.session_id, "active_run_id": active.run_id},
+            )
+        if request.session_policy == "interrupt":
+            await self.request_cancel(
+                active.run_id,
+                tenant_id=request.tenant_id,
+                reason="interrupted by a new turn",
+                requested_by=request.created_by,
+            )
+        return True
+
+    async def request_cancel(
+        self, run_id: str, *, tenant_id: str, reason: str, requested_by: str
+    ) -> RunRecord | None:
+        """Persist the cancel intent and signal the owner; unowned runs are claimed and ended here."""
+        record = await self.store.request_cancel(
+            run_id,
+            tenant_id=tenant_id,
+            reason=reason or "cancelled",
+            requested_by=requested_by,
+            now_ms=self.now_ms(),
+        )
+        if record is None or Phase(record.phase).terminal:
+            return record
+        self.counters.inc("cancel_requested_count")
+        handle = self._runs.get(run_id)
+        if handle is not None:
+            self._signal_cancel(handle, record.cancel_reason or "cancelled", record.cancel_requested_by or "")
+        elif not self._stopping:
+            await self._claim_and_launch(run_ids=[run_id])
+        return record
+
+    async def wake(self, run_id: str) -> None:
+        """Take a parked or paused run now (a signal for it was queued) if it is free."""
+        if run_id not in self._runs and not self._stopping:
+            await self._claim_and_launch(run_ids=[run_id])
+
+    def _signal_cancel(self, handle: RunHandle, reason: str, requested_by: str) -> None:
+        if handle.cancel_reason is None:
+            handle.cancel_reason = reason
+            handle.cancel_by = requested_by
+        if handle.io is not None and not handle.io.done():
+            handle.io.cancel()
+
+    # -- ownership ----------------------------------------------------------------------------------
+
+    def _lease_horizon_s(self) -> float:
+        # How long this worker may trust its lease without hearing from the store: the TTL
+        # less a margin for the time the claim or renewal itself took.
+        ttl = self.settings.lease_ttl_s
+        return ttl - min(1.0, ttl / 5)
+
+    def _ttl_ms(self) -> int:
+        return int(self.settings.lease_ttl_s * 1000)
+
+    async def _claim_and_launch(self, run_ids: list[str] | None = None) -> None:
+        capacity = self.settings.max_concurrent_runs - len(self._runs)
+        if capacity <= 0 or self._stopping:
+            return
+        claims = await self.store.claim(
+            owner=self.owner,
+            now_ms=self.now_ms(),
+            ttl_ms=self._ttl_ms(),
+            limit=capacity,
+            run_ids=run_ids or (),
+        )
+        for claim in claims:
+            self._launch(claim.run_id, claim.generation)
+
+    def _launch(self, run_id: str, generation: int, fresh: Fresh | None = None) -> None:
+        if run_id in self._runs:
+            return
+        handle = RunHandle(run_id, generation, lease_deadline_s=self.clock() + self._lease_horizon_s())
+        self._runs[run_id] = handle
+        self._idle.clear()
+        handle.task = asyncio.get_running_loop().create_task(
+            self._drive_guarded(handle, fresh), name=f"run:{run_id}"
+        )
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.poll_interval_s)
+            try:
+                await self._claim_and_launch()
+            except Exception:
+                log.exception("claiming runs failed")
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_ttl_s / 3)
+            owned = list(self._runs)
+            renewed_at = self.clock()
+            try:
+                kept = await self.store.renew(
+                    owner=self.owner, run_ids=owned, now_ms=self.now_ms(), ttl_ms=self._ttl_ms()
+                )
+            except Exception:
+                log.exception("renewing leases failed")
+                continue
+            for run_id, cancel in kept.items():
+                if (kept_handle := self._runs.get(run_id)) is not None:
+                    kept_handle.lease_deadline_s = renewed_at + self._lease_horizon_s()
+                    if cancel is not None:
+                        self._signal_cancel(kept_handle, *cancel)
+            for run_id in set(owned) - kept.keys():
+                handle = self._runs.get(run_id)
+                if handle is not None and handle.task is not None:
+                    log.warning("lease lost for run %s; stopping it", run_id)
+                    self.counters.inc("lease_lost_count")
+                    handle.task.cancel()
+
+    # -- driving a run ------------------------------------------------------------------------------
+
+    async def _drive_guarded(self, handle: RunHandle, fresh: Fresh | None) -> None:
+        try:
+            await drive_contained(self, handle, fresh)
+        except LeaseLost as exc:
+            self.counters.inc("lease_lost_count")
+            log.warning("run %s: lease lost (%s); this worker stops writing", handle.run_id, exc.message)
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # drive_contained records faults; this is a last resort
+            log.exception("run %s: driver crashed; the run stays as persisted", handle.run_id)
+        finally:
+            self._runs.pop(handle.run_id, None)
+            if not self._runs:
+                self._idle.set()
+            if not self._stopping and (handle.extra.get("session_id") or self._unowned_waiting):
+                # A waiting turn of the same session, or a run this replica could not take, may start now.
+                self._unowned_waiting = False
+                task = asyncio.get_running_loop().create_task(self._claim_soon())
+                self._background.append(task)
+                # Forget it once done, so a long-lived server does not keep every finished task.
+                task.add_done_callback(self._forget_background)
+
+    def _forget_background(self, task: asyncio.Task[None]) -> None:
+        if task in self._background:
+            self._background.remove(task)
+
+    async def _claim_soon(self) -> None:
+        try:
+            await self._claim_and_launch()
+        except Exception:
+            log.exception("claiming runs failed")

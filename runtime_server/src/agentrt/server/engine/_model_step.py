@@ -1,0 +1,271 @@
+"""The model side of a run's step: ask the provider, retry within the deadline, record the output.
+
+A model step's output is persisted before anything acts on it (R5.2). A transient
+failure (rate limit, overload, a stream that broke off) retries the whole step within
+the run's deadline; a streamed attempt that failed has its live deltas marked superseded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from agentrt.server._config import AgentConfig, ModelConfig
+from agentrt.server.core import Event, Phase, Usage, end_events, retry_fits, rfc3339, usage_plus
+from agentrt.server.core import events as ev
+from agentrt.server.engine._agents import BoundModel, bind_model
+from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
+from agentrt.server.engine._payload_step import ModelOutputTooLarge, bound_model_text
+from agentrt.server.models import (
+    Message,
+    ModelAuthError,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelToolCall,
+    ModelTransientError,
+    ToolDef,
+)
+from agentrt.server.store import StoredEvent
+
+if TYPE_CHECKING:
+    from agentrt.server.engine._driver import RunDriver
+
+
+class ModelStep:
+    """The model side of one :class:`RunDriver`."""
+
+    def __init__(self, driver: RunDriver):
+        self.d = driver
+        self._bound: tuple[ModelConfig, BoundModel] | None = None
+
+    def _model(self) -> BoundModel:
+        """The active agent's model through its profile, bound once per agent config.
+
+        Raises:
+            ModelConfigError: the agent's profile is no longer configured.
+        """
+        model = self.d.agent.config.model
+        if self._bound is None or self._bound[0] is not model:  # first step, or a handoff
+            self._bound = (model, bind_model(model, self.d.engine.settings.model_profiles))
+        return self._bound[1]
+
+    def bound_model(self) -> BoundModel | None:
+        """The model bound so far in this driver, if any (its sensitive values are kept out of faults)."""
+        return self._bound[1] if self._bound is not None else None
+
+    def _request(self, timeout_s: float, bound: BoundModel) -> ModelRequest:
+        config: AgentConfig = self.d.agent.config
+        messages: list[Message] = []
+        if config.instructions:
+            messages.append(Message(role="system", content=config.instructions))
+        # Parallel calls finish in any order; the model sees their results in call order.
+        order = {c: i for entry in self.d.state.history for i, (c, _, _) in enumerate(entry.tool_calls)}
+        history = self.d.state.history
+        index = 0
+        while index < len(history):
+            entry = history[index]
+            if entry.role == "assistant":
+                calls = tuple(
+                    ModelToolCall(call_id=c, tool=t, arguments_json=a) for c, t, a in entry.tool_calls
+                )
+                messages.append(Message(role="assistant", content=entry.content, tool_calls=calls))
+            elif entry.role == "tool":
+                end = index
+                while end < len(history) and history[end].role == "tool":
+                    end += 1
+                for result in sorted(history[index:end], key=lambda e: order.get(e.tool_call_id, 0)):
+                    messages.append(
+                        Message(role="tool", content=result.content, tool_call_id=result.tool_call_id)
+                    )
+                index = end
+                continue
+            else:
+                messages.append(Message(role="user", content=entry.content))
+            index += 1
+        tools = []
+        for name in config.tools:
+            spec = self.d.engine.tools.spec(name)
+            if spec is not None:
+                schema = json.loads(spec.input_schema_json or "{}")
+                tools.append(ToolDef(name=name, description=spec.description, input_schema=schema))
+        for peer in config.handoffs:
+            tools.append(
+                ToolDef(
+                    name=f"{HANDOFF_PREFIX}{peer}",
+                    description=f"Hand this conversation over to the {peer} agent, which continues it.",
+                    input_schema={"type": "object", "properties": {"reason": {"type": "string"}}},
+                )
+            )
+        for peer in config.agent_tools:
+            about = self.d.agent.peers[peer].instructions[:300] if peer in self.d.agent.peers else ""
+            tools.append(
+                ToolDef(
+                    name=f"{AGENT_TOOL_PREFIX}{peer}",
+                    description=f"Ask the {peer} agent and get its final answer. {about}".strip(),
+                    input_schema={
+                        "type": "object",
+                        "properties": {"input": {"type": "string"}},
+                        "required": ["input"],
+                    },
+                )
+            )
+        return ModelRequest(
+            run_id=self.d.run_id,
+            step=self.d.state.usage.model_steps + 1,
+            spec=bound.spec,
+            messages=tuple(messages),
+            tools=tuple(tools),
+            timeout_s=timeout_s,
+        )
+
+    async def run_step(self, step: int) -> None:
+        engine = self.d.engine
+        bound: BoundModel | None = None
+        try:
+            bound = self._model()
+            engine.models.provider(bound.spec)  # a spec that cannot make a provider fails the run here
+        except ModelError as exc:
+            message = bound.redact(str(exc)) if bound is not None else str(exc)
+            self.d.add(*end_events(self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=message))
+            return
+        # Messages of provider errors enter events: a profile's endpoints and key sources must not.
+        redact = bound.redact
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = self.d.timeout(engine.settings.model_timeout_s)
+            if timeout <= 0:
+                self.d.add(*end_events(self.d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+                return
+            request = self._request(timeout, bound)
+            sink = self._delta_sink(step, attempt)
+            try:
+                response = await self.d.io(partial(self._complete, bound, request, sink))
+                break
+            except Cancelled:
+                return
+            except ModelTransientError as exc:
+                if sink.sent:
+                    # Clients drop what this attempt streamed; the step is retried as a whole.
+                    self._publish_delta({"step": step, "attempt": attempt, "superseded": True})
+                delay = max(exc.retry_after_s or 0.0, self.d.backoff(attempt))
+                fits = retry_fits(
+                    now_s=engine.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=self.d.deadline_s
+                )
+                if attempt >= engine.settings.model_attempts or not fits:
+                    engine.counters.inc("retry_exhausted_count")
+                    reason = "model_unavailable"
+                    self.d.add(
+                        *end_events(
+                            self.d.state, Phase.FAILED, reason, message=redact(str(exc)), retryable=True
+                        )
+                    )
+                    return
+                engine.counters.inc("retry_count")
+                # The incomplete step is a fact of the log, like a tool call's retry.
+                data = {
+                    "call_id": "",
+                    "step": step,
+                    "attempt": attempt + 1,
+                    "delay": f"{delay:.3f}s",
+                    "reason": redact(f"model {exc.reason}: {exc.message}")[:400],
+                    "due_time": rfc3339(engine.now_ms() + math.ceil(delay * 1000)),
+                }
+                self.d.add(Event(ev.RETRY_SCHEDULED, data))
+                await self.d.flush()
+                try:
+                    await self.d.sleep(delay)
+                except Cancelled:
+                    return
+            except ModelAuthError as exc:
+                self.d.add(*end_events(self.d.state, Phase.FAILED, "model_auth", message=redact(str(exc))))
+                return
+            except ModelError as exc:
+                self.d.add(
+                    *end_events(
+                        self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=redact(str(exc))
+                    )
+                )
+                return
+        cost = self._cost(bound, response.input_tokens, response.output_tokens)
+        # Spent now, whatever happens next: a fault before the commit still counts it (run.fault).
+        spent = Usage(
+            model_steps=1,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
+            cost_micros=cost,
+        )
+        self.d.unrecorded = usage_plus(self.d.unrecorded, spent)
+        engine.faults.hit("after_model_response")
+        usage = self.d.state.usage
+        before = usage.to_json()
+        after = dict(
+            before,
+            model_steps=usage.model_steps + 1,
+            input_tokens=usage.input_tokens + response.input_tokens,
+            output_tokens=usage.output_tokens + response.output_tokens,
+            cost_micros=usage.cost_micros + cost,
+        )
+        calls = [
+            {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
+            for c in response.tool_calls
+        ]
+        try:
+            text, text_ref = await bound_model_text(
+                self.d, response.text, [c.arguments_json for c in response.tool_calls]
+            )
+        except ModelOutputTooLarge as exc:
+            # The call was made and paid for: its usage is recorded, its output is not kept.
+            refused = {"step": step, "text": f"[refused: {exc.message}]", "tool_calls": []}
+            self.d.add(Event(ev.MODEL_COMPLETED, {**refused, "usage_before": before, "usage_after": after}))
+            self.d.add(*end_events(self.d.state, Phase.FAILED, "model_output_too_large", message=exc.message))
+            return
+        data = {
+            "step": step,
+            "text": text,
+            "tool_calls": calls,
+            "usage_before": before,
+            "usage_after": after,
+        }
+        if text_ref is not None:
+            data["text_ref"] = text_ref
+        self.d.add(Event(ev.MODEL_COMPLETED, data))
+
+    async def _complete(self, bound: BoundModel, request: ModelRequest, sink: _DeltaSink) -> ModelResponse:
+        # The lease keeps the provider open for this call even if the bounded cache evicts it.
+        with self.d.engine.models.lease(bound.spec) as provider:
+            return await provider.complete(request, on_text_delta=sink)
+
+    def _cost(self, bound: BoundModel, input_tokens: int, output_tokens: int) -> int:
+        # Models without a price entry cost 0: the cost budget only binds priced models.
+        price = self.d.engine.settings.prices.get(bound.spec.name)
+        return price.cost_micros(input_tokens, output_tokens) if price is not None else 0
+
+    def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:
+        return _DeltaSink(self, step, attempt)
+
+    def _publish_delta(self, data: dict[str, Any]) -> None:
+        """Live only (R8.1: deltas are best-effort and never persisted one by one)."""
+        payload = json.dumps(data)
+        self.d.engine.bus.publish(
+            self.d.run_id,
+            [StoredEvent(self.d.run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.d.engine.now_ms())],
+            after_seq=self.d.state.seq - len(self.d.buffer),  # its place among the committed events
+        )
+
+
+class _DeltaSink:
+    """Forwards one model attempt's text fragments to stream readers, and remembers if it did."""
+
+    def __init__(self, owner: ModelStep, step: int, attempt: int):
+        self.owner = owner
+        self.step = step
+        self.attempt = attempt
+        self.sent = False
+
+    def __call__(self, text: str) -> None:
+        self.sent = True
+        self.owner._publish_delta({"step": self.step, "attempt": self.attempt, "text": text})

@@ -1,0 +1,462 @@
+"""Tool calls of a run: send, retry, recover, reconcile (R5.3, R6.3 to R6.6).
+
+A write tool (not read-only, not idempotent) is never sent twice on a guess: a
+call found started by an earlier owner is first looked up in its tool host's
+ledger by idempotency key, and a call cut off in flight whose outcome the
+ledger cannot tell becomes UNKNOWN_OUTCOME until a query or a person settles it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import json_format
+
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server.core import (
+    CallState,
+    Event,
+    LeaseLost,
+    Phase,
+    end_events,
+    loads_bounded,
+    nesting_depth,
+    not_allowed_error,
+    retry_fits,
+    rfc3339,
+)
+from agentrt.server.core import events as ev
+from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
+from agentrt.server.engine._payload_step import bound_tool_outcome
+from agentrt.server.store import RunRecord
+from agentrt.server.tools import CallMetadata, ToolOutcome
+
+if TYPE_CHECKING:
+    from agentrt.server.engine._driver import RunDriver
+
+RECONCILE_MAX_DELAY_S = 60.0
+_NOT_FOUND = "not_found"
+_UNKNOWN = "unknown"
+
+
+def is_write(spec: tool_pb2.ToolSpec | None) -> bool:
+    """Writes are retried only through their key or after a query (invariant 3)."""
+    return spec is None or (spec.side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY and not spec.idempotent)
+
+
+class ToolStep:
+    """The tool side of one :class:`RunDriver`."""
+
+    def __init__(self, driver: RunDriver):
+        self.d = driver
+        self.engine = driver.engine
+
+    def call_metadata(self, call: CallState) -> CallMetadata:
+        """What a call to its tool host carries (R3.3); the router signs its grant from it."""
+        return CallMetadata(
+            idempotency_key=call.idempotency_key,
+            run_id=self.d.run_id,
+            call_id=call.call_id,
+            attempt=call.attempts,
+            fencing_token=self.d.handle.generation,
+            tenant_id=self.d.tenant_id,
+            max_result_bytes=self.engine.settings.payloads.max_tool_result_bytes,
+        )
+
+    def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
+        seconds = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
+        return seconds or self.engine.settings.tool_timeout_s
+
+    # -- one call -----------------------------------------------------------------------------------
+
+    def _refused(self, call: CallState) -> bool:
+        """Defence in depth behind the decider: a tool the active agent lacks is never sent (R10.2)."""
+        policy = self.d.policy
+        if policy.allows(call.tool):
+            return False
+        error = not_allowed_error(call.tool, policy.agent_name)
+        self.record(call, ToolOutcome.failure("NOT_ALLOWED", error["message"]))
+        return True
+
+    async def run_call(self, call: CallState) -> None:
+        """Send a started call (or, for an inherited write, query first) and record what happened."""
+        d, engine = self.d, self.engine
+        if self._refused(call):
+            return
+        if call.tool.startswith(AGENT_TOOL_PREFIX):
+            self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
+            return
+        spec = engine.tools.spec(call.tool)
+        if is_write(spec) and call.call_id not in d.started_here:
+            found = await self._query(call)
+            if isinstance(found, ToolOutcome):
+                self.record(call, await bound_tool_outcome(d, found))
+                return
+            if found == _UNKNOWN:
+                self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
+                return
+            # Never reached the tool host's ledger: send it now, under the same key.
+            self._restart(call)
+            await d.flush()
+        timeout = d.timeout(self._spec_timeout(spec))
+        if timeout <= 0:
+            d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+            return
+        d.check_lease()
+        call_deadline_ms = engine.now_ms() + math.ceil(timeout * 1000)
+        started = engine.clock()
+        try:
+            outcome = await d.io(lambda: self._send(call, timeout_s=timeout))
+        except Cancelled:
+            settled = await self._query(call) if is_write(spec) else None
+            if settled is None:
+                outcome = ToolOutcome.failure("CANCELLED", "cancelled in flight")
+            elif isinstance(settled, ToolOutcome):
+                outcome = settled
+            elif settled == _NOT_FOUND and engine.now_ms() > call_deadline_ms:
+                outcome = ToolOutcome.failure("CANCELLED", "cancelled before the tool host saw the call")
+            else:
+                self._outcome_unknown(call, "cancelled while the write was in flight", call_deadline_ms)
+                return
+        engine.faults.hit("tool_response_received")
+        message = (outcome.error or {}).get("message", "")
+        if outcome.error and ("deadline" in message or "timeout" in message):
+            engine.counters.inc("timeout_count")
+        if outcome.in_doubt and is_write(spec):
+            # The request may have reached the host: learn what it did before any retry (R5.3).
+            settled = await self._query(call)
+            if isinstance(settled, ToolOutcome):
+                outcome = settled
+            elif settled == _UNKNOWN:
+                self._outcome_unknown(
+                    call, outcome.error["message"] if outcome.error else "", call_deadline_ms
+                )
+                return
+        error = outcome.error or {}
+        retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
+        if retryable and self._schedule_retry(call, error, expected_call_s=engine.clock() - started):
+            return
+        self.record(call, await bound_tool_outcome(d, outcome))
+
+    async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
+        engine = self.engine
+        engine.faults.hit("tool_before_send")
+        sending = asyncio.ensure_future(
+            engine.tools.invoke(
+                call.tool, call.arguments_json, metadata=self.call_metadata(call), timeout_s=timeout_s
+            )
+        )
+        if engine.faults.armed:
+            # Let the request leave before crashing "between sent and recorded".
+            await asyncio.wait({sending}, timeout=0.05)
+            engine.faults.hit("tool_request_sent")
+        return await sending
+
+    def _schedule_retry(self, call: CallState, error: dict[str, Any], *, expected_call_s: float) -> bool:
+        d, engine = self.d, self.engine
+        delay = d.backoff(call.attempts)
+        fits = retry_fits(
+            now_s=engine.clock(), delay_s=delay, expected_call_s=expected_call_s, deadline_s=d.deadline_s
+        )
+        if call.attempts >= engine.settings.tool_attempts or not fits:
+            engine.counters.inc("retry_exhausted_count")
+            return False
+        engine.counters.inc("retry_count")
+        due_ms = engine.now_ms() + math.ceil(delay * 1000)
+        d.add(self._retry_event(call, call.attempts + 1, delay, error, due_ms))
+        return True
+
+    @staticmethod
+    def _retry_event(
+        call: CallState, attempt: int, delay: float, error: dict[str, Any], due_ms: int
+    ) -> Event:
+        data = {
+            "call_id": call.call_id,
+            "attempt": attempt,
+            "delay": f"{delay:.3f}s",
+            "reason": f"{error.get('code', '')}: {error.get('message', '')}"[:400],
+            "due_time": rfc3339(due_ms),
+        }
+        return Event(ev.RETRY_SCHEDULED, data)
+
+    def _attempt_event(self, call: CallState, attempt: int) -> Event:
+        """A new attempt of the same call, same key; budgets count the call once."""
+        usage = self.d.state.usage.to_json()
+        data = {
+            "step": call.step,
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "arguments_json": call.arguments_json,
+            "idempotency_key": call.idempotency_key,
+            "attempt": attempt,
+            "usage_before": usage,
+            "usage_after": usage,
+        }
+        return Event(ev.TOOL_STARTED, data)
+
+    def _restart(self, call: CallState) -> None:
+        self.d.add(self._attempt_event(call, call.attempts + 1))
+        self.d.started_here.add(call.call_id)
+
+    def record(self, call: CallState, outcome: ToolOutcome) -> None:
+        self._check_fence(outcome)
+        self.d.add(self._result_event(call, outcome))
+        self._end_if_fatal(call, outcome)
+
+    def _check_fence(self, outcome: ToolOutcome) -> None:
+        if (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_FENCED":
+            raise LeaseLost(
+                f"tool host refused run {self.d.run_id}'s fencing token {self.d.handle.generation}"
+            )
+
+    def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
+        if outcome.replayed:
+            self.engine.counters.inc("duplicate_suppressed_count")
+        base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
+        if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
+            return Event(ev.TOOL_FAILED, dict(base, error=result_error))
+        if outcome.error is None:
+            data = dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed)
+            if outcome.result_ref is not None:  # stored as a payload: result_json is what the model saw
+                data.update(result_ref=outcome.result_ref, truncated=outcome.truncated)
+            return Event(ev.TOOL_COMPLETED, data)
+        return Event(ev.TOOL_FAILED, dict(base, error=outcome.error))
+
+    def _result_error(self, result_json: str) -> dict[str, str] | None:
+        """A result nesting past the bounds is a tool error: nothing downstream must recurse into it."""
+        limit = self.d.policy.argument_limits.max_depth
+        if nesting_depth(result_json, stop_at=limit) <= limit:
+            return None
+        message = f"the tool ran, but its result was refused: JSON nests deeper than {limit} levels"
+        return {"code": "TOOL_ERROR_CODE_PERMANENT", "message": message}
+
+    def _end_if_fatal(self, call: CallState, outcome: ToolOutcome) -> None:
+        d = self.d
+        code = (outcome.error or {}).get("code", "")
+        message = (outcome.error or {}).get("message", "")
+        if code == "TOOL_ERROR_CODE_UNAUTHORIZED":
+            d.add(*end_events(d.state, Phase.FAILED, f"tool_unauthorized:{call.tool}", message=message))
+        elif code == "TOOL_ERROR_CODE_KEY_CONFLICT":
+            d.add(*end_events(d.state, Phase.FAILED, "idempotency_conflict", message=message))
+
+    # -- parallel read-only calls -------------------------------------------------------------------
+
+    async def run_batch(self, calls: tuple[CallState, ...]) -> None:
+        """Send concurrency-safe, read-only calls at once; their events enter the log in call order.
+
+        Retries of a batch call wait in memory (a crash re-sends a read-only call, which is safe);
+        a cancel keeps every result that had arrived and marks the rest cancelled.
+        """
+        d = self.d
+        calls = tuple(c for c in calls if not self._refused(c))
+        if not calls:
+            return
+        d.check_lease()
+        settled: dict[str, list[tuple[Event | None, ToolOutcome]]] = {c.call_id: [] for c in calls}
+        with contextlib.suppress(Cancelled):  # results that arrived before the cancel are kept below
+            await d.io(lambda: asyncio.gather(*(self._settle_read(c, settled[c.call_id]) for c in calls)))
+        for call in calls:
+            steps = settled[call.call_id]
+            if not steps or steps[-1][0] is not None:  # no outcome yet: cut off by the cancel
+                steps.append((None, ToolOutcome.failure("CANCELLED", "cancelled in flight")))
+            steps[-1] = (None, await bound_tool_outcome(d, steps[-1][1]))
+            for retry_event, outcome in steps:
+                if retry_event is not None:
+                    d.add(retry_event)
+                    continue
+                self._check_fence(outcome)
+                d.add(self._result_event(call, outcome))
+        for call in calls:
+            outcome = settled[call.call_id][-1][1]
+            self._end_if_fatal(call, outcome)
+
+    async def _settle_read(self, call: CallState, steps: list[tuple[Event | None, ToolOutcome]]) -> None:
+        d, engine = self.d, self.engine
+        spec = engine.tools.spec(call.tool)
+        attempt = call.attempts
+        while True:
+            timeout = d.timeout(self._spec_timeout(spec))
+            if timeout <= 0:
+                steps.append((None, ToolOutcome.failure("TRANSIENT", "the run's deadline left no time")))
+                return
+            began = engine.clock()
+            outcome = await self._send(call, timeout_s=timeout)
+            error = outcome.error or {}
+            if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and attempt < engine.settings.tool_attempts:
+                delay = d.backoff(attempt)
+                expected = engine.clock() - began
+                if retry_fits(
+                    now_s=engine.clock(), delay_s=delay, expected_call_s=expected, deadline_s=d.deadline_s
+                ):
+                    engine.counters.inc("retry_count")
+                    attempt += 1
+                    due_ms = engine.now_ms() + math.ceil(delay * 1000)
+                    steps.append((self._retry_event(call, attempt, delay, error, due_ms), outcome))
+                    steps.append((self._attempt_event(call, attempt), outcome))
+                    await asyncio.sleep(delay)
+                    continue
+                engine.counters.inc("retry_exhausted_count")
+            steps.append((None, outcome))
+            return
+
+    def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
+        self.engine.counters.inc("unknown_result_count")
+        data: dict[str, Any] = {
+            "step": call.step,
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "idempotency_key": call.idempotency_key,
+            "reason": reason,
+        }
+        if call_deadline_ms:
+            data["call_deadline"] = rfc3339(call_deadline_ms)
+        self.d.add(Event(ev.TOOL_OUTCOME_UNKNOWN, data))
+
+    # -- agents as tools ----------------------------------------------------------------------------
+
+    async def _child_run(self, call: CallState) -> ToolOutcome:
+        """Run another agent as a child run and return its final answer (R9.1).
+
+        The child's deadline is the parent's remaining time; its request key is the call's
+        idempotency key, so a recovered parent re-attaches to the same child instead of starting
+        another. Cancelling the parent cancels the child.
+        """
+        from agentrt.server.engine._engine import StartRequest  # the engine module imports this one
+
+        d, engine = self.d, self.engine
+        target = call.tool.removeprefix(AGENT_TOOL_PREFIX)
+        if target not in d.agent.config.agent_tools or target not in d.agent.peers:
+            return ToolOutcome.failure("UNKNOWN_TOOL", f"agent {target!r} is not available to {d.agent.name}")
+        try:
+            question = str(loads_bounded(call.arguments_json or "{}").get("input", ""))
+        except (ValueError, AttributeError):
+            question = ""
+        if not question.strip():
+            return ToolOutcome.failure("INVALID_INPUT", "an agent tool needs a non-empty 'input'")
+        remaining = d.deadline_s - engine.clock() - engine.settings.call_reserve_s
+        if remaining <= 0:
+            return ToolOutcome.failure("TRANSIENT", "no time left for a child run")
+        child_agent = d.agent.switch(target)
+        request = StartRequest(
+            tenant_id=d.tenant_id,
+            agent=child_agent,
+            input=question,
+            budget_overrides={"timeout_s": min(child_agent.config.budgets.timeout_s, remaining)},
+            request_key=f"child:{call.idempotency_key}",
+            metadata={"parent_run_id": d.run_id, "parent_call_id": call.call_id},
+            created_by=f"run:{d.run_id}",
+        )
+        child, _ = await engine.start_run(request)
+        try:
+            ended = await d.io(lambda: self._wait_for_end(child.run_id))
+        except Cancelled:
+            await engine.request_cancel(
+                child.run_id,
+                tenant_id=d.tenant_id,
+                reason=f"parent run {d.run_id} cancelled",
+                requested_by=f"run:{d.run_id}",
+            )
+            return ToolOutcome.failure("CANCELLED", f"cancelled; child run {child.run_id} was cancelled too")
+        if ended.phase == Phase.COMPLETED.value:
+            return ToolOutcome(json.dumps({"run_id": ended.run_id, "output": ended.output}), None)
+        return ToolOutcome.failure(
+            "PERMANENT", f"child run {ended.run_id} ended {ended.phase}: {ended.reason}"
+        )
+
+    async def _wait_for_end(self, run_id: str) -> RunRecord:
+        """Until the child ends: woken by its events on this replica, re-checked in the store."""
+        engine = self.engine
+        subscription = engine.bus.subscribe(run_id)
+        try:
+            while True:
+                subscription.drain()  # a wake-up only: what it held is in the store
+                record = await engine.store.get_run(run_id)
+                if record is not None and Phase(record.phase).terminal:
+                    return record
+                await subscription.get(wait_s=0.5)
+        finally:
+            engine.bus.unsubscribe(subscription)
+
+    # -- learning outcomes --------------------------------------------------------------------------
+
+    async def _query(self, call: CallState) -> ToolOutcome | str:
+        """The ledger's word on a call: an outcome, _NOT_FOUND, or _UNKNOWN (running / unreachable)."""
+        try:
+            operation = await self.engine.tools.get_operation(
+                call.tool,
+                call.arguments_json,
+                metadata=self.call_metadata(call),
+                timeout_s=self.engine.settings.query_timeout_s,
+            )
+        except grpc.aio.AioRpcError:
+            return _UNKNOWN
+        if operation is None:
+            return _NOT_FOUND
+        if operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED:
+            return ToolOutcome(operation.result_json, None, True)
+        if operation.status == tool_pb2.OPERATION_STATUS_FAILED:
+            error = json_format.MessageToDict(operation.error, preserving_proto_field_name=True)
+            return ToolOutcome(None, error)
+        return _UNKNOWN
+
+    async def reconcile(self, call: CallState) -> None:
+        """The run is in UNKNOWN_OUTCOME: ask again; park with backoff while nobody can tell."""
+        d, engine = self.d, self.engine
+        found = await self._query(call)
+        if isinstance(found, ToolOutcome):
+            error = (found.error or {}).get("code", "")
+            if (
+                error in ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
+                and d.handle.cancel_reason is None
+            ):
+                self._restart(call)  # the ledger says it did not complete: safe to send again, same key
+            else:
+                self.record(call, await bound_tool_outcome(d, found))
+            return
+        now_ms = engine.now_ms()
+        if found == _NOT_FOUND:
+            if d.handle.cancel_reason is None:
+                self._restart(call)
+                return
+            settled_ms = call.call_deadline_ms or int(d.deadline_s * 1000)
+            if now_ms > settled_ms:
+                self.record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
+                return
+            await d.park(settled_ms + 1)
+            return
+        await d.park(now_ms + math.ceil(self._reconcile_delay_s() * 1000))
+
+    def _reconcile_delay_s(self) -> float:
+        attempts = int(self.d.handle.extra.get("reconcile_attempts", 0)) + 1
+        self.d.handle.extra["reconcile_attempts"] = attempts
+        return min(RECONCILE_MAX_DELAY_S, max(0.5, self.d.backoff(attempts + 2)))
+
+    async def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
+        """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
+        d = self.d
+        call = d.state.unknown_call()
+        if d.state.phase is not Phase.UNKNOWN_OUTCOME or call is None or call.call_id != decision["call_id"]:
+            return
+        kind = decision["decision"]
+        resolved = {
+            "call_id": call.call_id,
+            "decision": kind,
+            "resolved_by": decision.get("resolved_by", ""),
+            "comment": decision.get("comment", ""),
+        }
+        d.add(Event(ev.OUTCOME_RESOLVED, resolved))
+        if kind == "OUTCOME_DECISION_SUCCEEDED":
+            # A person's result is bounded like a tool's: a large one is stored as a payload.
+            self.record(
+                call, await bound_tool_outcome(d, ToolOutcome(decision.get("result_json") or "{}", None))
+            )
+        elif kind == "OUTCOME_DECISION_FAILED":
+            message = f"decided by a person: {decision.get('comment', '')}".strip()
+            self.record(call, ToolOutcome.failure("PERMANENT", message))
+        else:
+            self._restart(call)

@@ -1,0 +1,57 @@
+"""The policy plugin manager and the one question the engine asks it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pluggy
+
+from agentrt.server.core import loads_bounded
+from agentrt.server.policies import hookspecs
+from agentrt.server.policies._types import ApprovalRequirement
+
+#: Entry-point group of policy plugins (each hook family has its own).
+ENTRYPOINT_GROUP = hookspecs.PROJECT_NAME
+
+
+def get_policy_plugin_manager(*, entrypoints: bool = True) -> pluggy.PluginManager:
+    """A fresh manager with the policy hookspecs and the plugins of the ``agentrt.policies`` group.
+
+    Raises:
+        pluggy.PluginValidationError: A plugin implements a policy hook that does not exist (a
+            misspelled name) or with arguments the hookspec does not have.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    if entrypoints:
+        pm.load_setuptools_entrypoints(ENTRYPOINT_GROUP)
+    pm.check_pending()
+    return pm
+
+
+class Policies:
+    """Asks the policy plugins; falls back to the tool's own flag."""
+
+    def __init__(self, pm: pluggy.PluginManager):
+        self.pm = pm
+
+    def approval(
+        self, *, tool: str, arguments_json: str, agent_name: str, options: Mapping[str, Any], flagged: bool
+    ) -> ApprovalRequirement:
+        try:
+            arguments = loads_bounded(arguments_json or "{}")
+        except ValueError:  # not JSON, or past the bounds: the decider refuses the call anyway
+            arguments = {}
+        if not isinstance(arguments, dict):
+            arguments = {}
+        answer: ApprovalRequirement | None = self.pm.hook.agentrt_approval_policy(
+            tool=tool, arguments=arguments, agent_name=agent_name, options=options
+        )
+        if answer is not None:
+            return ApprovalRequirement(
+                required=answer.required or flagged,
+                reason=answer.reason,
+                policy_version=answer.policy_version,
+            )
+        return ApprovalRequirement(required=flagged, reason="the tool requires approval" if flagged else "")

@@ -1,0 +1,70 @@
+"""Policy hooks of the runtime (pluggy project "agentrt").
+
+Plugins implement them with ``@hookimpl(optionalhook=True)`` so that a tool host,
+which loads the same entry-point group, does not reject them as unknown hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from agentrt.server.policies._types import ApprovalRequirement
+
+#: The pluggy project and entry-point group of policies plugins (one per hook family).
+PROJECT_NAME = "agentrt.policies"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec(firstresult=True)
+def agentrt_approval_policy(
+    tool: str, arguments: Mapping[str, Any], agent_name: str, options: Mapping[str, Any]
+) -> ApprovalRequirement | None:
+    """Decide whether a call needs a person's approval before it runs (DESIGN §7).
+
+    Called once per tool call the model asks for, before the call starts. Stops at the
+    first non-None result; with no answer, the tool's own ``requires_approval`` flag decides.
+
+    :param tool: Tool name, e.g. ``refund.issue``.
+    :param arguments: The call's arguments (parsed JSON object; do not mutate).
+    :param agent_name: The agent making the call.
+    :param options: The agent's ``approvals.options`` from the runtime config.
+    :return: An :class:`ApprovalRequirement`, or None to leave the decision to others.
+    """
+
+
+@hookspec
+def agentrt_output_guardrail(
+    agent_name: str, input: str, output: str, options: Mapping[str, Any]
+) -> str | None:
+    """Check a final answer before the run may complete (R4.3). Every implementation is asked.
+
+    :param agent_name: The agent that answered.
+    :param input: The run's input.
+    :param output: The final answer.
+    :param options: The agent's ``output.options`` from the runtime config.
+    :return: Why the answer must not be accepted, or None to accept it.
+    """
+
+
+@hookspec
+def agentrt_postcondition(
+    agent_name: str,
+    input: str,
+    output: str,
+    tool_results: Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any],
+) -> str | None:
+    """Check that the world is as the answer claims before the run may complete. Every one is asked.
+
+    :param agent_name: The agent that answered.
+    :param input: The run's input.
+    :param output: The final answer.
+    :param tool_results: The run's tool results in order: ``{"tool", "call_id", "ok", "result_json"}``.
+    :param options: The agent's ``output.options`` from the runtime config.
+    :return: Which condition does not hold, or None.
+    """

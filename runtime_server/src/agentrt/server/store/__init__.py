@@ -1,0 +1,45 @@
+"""The run store (SQLAlchemy 2.0 Core): SQLite by default, PostgreSQL via psycopg 3; payloads optionally
+encrypted at rest."""
+
+from __future__ import annotations
+
+from agentrt.server.store._admission import GLOBAL_EXACT_WITHIN, Admission
+from agentrt.server.store._crypt import SEALED_RUN_COLUMNS, UnreadableRecord, load_cipher
+from agentrt.server.store._db import (
+    Database,
+    PostgresDatabase,
+    SqliteDatabase,
+    migrate,
+    normalise_url,
+    open_database,
+)
+from agentrt.server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
+from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
+from agentrt.server.store._retention import PruneCounts, Pruner, PruneReport
+from agentrt.server.store._store import Store
+
+__all__ = [
+    "GLOBAL_EXACT_WITHIN",
+    "SEALED_RUN_COLUMNS",
+    "Admission",
+    "Claim",
+    "Database",
+    "PayloadRef",
+    "PayloadStore",
+    "PostgresDatabase",
+    "PruneCounts",
+    "PruneReport",
+    "Pruner",
+    "RunRecord",
+    "Signal",
+    "SqliteDatabase",
+    "Store",
+    "StoredEvent",
+    "StoredPayload",
+    "UnreadableRecord",
+    "check_payload_id",
+    "load_cipher",
+    "migrate",
+    "normalise_url",
+    "open_database",
+]

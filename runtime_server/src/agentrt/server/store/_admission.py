@@ -1,0 +1,103 @@
+"""Admission control: how many runs may wait and run, counted in the database (issue 9, §11.8).
+
+The counts live in the ``runs`` table (index ``ix_runs_tenant_phase``), so every replica sees the
+same numbers. They are taken inside the transaction that inserts the run, after the request key
+was looked up: a repeated key attaches to its run and is never refused, and a refused request
+writes nothing.
+
+What is guaranteed under concurrency:
+
+* Per tenant the limits are exact. On PostgreSQL a transaction-scoped advisory lock per tenant
+  serialises that tenant's inserts across replicas; under READ COMMITTED the count taken after
+  the lock sees every insert committed before it. On SQLite one writer at a time holds the
+  database, and the count and the insert run without yielding the event loop.
+* The global queue limit is exact on SQLite. On PostgreSQL it is exact once the queue is within
+  :data:`GLOBAL_EXACT_WITHIN` runs of the limit, where a global advisory lock is taken too; further
+  below, inserts of different tenants run in parallel, and the queue can pass its limit only if
+  more than :data:`GLOBAL_EXACT_WITHIN` run-creating transactions are in flight at once (it then
+  passes it by at most their number less that margin).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, select, text
+
+from agentrt.server.core import TERMINAL_PHASES, Phase, ResourceExhausted
+from agentrt.server.store._schema import runs
+
+__all__ = ["GLOBAL_EXACT_WITHIN", "Admission"]
+
+#: Below ``max_queued_runs`` minus this, the global queue count takes no global lock (PostgreSQL).
+GLOBAL_EXACT_WITHIN = 64
+
+_LOCK_SPACE = 0x61646D74  # "admt": the first key of every admission advisory lock
+_GLOBAL_LOCK = 0x61646D7447  # a single-key lock lives in another key space than two-key ones
+_TERMINAL = [p.value for p in TERMINAL_PHASES]
+
+
+def _count(conn: Connection, *conditions: object, cap: int) -> int:
+    """Rows matching ``conditions``, counted up to ``cap`` (the limit needs no more)."""
+    inner = select(runs.c.run_id).where(*conditions).limit(cap).subquery()  # type: ignore[arg-type]
+    return int(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """The limits a new run of ``tenant_id`` must fit in; see the module docstring.
+
+    Attributes:
+        tenant_id: The caller's tenant.
+        max_queued_runs: QUEUED runs of all tenants.
+        max_queued_runs_per_tenant: QUEUED runs of this tenant.
+        max_active_runs_per_tenant: Runs of this tenant that have not ended (queued included).
+        retry_after_s: What RetryInfo tells a refused caller.
+    """
+
+    tenant_id: str
+    max_queued_runs: int
+    max_queued_runs_per_tenant: int
+    max_active_runs_per_tenant: int
+    retry_after_s: float
+
+    def lock(self, conn: Connection) -> None:
+        """Serialise this tenant's admissions across replicas (PostgreSQL; released at commit)."""
+        if conn.dialect.name == "postgresql":
+            key = zlib.crc32(self.tenant_id.encode()) - 2**31  # int4
+            lock = text("SELECT pg_advisory_xact_lock(:space, :key)")
+            conn.execute(lock, {"space": _LOCK_SPACE, "key": key})
+
+    def check(self, conn: Connection) -> None:
+        """Refuse the run when a limit is reached.
+
+        Raises:
+            ResourceExhausted: ``TOO_MANY_ACTIVE_RUNS`` or ``TOO_MANY_QUEUED_RUNS`` (metadata
+                ``scope`` tenant or global, and ``limit``), with ``retry_after_s``.
+        """
+        tenant = runs.c.tenant_id == self.tenant_id
+        queued = runs.c.phase == Phase.QUEUED.value
+        active = _count(conn, tenant, runs.c.phase.not_in(_TERMINAL), cap=self.max_active_runs_per_tenant)
+        if active >= self.max_active_runs_per_tenant:
+            self._refuse("TOO_MANY_ACTIVE_RUNS", "runs not ended", "tenant", self.max_active_runs_per_tenant)
+        mine = _count(conn, tenant, queued, cap=self.max_queued_runs_per_tenant)
+        if mine >= self.max_queued_runs_per_tenant:
+            self._refuse("TOO_MANY_QUEUED_RUNS", "queued runs", "tenant", self.max_queued_runs_per_tenant)
+        limit = self.max_queued_runs
+        everyone = _count(conn, queued, cap=limit)
+        if everyone >= limit - GLOBAL_EXACT_WITHIN and conn.dialect.name == "postgresql":
+            # Near the limit: count again holding the one global lock, so that no two pass together.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _GLOBAL_LOCK})
+            everyone = _count(conn, queued, cap=limit)
+        if everyone >= limit:
+            self._refuse("TOO_MANY_QUEUED_RUNS", "queued runs", "global", limit)
+
+    def _refuse(self, reason: str, what: str, scope: str, limit: int) -> None:
+        whose = "of this tenant" if scope == "tenant" else "on this server"
+        raise ResourceExhausted(
+            f"too many {what} {whose} (limit {limit}); retry later",
+            reason=reason,
+            retry_after_s=self.retry_after_s,
+            metadata={"scope": scope, "limit": str(limit)},
+        )

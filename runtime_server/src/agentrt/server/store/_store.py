@@ -1,0 +1,564 @@
+"""The run store: runs, their append-only event logs, checkpoints, leases.
+
+Every state change goes through :meth:`Store.append`, which appends events and
+advances the run row (``revision + 1``) in one transaction fenced by
+``revision`` and ``lease_owner`` (R5.1, R5.5). Appends from concurrent runs are
+group-committed: one transaction carries every append queued while the previous
+one was committing, so at high concurrency the cost per step falls below one
+commit while each caller still waits for its own durable commit.
+
+With a cipher, payloads are sealed before they are queued and opened as they are read
+(``_crypt.py``): callers only ever see plaintext records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Connection, and_, exists, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase
+from agentrt.server.store._admission import Admission
+from agentrt.server.store._appends import write_batch
+from agentrt.server.store._crypt import RecordCipher
+from agentrt.server.store._db import Database, PostgresDatabase, open_database
+from agentrt.server.store._payloads import PayloadStore
+from agentrt.server.store._pg_appends import PgAppender
+from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
+from agentrt.server.store._schema import events, runs, signals
+from agentrt.toolhost.security import PayloadCipher
+
+_TERMINAL = [p.value for p in TERMINAL_PHASES]
+
+
+@dataclass(slots=True)
+class _PendingAppend:
+    run_id: str
+    expected_revision: int
+    owner: str
+    rows: list[dict[str, Any]]
+    values: dict[str, Any]
+    future: asyncio.Future[int]
+    consume_signals: Sequence[int] = ()
+
+
+class Store:
+    """Async facade over one database. Create with :meth:`open`."""
+
+    def __init__(self, db: Database, *, cipher: PayloadCipher | None = None):
+        self.db = db
+        self._crypt = RecordCipher(cipher=cipher)
+        self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
+        self._pending: list[_PendingAppend] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        sqlite_synchronous: str = "FULL",
+        pool_size: int = 10,
+        cipher: PayloadCipher | None = None,
+    ) -> Store:
+        """Migrate the schema and connect.
+
+        Args:
+            url: ``sqlite:///...`` or ``postgresql://...``.
+            sqlite_synchronous: SQLite's ``PRAGMA synchronous``.
+            pool_size: PostgreSQL connection pool size.
+            cipher: Seals run payloads at rest (R10.2); None stores them in clear. Values written
+                in clear before it was set still read.
+        """
+        database = open_database(url, sqlite_synchronous=sqlite_synchronous, pool_size=pool_size)
+        return cls(database, cipher=cipher)
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    def payload_store(self, *, mode: Literal["db", "file"] = "db", root: Path | None = None) -> PayloadStore:
+        """Payloads of this store's runs, sealed with its cipher (``file``: under ``root``)."""
+        return PayloadStore(db=self.db, crypt=self._crypt, mode=mode, root=root)
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        if self._pg is not None:
+            await self._pg.close()
+        await self.db.dispose()
+
+    # -- runs ---------------------------------------------------------------------------------------
+
+    async def create_run(
+        self,
+        values: Mapping[str, Any],
+        first_events: Sequence[tuple[str, str]],
+        now_ms: int,
+        *,
+        admission: Admission | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Insert a run and its first events; with a repeated request_key return the existing run.
+
+        Args:
+            admission: Limits a new run must fit in, counted in the inserting transaction (a
+                repeated request_key is never refused).
+
+        Returns:
+            The run and whether this call created it.
+
+        Raises:
+            ResourceExhausted: Over an admission limit; nothing was written.
+        """
+
+        def existing(conn: Connection) -> RunRecord | None:
+            if not values.get("request_key"):
+                return None
+            row = conn.execute(
+                select(runs).where(
+                    runs.c.tenant_id == values["tenant_id"], runs.c.request_key == values["request_key"]
+                )
+            ).first()
+            return crypt.run(row) if row else None
+
+        crypt = self._crypt
+        run_id = values["run_id"]
+        row = dict(values, revision=1, last_seq=len(first_events), created_ms=now_ms, updated_ms=now_ms)
+        sealed_row = crypt.seal_run_values(run_id, row)
+        event_rows = [
+            {
+                "run_id": run_id,
+                "seq": i,
+                "type": t,
+                "payload": crypt.seal_event(run_id, i, p),
+                "created_ms": now_ms,
+            }
+            for i, (t, p) in enumerate(first_events, start=1)
+        ]
+
+        def write(conn: Connection) -> tuple[RunRecord, bool]:
+            if admission is not None:
+                admission.lock(conn)
+            found = existing(conn)
+            if found is not None:
+                return found, False
+            if admission is not None:
+                admission.check(conn)
+            conn.execute(insert(runs).values(**sealed_row))
+            conn.execute(insert(events), event_rows)
+            # Every column is known here; reading the row back would cost a round trip.
+            known = {c.name: None for c in runs.c} | row
+            return RunRecord(**known), True
+
+        try:
+            return await self.db.transaction(write)
+        except IntegrityError:
+            # A concurrent request with the same key won the insert: attach to its run.
+            found = await self.db.transaction(existing)
+            if found is None:
+                raise
+            return found, False
+
+    async def check_admission(self, admission: Admission) -> None:
+        """Raise ResourceExhausted when a new run would be over a limit now (reads only)."""
+        await self.db.transaction(admission.check)
+
+    async def find_by_request_key(self, tenant_id: str, request_key: str) -> RunRecord | None:
+        """The run a request key started, if any."""
+
+        def read(conn: Connection) -> RunRecord | None:
+            query = select(runs).where(runs.c.tenant_id == tenant_id, runs.c.request_key == request_key)
+            row = conn.execute(query).first()
+            return self._crypt.run(row) if row else None
+
+        return await self.db.transaction(read)
+
+    async def active_session_run(self, *, tenant_id: str, session_id: str) -> RunRecord | None:
+        """The session's oldest run that has not ended, if any."""
+
+        def read(conn: Connection) -> RunRecord | None:
+            row = conn.execute(
+                select(runs)
+                .where(
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.session_id == session_id,
+                    runs.c.phase.not_in(_TERMINAL),
+                )
+                .order_by(runs.c.created_ms)
+                .limit(1)
+            ).first()
+            # Callers want its id and phase: an unreadable payload must not block the session gate.
+            return self._crypt.run(row, strict=False) if row else None
+
+        return await self.db.transaction(read)
+
+    async def session_turns(self, *, tenant_id: str, session_id: str, limit: int) -> list[RunRecord]:
+        """The session's ended runs that have an output, oldest first (at most ``limit``, the newest)."""
+
+        def read(conn: Connection) -> list[RunRecord]:
+            query = (
+                select(runs)
+                .where(
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.session_id == session_id,
+                    runs.c.phase.in_(_TERMINAL),
+                    runs.c.output != "",
+                )
+                .order_by(runs.c.created_ms.desc())
+                .limit(limit)
+            )
+            # Strict: a new turn built on a silently emptied history would be wrong.
+            return [self._crypt.run(r) for r in conn.execute(query)][::-1]
+
+        return await self.db.transaction(read)
+
+    async def get_run(self, run_id: str, *, tenant_id: str | None = None) -> RunRecord | None:
+        """The run, or None (also when it belongs to another tenant)."""
+
+        def read(conn: Connection) -> RunRecord | None:
+            query = select(runs).where(runs.c.run_id == run_id)
+            if tenant_id is not None:
+                query = query.where(runs.c.tenant_id == tenant_id)
+            row = conn.execute(query).first()
+            return self._crypt.run(row) if row else None
+
+        return await self.db.transaction(read)
+
+    async def list_runs(
+        self,
+        *,
+        tenant_id: str,
+        phases: Sequence[str] = (),
+        agent_name: str = "",
+        session_id: str = "",
+        page_size: int = 50,
+        page_token: str = "",
+    ) -> tuple[list[RunRecord], str]:
+        """Runs newest first, keyset-paged. Raises ValueError on a malformed token."""
+        after = _decode_token(page_token) if page_token else None
+
+        def read(conn: Connection) -> list[RunRecord]:
+            query = select(runs).where(runs.c.tenant_id == tenant_id)
+            if phases:
+                query = query.where(runs.c.phase.in_(list(phases)))
+            if agent_name:
+                query = query.where(runs.c.agent_name == agent_name)
+            if session_id:
+                query = query.where(runs.c.session_id == session_id)
+            if after is not None:
+                created, run_id = after
+                query = query.where(
+                    or_(
+                        runs.c.created_ms < created,
+                        and_(runs.c.created_ms == created, runs.c.run_id < run_id),
+                    )
+                )
+            query = query.order_by(runs.c.created_ms.desc(), runs.c.run_id.desc()).limit(page_size + 1)
+            # Lenient: one run whose key is gone must not hide the others from a listing.
+            return [self._crypt.run(r, strict=False) for r in conn.execute(query)]
+
+        found = await self.db.transaction(read)
+        if len(found) <= page_size:
+            return found, ""
+        last = found[page_size - 1]
+        return found[:page_size], _encode_token(last.created_ms, last.run_id)
+
+    async def count_runs(self) -> int:
+        return await self.db.transaction(
+            lambda c: int(c.execute(select(func.count()).select_from(runs)).scalar_one())
+        )
+
+    # -- events -------------------------------------------------------------------------------------
+
+    async def read_events(self, run_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """Persisted events with seq > after_seq, in order."""
+
+        def read(conn: Connection) -> list[StoredEvent]:
+            query = (
+                select(events)
+                .where(events.c.run_id == run_id, events.c.seq > after_seq)
+                .order_by(events.c.seq)
+                .limit(limit)
+            )
+            return [self._crypt.event(r) for r in conn.execute(query)]
+
+        return await self.db.transaction(read)
+
+    async def read_event_sizes(self, run_id: str, *, after_seq: int, limit: int) -> list[tuple[int, int]]:
+        """(seq, stored payload length) of up to ``limit`` events after ``after_seq``: sizes a page."""
+
+        def read(conn: Connection) -> list[tuple[int, int]]:
+            query = (
+                select(events.c.seq, func.length(events.c.payload))
+                .where(events.c.run_id == run_id, events.c.seq > after_seq)
+                .order_by(events.c.seq)
+                .limit(limit)
+            )
+            return [(int(seq), int(size or 0)) for seq, size in conn.execute(query)]
+
+        return await self.db.transaction(read)
+
+    async def append(
+        self,
+        run_id: str,
+        *,
+        expected_revision: int,
+        owner: str,
+        first_seq: int,
+        new_events: Sequence[tuple[str, str]],
+        values: Mapping[str, Any],
+        now_ms: int,
+        consume_signals: Sequence[int] = (),
+    ) -> int:
+        """Append events and advance the run row in one fenced transaction.
+
+        ``consume_signals`` are deleted in the same transaction: a signal is applied exactly once.
+
+        Returns:
+            The new revision.
+
+        Raises:
+            LeaseLost: the run's revision or owner is not what this worker expects.
+        """
+        # Sealed here, before queuing, so the group commit itself costs what it did in clear.
+        crypt = self._crypt
+        rows = [
+            {
+                "run_id": run_id,
+                "seq": first_seq + i,
+                "type": t,
+                "payload": crypt.seal_event(run_id, first_seq + i, p),
+                "created_ms": now_ms,
+            }
+            for i, (t, p) in enumerate(new_events)
+        ]
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        row_values = dict(
+            crypt.seal_run_values(run_id, values), revision=expected_revision + 1, updated_ms=now_ms
+        )
+        if rows:
+            row_values["last_seq"] = rows[-1]["seq"]
+        self._pending.append(
+            _PendingAppend(run_id, expected_revision, owner, rows, row_values, future, consume_signals)
+        )
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    if self._pg is not None and self._pg.handles(batch):
+                        fenced = await self._pg.write(batch)
+                    else:
+                        fenced = await self.db.transaction(lambda conn, b=batch: write_batch(conn, b))  # type: ignore[misc]
+                except BaseException as exc:  # one failed transaction fails every caller in it
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_exception(
+                                exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+                            )
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for item, ok in zip(batch, fenced, strict=True):
+                    if item.future.done():
+                        continue
+                    if ok:
+                        item.future.set_result(item.expected_revision + 1)
+                    else:
+                        item.future.set_exception(
+                            LeaseLost(
+                                f"run {item.run_id} moved past revision "
+                                f"{item.expected_revision} or changed owner",
+                                metadata={"run_id": item.run_id},
+                            )
+                        )
+        finally:
+            self._flusher = None
+
+    # -- leases -------------------------------------------------------------------------------------
+
+    async def claim(
+        self, *, owner: str, now_ms: int, ttl_ms: int, limit: int, run_ids: Sequence[str] = ()
+    ) -> list[Claim]:
+        """Take up to ``limit`` runs that need a worker: unowned or whose lease expired.
+
+        Paused runs (WAITING_APPROVAL, UNKNOWN_OUTCOME) are only taken when a cancel is pending.
+        On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so replicas never
+        block on each other.
+        """
+        paused = [Phase.WAITING_APPROVAL.value, Phase.UNKNOWN_OUTCOME.value]
+
+        def write(conn: Connection) -> list[Claim]:
+            free = or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms)
+            has_signal = exists(select(signals.c.id).where(signals.c.run_id == runs.c.run_id))
+            # Parked runs come back when their wake time is due: a reconciliation retry, or an
+            # approval that expires (to be asked again or failed, per the agent's policy).
+            due = or_(runs.c.wake_ms.is_(None), runs.c.wake_ms <= now_ms)
+            # A session's turns run one at a time, in the order they were accepted (R8.3).
+            earlier = runs.alias("earlier")
+            turn_is_next = or_(
+                runs.c.session_id.is_(None),
+                ~exists(
+                    select(earlier.c.run_id).where(
+                        earlier.c.tenant_id == runs.c.tenant_id,
+                        earlier.c.session_id == runs.c.session_id,
+                        earlier.c.phase.not_in(_TERMINAL),
+                        earlier.c.run_id < runs.c.run_id,  # run ids sort by creation time
+                    )
+                ),
+            )
+            wanted = and_(
+                turn_is_next,
+                runs.c.phase.not_in(_TERMINAL),
+                free,
+                or_(
+                    and_(runs.c.phase.not_in(paused), due),
+                    and_(runs.c.phase.in_(paused), or_(runs.c.wake_ms <= now_ms, has_signal)),
+                    and_(
+                        runs.c.phase == Phase.WAITING_APPROVAL.value, runs.c.cancel_requested_ms.is_not(None)
+                    ),
+                ),
+            )
+            query = select(runs.c.run_id).where(wanted)
+            if run_ids:
+                query = query.where(runs.c.run_id.in_(list(run_ids)))
+            query = query.order_by(runs.c.created_ms).limit(limit)
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            candidates = list(conn.execute(query).scalars())
+            claimed: list[Claim] = []
+            for run_id in candidates:
+                row = conn.execute(
+                    update(runs)
+                    .where(runs.c.run_id == run_id, wanted)
+                    .values(
+                        lease_owner=owner,
+                        lease_expires_ms=now_ms + ttl_ms,
+                        lease_generation=runs.c.lease_generation + 1,
+                    )
+                    .returning(runs.c.lease_generation)
+                ).first()
+                if row is not None:
+                    claimed.append(Claim(run_id, int(row[0])))
+            return claimed
+
+        return await self.db.transaction(write)
+
+    async def renew(
+        self, *, owner: str, run_ids: Sequence[str], now_ms: int, ttl_ms: int
+    ) -> dict[str, tuple[str, str] | None]:
+        """Extend this worker's leases.
+
+        Returns:
+            The runs it still owns, each with its pending cancel (reason, requested_by), or None
+            when no cancel was asked: a cancel recorded by another replica reaches the owner here.
+        """
+        if not run_ids:
+            return {}
+
+        def write(conn: Connection) -> dict[str, tuple[str, str] | None]:
+            rows = conn.execute(
+                update(runs)
+                .where(runs.c.run_id.in_(list(run_ids)), runs.c.lease_owner == owner)
+                .values(lease_expires_ms=now_ms + ttl_ms)
+                .returning(
+                    runs.c.run_id,
+                    runs.c.cancel_requested_ms,
+                    runs.c.cancel_reason,
+                    runs.c.cancel_requested_by,
+                )
+            )
+            return {r[0]: ((r[2] or "cancelled"), r[3] or "") if r[1] is not None else None for r in rows}
+
+        return await self.db.transaction(write)
+
+    async def release(self, run_id: str, *, owner: str) -> None:
+        """Give up the lease (run ended or paused); a no-op when another worker owns it."""
+        await self.db.transaction(
+            lambda conn: conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run_id, runs.c.lease_owner == owner)
+                .values(lease_owner=None, lease_expires_ms=None)
+            )
+        )
+
+    async def read_signals(self, run_id: str) -> list[Signal]:
+        """Queued signals of a run, oldest first."""
+
+        def read(conn: Connection) -> list[Signal]:
+            query = select(signals).where(signals.c.run_id == run_id).order_by(signals.c.id)
+            return [self._crypt.signal(r) for r in conn.execute(query)]
+
+        return await self.db.transaction(read)
+
+    async def add_signal(
+        self, run_id: str, *, kind: str, payload: str, now_ms: int, expected_revision: int | None = None
+    ) -> bool:
+        """Queue a signal for the run's next owner; False when the run moved past ``expected_revision``."""
+        payload = self._crypt.seal_signal(run_id, kind, payload)
+
+        def write(conn: Connection) -> bool:
+            if expected_revision is not None:
+                current = conn.execute(select(runs.c.revision).where(runs.c.run_id == run_id)).scalar()
+                if current != expected_revision:
+                    return False
+            conn.execute(insert(signals).values(run_id=run_id, kind=kind, payload=payload, created_ms=now_ms))
+            # Wake a parked run at once.
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(wake_ms=None))
+            return True
+
+        return await self.db.transaction(write)
+
+    async def request_cancel(
+        self, run_id: str, *, tenant_id: str, reason: str, requested_by: str, now_ms: int
+    ) -> RunRecord | None:
+        """Persist the cancel intent (any replica may call this); None when the run is unknown."""
+
+        def write(conn: Connection) -> RunRecord | None:
+            conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.tenant_id == tenant_id,
+                    runs.c.phase.not_in(_TERMINAL),
+                    runs.c.cancel_requested_ms.is_(None),
+                )
+                .values(cancel_requested_ms=now_ms, cancel_reason=reason, cancel_requested_by=requested_by)
+            )
+            row = conn.execute(
+                select(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)
+            ).first()
+            return self._crypt.run(row) if row else None
+
+        return await self.db.transaction(write)
+
+
+def _encode_token(created_ms: int, run_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_ms, run_id]).encode()).decode()
+
+
+def _decode_token(token: str) -> tuple[int, str]:
+    try:
+        created, run_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except Exception as exc:
+        raise ValueError("malformed page_token") from exc
+    # Range-checked: a huge number must not reach the database (64-bit integers) as a bind value.
+    if (
+        type(created) is not int
+        or not 0 <= created < 2**63
+        or not isinstance(run_id, str)
+        or len(run_id) > 200
+    ):
+        raise ValueError("malformed page_token")
+    return created, run_id

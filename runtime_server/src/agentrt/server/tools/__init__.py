@@ -1,0 +1,26 @@
+"""Tool host client: routing, call metadata, typed outcomes, local spawning."""
+
+from __future__ import annotations
+
+from agentrt.server.tools._channel import HostTls
+from agentrt.server.tools._router import (
+    CallMetadata,
+    ToolHostError,
+    ToolOutcome,
+    ToolRouter,
+    tool_result_text,
+)
+from agentrt.server.tools._slots import SlotTimeout, ToolSlots
+from agentrt.server.tools._spawn import SpawnedToolHost
+
+__all__ = [
+    "CallMetadata",
+    "HostTls",
+    "SlotTimeout",
+    "SpawnedToolHost",
+    "ToolHostError",
+    "ToolOutcome",
+    "ToolRouter",
+    "ToolSlots",
+    "tool_result_text",
+]

@@ -1,7 +1,0 @@
-"""Telemetry: process counters (OpenTelemetry export comes with the observability work)."""
-
-from __future__ import annotations
-
-from runtime_server.telemetry._counters import COUNTER_NAMES, Counters
-
-__all__ = ["COUNTER_NAMES", "Counters"]

@@ -1,0 +1,299 @@
+"""``python -m agentrt.toolhost`` / ``agentrt toolhost``: run a tool host process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from agentrt.toolhost._cipher import CipherError, PayloadCipher
+from agentrt.toolhost._config import ToolHostConfig
+from agentrt.toolhost._context import DEFAULT_DATA_DIR
+from agentrt.toolhost._errors import PluginError
+from agentrt.toolhost._grants import GrantVerifier
+from agentrt.toolhost._host import ToolHost, parse_listen
+from agentrt.toolhost._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_S, MIN_KEEP_S, LedgerRetention
+from agentrt.toolhost._ledger_schema import LedgerVersionError
+from agentrt.toolhost._plugins import ENTRYPOINT_GROUP, collect_tools, get_plugin_manager
+from agentrt.toolhost._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
+
+__all__ = ["LISTENING_PREFIX", "main"]
+
+LISTENING_PREFIX = "agentrt-toolhost listening on "
+"""Parents wait for the one stdout line ``agentrt-toolhost listening on HOST:PORT``."""
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+_log = logging.getLogger("agentrt.toolhost")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrt.toolhost",
+        description="Serve agentrt plugin tools over gRPC (agentrt.toolhost.v1).",
+    )
+    parser.add_argument(
+        "--listen", default="127.0.0.1:0", metavar="HOST:PORT", help="port 0 picks a free port"
+    )
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="load a plugin module or .py file (repeatable)",
+    )
+    parser.add_argument(
+        "--no-entrypoints", action="store_true", help="do not load the 'agentrt.tools' entry-point plugins"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help="ledger and plugin data (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="options",
+        help="plugin option (repeatable)",
+    )
+    parser.add_argument("--grace", type=float, default=5.0, help="seconds in-flight calls get at shutdown")
+    parser.add_argument(
+        "--cancel-grace", type=float, default=2.0, help="seconds a cancelled tool gets to stop"
+    )
+    parser.add_argument(
+        "--ledger-keep-s",
+        type=float,
+        default=DEFAULT_KEEP_S,
+        metavar="SECONDS",
+        help="prune settled ledger entries this long after their last update (default: 30 days; at "
+        f"least {MIN_KEEP_S:.0f}, see the README's retention section; inf keeps them all)",
+    )
+    parser.add_argument(
+        "--ledger-prune-interval-s",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help="seconds between ledger pruning passes",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    security = parser.add_argument_group(
+        "security",
+        "Off loopback the host needs mTLS and call grants (or --insecure). Files are re-read when they "
+        "change, so certificates and grant keys rotate without a restart.",
+    )
+    security.add_argument("--tls-cert", default="", metavar="FILE", help="PEM certificate chain to serve")
+    security.add_argument("--tls-key", default="", metavar="FILE", help="its PEM private key")
+    security.add_argument(
+        "--client-ca",
+        default="",
+        metavar="FILE",
+        help="PEM CA that every client (the runtime) must present a certificate from; "
+        "give --tls-cert, --tls-key and --client-ca together",
+    )
+    security.add_argument(
+        "--grant-keys",
+        default="",
+        metavar="FILE",
+        help="PEM Ed25519 public keys whose call grants the host obeys; without it unsigned calls "
+        "are obeyed (development on loopback)",
+    )
+    security.add_argument(
+        "--grant-leeway",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="clock skew allowed on grant expiry",
+    )
+    security.add_argument(
+        "--encryption-key-file",
+        default="",
+        metavar="FILE",
+        help='encrypt stored results: JSON {"active": ID, "keys": {ID: BASE64 of 32 bytes}}',
+    )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --listen without mTLS and call grants (logged loudly; not for production)",
+    )
+    return parser
+
+
+def _usage_error(message: str) -> int:
+    print(f"agentrt-toolhost: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+class _SecurityError(Exception):
+    """The security flags are incomplete, refer to unusable files, or leave a public port open."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Security:
+    credentials: ReloadingServerCredentials | None
+    verifier: GrantVerifier | None
+    cipher: PayloadCipher | None
+
+
+def _security(args: argparse.Namespace) -> _Security:
+    """Build TLS credentials, the grant verifier and the cipher; refuse an open public port.
+
+    Raises:
+        _SecurityError: A flag is missing or a file unusable, or a non-loopback --listen lacks
+            mTLS or grant keys and --insecure was not given.
+    """
+    tls_files = (args.tls_cert, args.tls_key, args.client_ca)
+    if any(tls_files) and not all(tls_files):
+        raise _SecurityError("give --tls-cert, --tls-key and --client-ca together (mTLS), or none of them")
+    if not args.grant_leeway >= 0:
+        raise _SecurityError("--grant-leeway must not be negative")
+    host, _ = parse_listen(args.listen)
+    secured = all(tls_files) and bool(args.grant_keys)
+    if not secured and not is_loopback_host(host):
+        missing = " and ".join(
+            name for name, on in (("mTLS", all(tls_files)), ("call grants", bool(args.grant_keys))) if not on
+        )
+        if not args.insecure:
+            raise _SecurityError(
+                f"refusing to listen on {args.listen} without {missing}: give --tls-cert, --tls-key, "
+                "--client-ca and --grant-keys, listen on loopback, or pass --insecure"
+            )
+        _log.warning(
+            "INSECURE (--insecure): serving %s without %s; anyone who reaches this port can run tools",
+            args.listen,
+            missing,
+        )
+    try:
+        credentials = (
+            ReloadingServerCredentials(
+                cert_file=args.tls_cert, key_file=args.tls_key, client_ca_file=args.client_ca
+            )
+            if all(tls_files)
+            else None
+        )
+    except TlsFileError as exc:
+        raise _SecurityError(str(exc)) from None
+    verifier = None
+    if args.grant_keys:
+        try:
+            verifier = GrantVerifier(keys_file=args.grant_keys, leeway_s=args.grant_leeway)
+        except OSError as exc:
+            raise _SecurityError(f"cannot read --grant-keys {args.grant_keys}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise _SecurityError(f"--grant-keys {args.grant_keys}: {exc}") from None
+    else:
+        _log.warning(
+            'no --grant-keys: calls are obeyed without a call grant, all as tenant ""; '
+            "for development on loopback only"
+        )
+    cipher = None
+    if args.encryption_key_file:
+        try:
+            cipher = PayloadCipher.from_file(args.encryption_key_file)
+        except CipherError as exc:
+            raise _SecurityError(f"--encryption-key-file: {exc}") from None
+    return _Security(credentials=credentials, verifier=verifier, cipher=cipher)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a tool host until SIGTERM or SIGINT.
+
+    Prints exactly one stdout line, ``agentrt-toolhost listening on HOST:PORT``
+    (the real port), once it serves. Logs go to stderr.
+
+    Args:
+        argv: Arguments without the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        0 after a graceful shutdown, 2 for bad input (arguments, address, plugins),
+        1 for an unexpected failure.
+    """
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed the message (or --help)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        parse_listen(args.listen)
+    except ValueError as exc:
+        return _usage_error(f"invalid --listen {args.listen!r}: {exc}")
+    options: dict[str, str] = {}
+    for item in args.options:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            return _usage_error(f"invalid --set {item!r}: expected KEY=VALUE")
+        options[key] = value
+    if not (args.grace >= 0 and args.cancel_grace >= 0):
+        return _usage_error("--grace and --cancel-grace must not be negative")
+    try:
+        retention = LedgerRetention(keep_s=args.ledger_keep_s, interval_s=args.ledger_prune_interval_s)
+    except ValueError as exc:
+        return _usage_error(f"--ledger-keep-s / --ledger-prune-interval-s: {exc}")
+    try:
+        security = _security(args)
+    except _SecurityError as exc:
+        return _usage_error(str(exc))
+    config = ToolHostConfig(data_dir=args.data_dir, options=options)
+    try:
+        pm = get_plugin_manager(plugins=args.plugin, entrypoints=not args.no_entrypoints)
+        tools = collect_tools(pm, config)
+    except PluginError as exc:
+        return _usage_error(str(exc))
+    if not tools:
+        # Plugins are opt-in (e.g. the agentrt-demo distribution): a bare host serves nothing.
+        _log.warning(
+            "no plugin provides any tool: serving no tools (pass --plugin MODULE_OR_FILE, or install "
+            "a distribution with entry points in the %r group)",
+            ENTRYPOINT_GROUP,
+        )
+    host = ToolHost(
+        tools=tools,
+        data_dir=config.data_dir,
+        pm=pm,
+        cancel_grace=args.cancel_grace,
+        credentials=security.credentials,
+        verifier=security.verifier,
+        cipher=security.cipher,
+        ledger_retention=retention,
+    )
+    try:
+        return asyncio.run(_serve(host, listen=args.listen, grace=args.grace))
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return EXIT_ERROR
+
+
+async def _serve(host: ToolHost, *, listen: str, grace: float) -> int:
+    try:
+        address = await host.start(listen)
+    except (OSError, LedgerVersionError) as exc:
+        return _usage_error(str(exc))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # Only possible in the main thread; an embedding caller handles signals itself then.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        print(f"{LISTENING_PREFIX}{address}", flush=True)
+        await stop.wait()
+        _log.info("shutting down")
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await host.stop(grace)
+    return EXIT_OK

@@ -1,0 +1,205 @@
+"""The tool host: gRPC server, health, reflection, ledger and tools, with graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import grpc.aio
+import pluggy
+from grpc_health.v1 import _async as health_aio  # health.aio; the stubs lack it
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2, tool_host_service_pb2_grpc
+from agentrt.toolhost._authorize import CallGate
+from agentrt.toolhost._cipher import PayloadCipher
+from agentrt.toolhost._context import DEFAULT_DATA_DIR
+from agentrt.toolhost._grants import GrantVerifier
+from agentrt.toolhost._ledger import Ledger
+from agentrt.toolhost._ledger_retention import LedgerRetention, run_ledger_retention
+from agentrt.toolhost._parse import ParseInHandler
+from agentrt.toolhost._plugins import get_plugin_manager
+from agentrt.toolhost._sdk import Tool
+from agentrt.toolhost._server import ToolHostServicer
+from agentrt.toolhost._tls import ReloadingServerCredentials
+
+__all__ = ["LEDGER_FILE", "SERVICE_NAME", "ToolHost", "parse_listen"]
+
+SERVICE_NAME: str = tool_host_service_pb2.DESCRIPTOR.services_by_name["ToolHostService"].full_name
+LEDGER_FILE = "ledger.sqlite"
+
+_log = logging.getLogger(__name__)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6); port 0 picks a free port.
+
+    Raises:
+        ValueError: Not a ``HOST:PORT`` with a port in 0..65535.
+    """
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"port {port} is out of range")
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError("unbalanced brackets around an IPv6 host")
+    if ":" in host and not host.startswith("["):
+        raise ValueError("write an IPv6 host in brackets, e.g. [::1]:0")
+    return host, port
+
+
+class ToolHost:
+    """A tool host serving ``tools`` over ``agentrt.toolhost.v1.ToolHostService``.
+
+    Usable in-process (tests, the embedded demo) as well as by ``python -m agentrt.toolhost``::
+
+        async with ToolHost(tools=tools, data_dir=tmp_path) as host:
+            await host.start("127.0.0.1:0")
+            ...  # connect to host.address
+
+    Args:
+        tools: Tools by name (see ``collect_tools``).
+        data_dir: Directory of the ledger; handed to tools as ``ctx.data_dir``.
+        pm: Plugin manager for ``agentrt_preview_tool``; an empty one when None.
+        cancel_grace: Seconds a cancelled tool gets to stop on its own.
+        credentials: TLS (mTLS with a client CA) to serve with; plaintext when None.
+        verifier: Verifies the runtime's call grants; None obeys unsigned calls as tenant ""
+            (development on loopback).
+        cipher: Seals stored outcomes in the ledger; None stores them in clear.
+        ledger_retention: How long settled ledger entries are kept; None never prunes.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Mapping[str, Tool],
+        data_dir: Path = DEFAULT_DATA_DIR,
+        pm: pluggy.PluginManager | None = None,
+        cancel_grace: float = 2.0,
+        credentials: ReloadingServerCredentials | None = None,
+        verifier: GrantVerifier | None = None,
+        cipher: PayloadCipher | None = None,
+        ledger_retention: LedgerRetention | None = LedgerRetention(),  # noqa: B008 - frozen, shared safely
+    ) -> None:
+        self.tools = dict(tools)
+        self._ledger_retention = ledger_retention
+        self._retention_task: asyncio.Task[None] | None = None
+        self._credentials = credentials
+        self._gate = CallGate(verifier=verifier)
+        self._cipher = cipher
+        self.data_dir = data_dir
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.address: str | None = None
+        self._pm = pm if pm is not None else get_plugin_manager(entrypoints=False)
+        self._cancel_grace = cancel_grace
+        self._server: grpc.aio.Server | None = None
+        self._health: health_aio.HealthServicer | None = None
+        self._ledger: Ledger | None = None
+        self._servicer: ToolHostServicer | None = None
+
+    async def start(self, listen: str = "127.0.0.1:0") -> str:
+        """Bind, open the ledger and start serving.
+
+        Args:
+            listen: ``HOST:PORT``; port 0 picks a free port.
+
+        Returns:
+            The address served, ``HOST:PORT`` with the real port.
+
+        Raises:
+            ValueError: ``listen`` is malformed.
+            OSError: The address cannot be bound.
+            RuntimeError: Already started.
+        """
+        if self._server is not None:
+            raise RuntimeError("the tool host is already started")
+        host, _ = parse_listen(listen)
+        server = grpc.aio.server(interceptors=[ParseInHandler(f"/{SERVICE_NAME}/")])
+        try:
+            if self._credentials is None:
+                port = server.add_insecure_port(listen)
+            else:
+                port = server.add_secure_port(listen, self._credentials.credentials)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {listen}: {exc}") from None
+        if port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        # The ledger is opened only after the bind worked, so a bad address leaves no files behind.
+        ledger = Ledger(self.data_dir / LEDGER_FILE, owner=uuid.uuid4().hex, cipher=self._cipher)
+        servicer = ToolHostServicer(
+            tools=self.tools,
+            pm=self._pm,
+            ledger=ledger,
+            data_dir=self.data_dir,
+            counters=self.counters,
+            gate=self._gate,
+            cancel_grace=self._cancel_grace,
+        )
+        tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server(servicer, server)
+        health_servicer = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        services = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(services, server)
+        try:
+            await server.start()
+        except BaseException:
+            ledger.close()
+            raise
+        for service in (SERVICE_NAME, health.OVERALL_HEALTH):
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._server, self._health, self._ledger, self._servicer = server, health_servicer, ledger, servicer
+        if self._ledger_retention is not None:
+            self._retention_task = asyncio.get_running_loop().create_task(
+                run_ledger_retention(ledger.path, self._ledger_retention)
+            )
+        self.address = f"{host}:{port}"
+        _log.info(
+            "serving %d tool(s) on %s (%s, %s), data in %s",
+            len(self.tools),
+            self.address,
+            "plaintext" if self._credentials is None else "mTLS",
+            "call grants verified" if self._gate.verifying else "unsigned calls obeyed",
+            self.data_dir,
+        )
+        return self.address
+
+    async def stop(self, grace: float | None = 5.0) -> None:
+        """Report NOT_SERVING, finish or cancel in-flight calls within ``grace``, close the ledger.
+
+        Args:
+            grace: Seconds in-flight calls get to finish; None waits for them all.
+        """
+        if self._server is None:
+            return
+        assert self._health is not None and self._ledger is not None and self._servicer is not None
+        await self._health.enter_graceful_shutdown()
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention_task
+            self._retention_task = None
+        # stop() waits for running RPCs up to grace, then cancels them (their tools get the signal).
+        await self._server.stop(grace)
+        await self._servicer.operations.drain(within=self._cancel_grace)
+        self._ledger.close()
+        self._server = None
+        _log.info("stopped; counters: %s", dict(sorted(self.counters.items())))
+
+    async def wait_for_termination(self) -> None:
+        """Wait until the server stops."""
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    async def __aenter__(self) -> ToolHost:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop(grace=None if exc[0] is None else 0)

@@ -1,0 +1,266 @@
+"""Running tool calls: deadlines, cancellation and recording outcomes in the ledger.
+
+Each call runs as a task owned by the host, not by the RPC handler, so a call
+outlives a cancelled or timed-out RPC until the tool has really stopped; its
+true outcome is then recorded. A duplicate call with the same key that arrives
+meanwhile waits for that task (R5.4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import enum
+import logging
+import sqlite3
+
+import pydantic
+
+from agentrt.toolhost._context import ToolContext
+from agentrt.toolhost._errors import ErrorCode, ToolError
+from agentrt.toolhost._faults import crash_after_effect
+from agentrt.toolhost._ledger import Ledger
+from agentrt.toolhost._outcome import Failure, Outcome
+from agentrt.toolhost._sdk import Tool
+
+__all__ = ["Operation", "Operations", "StopReason"]
+
+_log = logging.getLogger(__name__)
+
+
+class StopReason(enum.Enum):
+    """Why the host asked a running tool to stop."""
+
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+@dataclasses.dataclass(eq=False, kw_only=True)
+class Operation:
+    """One running call."""
+
+    key: str
+    tool: Tool
+    args: pydantic.BaseModel
+    ctx: ToolContext
+    task: asyncio.Task[Outcome] | None = None
+    stop_reason: StopReason | None = None
+    # The future settle() waits on; _run() resolves it as its very last step, so the RPC
+    # resumes one loop iteration after the tool ends (with its task done by then).
+    settled: asyncio.Future[None] | None = None
+    # A result larger than this (UTF-8 bytes of its JSON) is recorded and answered as
+    # RESULT_TOO_LARGE instead of being sent; 0: no limit.
+    max_result_bytes: int = 0
+
+
+class Operations:
+    """The calls running in this host process, by tenant and idempotency key.
+
+    Args:
+        ledger: Where outcomes are recorded.
+        counters: The host's counters.
+        cancel_grace: Seconds a cancelled tool gets to stop on its own before it is cancelled hard.
+    """
+
+    def __init__(self, *, ledger: Ledger, counters: collections.Counter[str], cancel_grace: float) -> None:
+        self._ledger = ledger
+        self._counters = counters
+        self._grace = cancel_grace
+        self._running: dict[tuple[str, str], Operation] = {}
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    def get(self, key: str, *, tenant: str = "") -> Operation | None:
+        """Return the running call of a key in ``tenant``, if any."""
+        return self._running.get((tenant, key))
+
+    def start(
+        self, *, key: str, tool: Tool, args: pydantic.BaseModel, ctx: ToolContext, max_result_bytes: int = 0
+    ) -> Operation:
+        """Start a call whose RUNNING entry the ledger just recorded (in ``ctx.tenant``)."""
+        op = Operation(key=key, tool=tool, args=args, ctx=ctx, max_result_bytes=max_result_bytes)
+        self._running[(ctx.tenant, key)] = op
+        op.task = asyncio.get_running_loop().create_task(self._run(op), name=f"tool {tool.name} {key}")
+        return op
+
+    async def _run(self, op: Operation) -> Outcome:
+        try:
+            try:
+                result = await op.tool.invoke(op.args, op.ctx)
+                outcome = _bounded(op, Tool.serialise_result(result))
+                del result  # a large result is held once, as its JSON text, from here on
+                crash_after_effect(op.tool.name)
+            except asyncio.CancelledError:
+                # Only the host cancels this task (see stop()); it is not the RPC's cancellation.
+                outcome = self._stopped_outcome(op)
+            except ToolError as exc:
+                outcome = Outcome(failure=Failure.from_error(exc))
+            except Exception as exc:
+                _log.warning("tool %s raised (key %s)", op.tool.name, op.key, exc_info=True)
+                # Type and message only: a traceback would leak the plugin's internals.
+                outcome = Outcome.error(ErrorCode.PERMANENT, f"{type(exc).__name__}: {exc}")
+            self._record(op, outcome)
+            return outcome
+        finally:
+            if self._running.get((op.ctx.tenant, op.key)) is op:
+                del self._running[(op.ctx.tenant, op.key)]
+            _wake(op.settled)
+
+    @staticmethod
+    def _stopped_outcome(op: Operation) -> Outcome:
+        if op.stop_reason is StopReason.TIMEOUT:
+            return Outcome.error(ErrorCode.TRANSIENT, "timeout: the call overran its deadline")
+        return Outcome.error(ErrorCode.CANCELLED, "cancelled")
+
+    def _record(self, op: Operation, outcome: Outcome) -> None:
+        failure = outcome.failure
+        self._counters["succeeded" if failure is None else f"failed_{failure.code.value.lower()}"] += 1
+        if self._ledger.closed:
+            # The host shut down while a sync tool kept running; the entry stays RUNNING (unknown).
+            _log.warning(
+                "ledger closed before %s (key %s) finished; outcome not recorded", op.tool.name, op.key
+            )
+            return
+        try:
+            self._ledger.finish(op.key, outcome, tenant=op.ctx.tenant)
+        except sqlite3.Error:
+            # The entry stays RUNNING, which a later call reads as "outcome unknown": the safe side.
+            _log.exception("cannot record the outcome of %s (key %s)", op.tool.name, op.key)
+
+    def stop(self, op: Operation, reason: StopReason) -> None:
+        """Signal the tool to stop; async tools are also cancelled.
+
+        A sync tool runs in a thread that cannot be interrupted: it only sees the
+        signal, and its task ends (and records the real outcome) when it returns.
+        """
+        if op.stop_reason is None:
+            op.stop_reason = reason
+        op.ctx.cancelled.set()
+        if op.tool.is_async and op.task is not None and not op.task.done():
+            op.task.cancel()
+
+    async def settle(self, op: Operation, *, budget: float, reply_within: float | None = None) -> Outcome:
+        """Wait for a call's outcome on behalf of the RPC that started it.
+
+        Args:
+            op: The call.
+            budget: Seconds until the call's deadline.
+            reply_within: Seconds until the answer must be sent (the caller's deadline, less a
+                margin), or None; bounds how long an overrunning tool gets to stop.
+
+        Returns:
+            The outcome; TRANSIENT "timeout" when the tool overran its deadline.
+
+        Raises:
+            asyncio.CancelledError: The RPC was cancelled; the tool got its signal and a grace period.
+        """
+        assert op.task is not None
+        try:
+            if await self._settled_within(op, budget):
+                return op.task.result()
+            self._counters["timeout"] += 1
+            self.stop(op, StopReason.TIMEOUT)
+            grace = self._grace
+            if reply_within is not None:
+                # Answer before the caller's deadline, or the caller gets no typed error at all.
+                grace = min(grace, max(0.0, reply_within - budget))
+            done, _ = await asyncio.wait({op.task}, timeout=grace)
+            if done:
+                return op.task.result()
+            return Outcome.error(
+                ErrorCode.TRANSIENT,
+                "timeout: the call overran its deadline and has not stopped yet",
+                {"still_running": True},
+            )
+        except asyncio.CancelledError:
+            await self._on_rpc_cancelled(op)
+            raise
+
+    async def _settled_within(self, op: Operation, within: float) -> bool:
+        """Wait up to ``within`` seconds for the call's task; True if it is done.
+
+        ``asyncio.wait`` would do, at the price of a set, a done-callback and one more loop
+        iteration per call; this waits on :attr:`Operation.settled`, which :meth:`_run` resolves.
+        """
+        task = op.task
+        assert task is not None
+        if task.done():
+            return True
+        loop = asyncio.get_running_loop()
+        op.settled = settled = loop.create_future()
+        timer = loop.call_later(max(0.0, within), _wake, settled)
+
+        def on_done(_: object) -> None:
+            # Only matters when _run() never ran its finally (a task cancelled before it started).
+            _wake(settled)
+
+        task.add_done_callback(on_done)
+        try:
+            await settled
+        finally:
+            timer.cancel()
+            task.remove_done_callback(on_done)
+            op.settled = None
+        # Not done means the timer woke us; _run() wakes us only as its task ends.
+        return task.done()
+
+    async def _on_rpc_cancelled(self, op: Operation) -> None:
+        assert op.task is not None
+        if op.task.done():
+            return
+        self._counters["cancelled"] += 1
+        await self._signal_then_cancel([op], grace=self._grace)
+
+    async def _signal_then_cancel(self, ops: list[Operation], *, grace: float) -> None:
+        # First only the signal, so tools can stop cleanly (and say so); then cancel the async ones.
+        for op in ops:
+            if op.stop_reason is None:
+                op.stop_reason = StopReason.CANCELLED
+            op.ctx.cancelled.set()
+        tasks = {op.task for op in ops if op.task is not None and not op.task.done()}
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        if pending:
+            for op in ops:
+                self.stop(op, StopReason.CANCELLED)
+            await asyncio.wait(pending, timeout=grace)
+
+    async def wait(self, op: Operation, *, within: float) -> bool:
+        """Wait for another RPC's call with the same key to finish; True if it did ``within`` seconds."""
+        assert op.task is not None
+        done, _ = await asyncio.wait({op.task}, timeout=max(0.0, within))
+        return bool(done)
+
+    async def drain(self, *, within: float) -> None:
+        """At shutdown: signal every running call, cancel the async ones still running after
+        ``within`` seconds, and wait up to ``within`` more for them to record their outcome."""
+        await self._signal_then_cancel(list(self._running.values()), grace=within)
+
+
+def _bounded(op: Operation, result_json: str) -> Outcome:
+    """The result, or RESULT_TOO_LARGE past the call's maximum (the effect may have happened)."""
+    limit = op.max_result_bytes
+    # Characters are one to four bytes: most results are decided from their length alone.
+    if not limit or len(result_json) * 4 <= limit:
+        return Outcome.success(result_json)
+    # ASCII: the length is the size. Otherwise encode (one copy) only when the length alone cannot
+    # decide; past the limit in characters, the length is a lower bound and no copy is made.
+    ascii_only = result_json.isascii()
+    exact = ascii_only or len(result_json) <= limit
+    size = len(result_json) if ascii_only or not exact else len(result_json.encode())
+    if size <= limit:
+        return Outcome.success(result_json)
+    _log.warning("tool %s returned a result over %d bytes (key %s)", op.tool.name, limit, op.key)
+    return Outcome.error(
+        ErrorCode.RESULT_TOO_LARGE,
+        f"the result is {'' if exact else 'at least '}{size} bytes; the maximum is {limit}",
+        {"max_result_bytes": limit},
+    )
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)

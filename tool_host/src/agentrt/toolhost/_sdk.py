@@ -1,0 +1,264 @@
+"""The ``@tool`` decorator and the :class:`Tool` value it produces."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import inspect
+import json
+import math
+import re
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import pydantic
+import pydantic_core
+
+from agentrt.toolhost._context import ToolContext
+from agentrt.toolhost._errors import InvalidInput, PermanentError
+from agentrt.toolhost._validate import JsonBoundsError, loads_bounded
+
+__all__ = ["SideEffect", "Tool", "ToolFunction", "canonical_json", "tool"]
+
+ToolFunction = Callable[[Any, ToolContext], Any]
+"""``def f(args: Model, ctx: ToolContext) -> JSON-able`` or the ``async def`` equivalent."""
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$")
+
+
+class SideEffect(enum.Enum):
+    """What a tool does to the world; decides how the runtime retries and recovers it."""
+
+    READ_ONLY = "READ_ONLY"
+    WRITE = "WRITE"
+    DESTRUCTIVE = "DESTRUCTIVE"
+
+
+def canonical_json(value: Any) -> str:
+    """Return the canonical JSON text of ``value``: sorted keys, no spaces, UTF-8 kept.
+
+    Args:
+        value: A JSON-able value (as produced by ``json.loads``).
+
+    Returns:
+        The text whose sha256 is a call's input hash.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tool:
+    """One tool a plugin serves: its contract (the ``ToolSpec`` fields) plus the callable.
+
+    Build it with :func:`tool`; plugins return a list of these from ``agentrt_register_tools``.
+
+    Attributes:
+        name: Unique name within a host, e.g. ``"refund.issue"``.
+        description: Human and model facing description.
+        side_effect: What the tool does to the world.
+        idempotent: True when invoking twice with the same arguments has the effect of invoking once.
+        supports_query: True when GetOperation can answer for past invocations.
+        concurrency_safe: True when calls may run concurrently with other calls of the same run.
+        requires_approval: True when every call needs a person's approval first.
+        timeout: Seconds a call may take when the caller's deadline allows more.
+        version: Contract version; bump it when the input schema changes.
+        max_concurrent_calls: Calls a runtime process sends at once (0: no limit); more wait.
+        fn: The function, sync (runs in a worker thread) or async (runs on the host's loop).
+        args_model: The pydantic model of the arguments; its JSON schema is the input schema.
+    """
+
+    name: str
+    description: str
+    side_effect: SideEffect
+    idempotent: bool = False
+    supports_query: bool = True
+    concurrency_safe: bool = False
+    requires_approval: bool = False
+    timeout: float = 30.0
+    version: str = "1"
+    max_concurrent_calls: int = 0
+    fn: ToolFunction = dataclasses.field(repr=False, compare=False)
+    args_model: type[pydantic.BaseModel] = dataclasses.field(compare=False)
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ValueError(f"invalid tool name {self.name!r}: use dotted identifiers like 'refund.issue'")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise ValueError(f"tool {self.name!r}: timeout must be a positive number of seconds")
+        if not self.version:
+            raise ValueError(f"tool {self.name!r}: version must not be empty")
+        if not 0 <= self.max_concurrent_calls < 2**32:
+            raise ValueError(f"tool {self.name!r}: max_concurrent_calls must be 0 (no limit) or more")
+
+    @property
+    def is_async(self) -> bool:
+        """True when the function is a coroutine function (runs on the loop, not in a thread)."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def rerun_after_crash(self) -> bool:
+        """True when a call left RUNNING by a crashed host may simply run again."""
+        return self.idempotent or self.side_effect is SideEffect.READ_ONLY
+
+    def input_schema(self) -> dict[str, Any]:
+        """Return the JSON Schema (draft 2020-12) of the arguments object."""
+        return self.args_model.model_json_schema()
+
+    def parse_arguments(self, arguments_json: str) -> tuple[pydantic.BaseModel, Any]:
+        """Parse and validate arguments JSON text.
+
+        An empty text means ``{}``, for tools without arguments.
+
+        Args:
+            arguments_json: The arguments object as JSON text.
+
+        Returns:
+            The validated model and the parsed JSON value (for hashing).
+
+        Raises:
+            InvalidInput: The text is not JSON or violates the schema; ``details["errors"]``
+                lists the problems as ``{"type", "loc", "msg"}`` objects.
+        """
+        text = arguments_json if arguments_json.strip() else "{}"
+        try:
+            # Bounded in size and depth: deep nesting must be a typed error, not a RecursionError.
+            raw = loads_bounded(text)
+        except JsonBoundsError as exc:
+            error = {"type": "json_invalid", "loc": [], "msg": f"arguments: {exc}"}
+            raise InvalidInput(f"arguments: {exc}", details={"errors": [error]}) from None
+        try:
+            model = self.args_model.model_validate_json(text)
+        except pydantic.ValidationError as exc:
+            errors = [
+                {"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]}
+                for e in exc.errors(include_url=False, include_context=False, include_input=False)
+            ]
+            raise InvalidInput(
+                f"arguments do not match the input schema of {self.name!r} ({len(errors)} error(s))",
+                details={"errors": errors},
+            ) from None
+        return model, raw
+
+    async def invoke(self, args: pydantic.BaseModel, ctx: ToolContext) -> Any:
+        """Call the tool: async functions on the running loop, sync ones in a worker thread.
+
+        Args:
+            args: Validated arguments (an instance of :attr:`args_model`).
+            ctx: The call's context.
+
+        Returns:
+            Whatever the function returned.
+        """
+        if self.is_async:
+            return await self.fn(args, ctx)
+        result = await asyncio.to_thread(self.fn, args, ctx)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    @staticmethod
+    def serialise_result(result: Any) -> str:
+        """Return a tool result as JSON text (pydantic models, dicts, lists, str, numbers, None).
+
+        Raises:
+            PermanentError: The result cannot be serialised to JSON.
+        """
+        try:
+            return pydantic_core.to_json(result).decode()
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            raise PermanentError(
+                f"tool result is not JSON serialisable: {type(exc).__name__}: {exc}"
+            ) from None
+
+
+def _args_model_of(fn: ToolFunction) -> type[pydantic.BaseModel]:
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) != 2:
+        raise TypeError(
+            f"tool function {fn.__qualname__} must take (args, ctx), got {len(params)} parameter(s)"
+        )
+    try:
+        annotation: Any = typing.get_type_hints(fn).get(params[0].name)
+    except NameError as exc:
+        raise TypeError(
+            f"cannot resolve the argument annotation of {fn.__qualname__} ({exc}); "
+            "define the model at module level or pass args_model="
+        ) from None
+    if not (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)):
+        raise TypeError(
+            f"the first parameter of {fn.__qualname__} must be annotated with a pydantic model, "
+            f"got {annotation!r}"
+        )
+    return annotation
+
+
+def tool(
+    *,
+    name: str,
+    description: str,
+    side_effect: SideEffect,
+    idempotent: bool = False,
+    supports_query: bool = True,
+    concurrency_safe: bool = False,
+    requires_approval: bool = False,
+    timeout: float = 30.0,
+    version: str = "1",
+    max_concurrent_calls: int = 0,
+    args_model: type[pydantic.BaseModel] | None = None,
+) -> Callable[[ToolFunction], Tool]:
+    """Declare a tool; the decorated function becomes a :class:`Tool`.
+
+    Example::
+
+        class LookupArgs(pydantic.BaseModel):
+            order_id: str
+
+        @tool(name="orders.lookup", description="Look up an order.", side_effect=SideEffect.READ_ONLY)
+        def lookup(args: LookupArgs, ctx: ToolContext) -> dict[str, str]:
+            ...
+
+    Args:
+        name: Unique tool name, dotted identifiers such as ``"refund.issue"``.
+        description: Human and model facing description.
+        side_effect: READ_ONLY, WRITE or DESTRUCTIVE.
+        idempotent: Invoking twice with the same arguments has the effect of invoking once.
+        supports_query: GetOperation can answer for this tool's past invocations.
+        concurrency_safe: Calls may run concurrently with other calls of the same run.
+        requires_approval: Every call needs a person's approval before it runs.
+        timeout: Seconds a call may take; the caller's deadline still caps it.
+        version: Contract version; bump it when the input schema changes.
+        max_concurrent_calls: Calls a runtime process sends at once, across all runs (0: no limit);
+            calls past it wait for a slot. Declare what the tool's backend can take.
+        args_model: The arguments model, when it cannot be read from the annotation.
+
+    Returns:
+        A decorator turning ``f(args, ctx)`` (sync or async) into a :class:`Tool`.
+
+    Raises:
+        TypeError: The function's signature or annotation does not fit.
+        ValueError: A bad name, timeout, version or max_concurrent_calls.
+    """
+
+    def decorate(fn: ToolFunction) -> Tool:
+        return Tool(
+            name=name,
+            description=description,
+            side_effect=side_effect,
+            idempotent=idempotent,
+            supports_query=supports_query,
+            concurrency_safe=concurrency_safe,
+            requires_approval=requires_approval,
+            timeout=float(timeout),
+            version=version,
+            max_concurrent_calls=max_concurrent_calls,
+            fn=fn,
+            args_model=args_model if args_model is not None else _args_model_of(fn),
+        )
+
+    return decorate

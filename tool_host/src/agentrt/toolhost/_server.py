@@ -1,0 +1,530 @@
+"""The ``agentrt.toolhost.v1.ToolHostService`` servicer."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, assert_never, cast
+
+import grpc
+import grpc.aio
+import pluggy
+
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as pb
+from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.toolhost._authorize import CallGate, grant_of
+from agentrt.toolhost._context import ToolContext
+from agentrt.toolhost._convert import failure_to_proto, operation_to_proto, tool_to_spec
+from agentrt.toolhost._errors import ErrorCode, InvalidInput
+from agentrt.toolhost._grants import GRANT_HEADER, MAX_FENCING_TOKEN
+from agentrt.toolhost._ledger import (
+    Conflict,
+    Fenced,
+    InFlight,
+    Ledger,
+    OperationRecord,
+    OperationStatus,
+    OutcomeUnknown,
+    Replay,
+    Start,
+)
+from agentrt.toolhost._operations import Operations
+from agentrt.toolhost._outcome import Failure, Outcome
+from agentrt.toolhost._plugins import preview
+from agentrt.toolhost._sdk import Tool, canonical_json
+from agentrt.toolhost._status import InternalFailure, InvalidRequest, NotFound, RpcFailure, abort_with
+from agentrt.toolhost._validate import MAX_TOOL_NAME_BYTES, check_field
+
+__all__ = ["CallMetadata", "ToolHostServicer", "call_budget", "parse_metadata"]
+
+_log = logging.getLogger(__name__)
+
+# OpenTelemetry is optional (the ``otel`` extra): the tool SDK installs without it, and then no
+# span is recorded and no trace continued.
+try:
+    from opentelemetry import propagate, trace
+except ImportError:  # pragma: no cover - the SDK-only venv test covers it
+    _HAVE_OTEL = False
+else:
+    _HAVE_OTEL = True
+
+ServicerContext = grpc.aio.ServicerContext[Any, Any]
+
+IDEMPOTENCY_KEY = "x-agentrt-idempotency-key"
+RUN_ID = "x-agentrt-run-id"
+CALL_ID = "x-agentrt-call-id"
+ATTEMPT = "x-agentrt-attempt"
+FENCING_TOKEN = "x-agentrt-fencing-token"
+MAX_RESULT_BYTES = "x-agentrt-max-result-bytes"  # the caller's maximum for a result
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024  # without the header
+TRACEPARENT = "traceparent"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CallMetadata:
+    """The agentrt call metadata of one InvokeTool call (R3.3).
+
+    ``tenant`` is never read from a header: it is "" until the call's grant is verified,
+    then the grant's tenant.
+    """
+
+    idempotency_key: str
+    run_id: str = ""
+    call_id: str = ""
+    attempt: int = 1
+    fencing_token: int | None = None
+    traceparent: str | None = None
+    grant: str = dataclasses.field(default="", repr=False)
+    tenant: str = ""
+    max_result_bytes: int | None = None
+
+
+def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMetadata:
+    """Read the agentrt call metadata.
+
+    Raises:
+        InvalidRequest: The idempotency key is missing, or attempt / fencing token is not an
+            integer in 0..2**63-1.
+    """
+    values: dict[str, str] = {}
+    for key, value in metadata or ():
+        if isinstance(value, str):
+            values[key.lower()] = value.strip()
+    key = values.get(IDEMPOTENCY_KEY, "")
+    if not key:
+        raise InvalidRequest(
+            f"metadata {IDEMPOTENCY_KEY} is required",
+            reason="MISSING_IDEMPOTENCY_KEY",
+            violations=[(IDEMPOTENCY_KEY, "required: a key stable across retries of the call")],
+        )
+    check_field(key, IDEMPOTENCY_KEY)
+    check_field(values.get(RUN_ID, ""), RUN_ID)
+    # Call ids come from models: only their length is bounded (headers are printable already).
+    if len(values.get(CALL_ID, "")) > 1024:
+        check_field(values[CALL_ID], CALL_ID, max_bytes=1024)
+    attempt = _non_negative_int(values, ATTEMPT)
+    fencing_token = _non_negative_int(values, FENCING_TOKEN)
+    max_result_bytes = _non_negative_int(values, MAX_RESULT_BYTES)
+    return CallMetadata(
+        idempotency_key=key,
+        run_id=values.get(RUN_ID, ""),
+        call_id=values.get(CALL_ID, ""),
+        attempt=attempt or 1,
+        fencing_token=fencing_token,
+        traceparent=values.get(TRACEPARENT) or None,
+        grant=values.get(GRANT_HEADER, ""),
+        max_result_bytes=max_result_bytes or None,
+    )
+
+
+_MAX_DIGITS = len(str(MAX_FENCING_TOKEN))
+
+
+def _non_negative_int(values: Mapping[str, str], name: str) -> int | None:
+    text = values.get(name, "")
+    if not text:
+        return None
+    # The length is checked before int(): a huge number must neither reach the ledger (SQLite
+    # integers are 64-bit) nor cost a long conversion.
+    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_DIGITS or int(text) > MAX_FENCING_TOKEN:
+        raise InvalidRequest(
+            f"metadata {name} must be an integer in 0..{MAX_FENCING_TOKEN}",
+            reason="INVALID_METADATA",
+            violations=[(name, f"not an integer in 0..{MAX_FENCING_TOKEN}: {text[:40]!r}")],
+        )
+    return int(text)
+
+
+def call_budget(
+    *, tool_timeout: float, time_remaining: float | None, reserve: float
+) -> tuple[float, float | None]:
+    """Seconds a call may run, and seconds until the host must answer (R6.5).
+
+    The run budget is the tool's timeout capped by the caller's deadline, less a small
+    reserve (at most a tenth of what is left). The host answers half a reserve before
+    the caller's deadline, so a tool's typed timeout reaches the caller before its
+    deadline does.
+
+    Args:
+        tool_timeout: The tool's own timeout.
+        time_remaining: Seconds until the gRPC deadline, or None without one.
+        reserve: Seconds to keep back, at most.
+
+    Returns:
+        ``(budget, reply_within)``: a budget of zero or less means the deadline has passed;
+        ``reply_within`` is None without a caller deadline.
+    """
+    if time_remaining is None:
+        return tool_timeout, None
+    kept = min(reserve, time_remaining / 10)
+    return min(tool_timeout, time_remaining - kept), time_remaining - kept / 2
+
+
+def _call_span(tool: str, run_id: str, traceparent: str | None) -> contextlib.AbstractContextManager[object]:
+    """The span of one tool call, or nothing when no span would be recorded nor a trace continued."""
+    # Until a provider is set (by code or OTEL_PYTHON_TRACER_PROVIDER), spans are no-ops: skip
+    # their cost. A tool sees the same (invalid) current span either way.
+    if not _HAVE_OTEL or (
+        traceparent is None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    ):
+        return contextlib.nullcontext()
+    return trace.get_tracer("agentrt.toolhost").start_as_current_span(
+        f"agentrt.tool {tool}",
+        context=propagate.extract({TRACEPARENT: traceparent} if traceparent else {}),
+        kind=trace.SpanKind.SERVER,
+        attributes={"agentrt.tool": tool, "agentrt.run_id": run_id},
+    )
+
+
+def _response(outcome: Outcome, *, replayed: bool = False) -> pb.InvokeToolResponse:
+    if outcome.failure is not None:
+        return pb.InvokeToolResponse(error=failure_to_proto(outcome.failure), replayed=replayed)
+    return pb.InvokeToolResponse(result_json=outcome.result_json, replayed=replayed)
+
+
+def _error(code: ErrorCode, message: str, details: Mapping[str, Any] | None = None) -> pb.InvokeToolResponse:
+    return _response(Outcome.error(code, message, details))
+
+
+class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
+    """Serves a fixed set of tools, one ledger entry per idempotency key.
+
+    Args:
+        tools: Tools by name.
+        pm: Plugin manager, for ``agentrt_preview_tool``.
+        ledger: The operation ledger.
+        data_dir: Handed to tools in their context.
+        counters: Counters to increment (shared with the host).
+        gate: Checks call grants; None obeys every call as tenant "" (development).
+        cancel_grace: Seconds a cancelled tool gets to stop on its own.
+        deadline_reserve: Seconds kept back from the caller's deadline so a typed
+            timeout reaches the caller before its deadline does.
+        max_result_bytes: The largest result sent when a call does not name its maximum; a larger
+            one is answered (and recorded) as RESULT_TOO_LARGE.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Mapping[str, Tool],
+        pm: pluggy.PluginManager,
+        ledger: Ledger,
+        data_dir: Path,
+        counters: collections.Counter[str],
+        gate: CallGate | None = None,
+        cancel_grace: float = 2.0,
+        deadline_reserve: float = 0.05,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
+        self._tools = dict(tools)
+        self._max_result_bytes = max_result_bytes
+        self._gate = gate if gate is not None else CallGate(verifier=None)
+        self._pm = pm
+        self._ledger = ledger
+        self._data_dir = data_dir
+        self._counters = counters
+        self._reserve = deadline_reserve
+        self._specs = [tool_to_spec(self._tools[name]) for name in sorted(self._tools)]
+        self.operations = Operations(ledger=ledger, counters=counters, cancel_grace=cancel_grace)
+
+    async def ListTools(self, request: pb.ListToolsRequest, context: ServicerContext) -> pb.ListToolsResponse:
+        """Lists the tools, sorted by name."""
+        return pb.ListToolsResponse(tools=self._specs)
+
+    async def InvokeTool(
+        self, request: pb.InvokeToolRequest, context: ServicerContext
+    ) -> pb.InvokeToolResponse:
+        """Invokes a tool once per idempotency key."""
+        try:
+            # At runtime a tuple of (key, value) pairs; the stubs say Mapping.
+            meta = parse_metadata(
+                cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())
+            )
+            meta = self._granted(request, meta)
+            with _call_span(request.tool, meta.run_id, meta.traceparent):
+                return await self._invoke_logged(request, meta, context)
+        except RpcFailure as exc:
+            await abort_with(context, exc)
+        except Exception:
+            _log.exception("InvokeTool failed")
+            await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
+
+    def _granted(self, request: pb.InvokeToolRequest, meta: CallMetadata) -> CallMetadata:
+        """The call as its grant allows it: the grant's tenant and fencing token (R3.3)."""
+        if not self._gate.verifying:
+            return meta
+        granted = self._gate.invoke(
+            grant=meta.grant,
+            tool=request.tool,
+            arguments_json=request.arguments_json,
+            idempotency_key=meta.idempotency_key,
+            run_id=meta.run_id,
+            call_id=meta.call_id,
+            fencing_token=meta.fencing_token,
+        )
+        return dataclasses.replace(meta, tenant=granted.tenant, fencing_token=granted.fencing_token)
+
+    async def _invoke_logged(
+        self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
+    ) -> pb.InvokeToolResponse:
+        if not _log.isEnabledFor(logging.DEBUG):
+            return await self._invoke(request, meta, context)
+        started = time.monotonic()
+        response = await self._invoke(request, meta, context)
+        _log.debug(
+            "InvokeTool %s key=%s run=%s -> %s%s in %.3fs",
+            request.tool,
+            meta.idempotency_key,
+            meta.run_id,
+            tool_pb2.ToolErrorCode.Name(response.error.code) if response.HasField("error") else "ok",
+            " (replayed)" if response.replayed else "",
+            time.monotonic() - started,
+        )
+        return response
+
+    async def _invoke(
+        self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
+    ) -> pb.InvokeToolResponse:
+        self._counters["invocations"] += 1
+        check_field(request.tool, "tool", max_bytes=MAX_TOOL_NAME_BYTES)
+        tool = self._tools.get(request.tool)
+        if tool is None:
+            return self._refuse(
+                meta,
+                "unknown_tool",
+                _error(
+                    ErrorCode.UNKNOWN_TOOL,
+                    f"no tool named {request.tool!r} on this host",
+                    {"tool": request.tool},
+                ),
+            )
+        try:
+            args, raw = tool.parse_arguments(request.arguments_json)
+        except InvalidInput as exc:
+            return self._refuse(meta, "invalid_input", _response(Outcome(failure=Failure.from_error(exc))))
+        input_hash = hashlib.sha256(canonical_json(raw).encode()).hexdigest()
+
+        # time_remaining() is None when the caller set no deadline (the stubs say float).
+        remaining: float | None = context.time_remaining()
+        budget, reply_within = call_budget(
+            tool_timeout=tool.timeout, time_remaining=remaining, reserve=self._reserve
+        )
+        if budget <= 0:
+            return self._refuse(
+                meta,
+                "timeout",
+                _error(ErrorCode.TRANSIENT, "timeout: the deadline passed before the call started"),
+            )
+        now = time.monotonic()
+        deadline = now + budget
+        reply_by = None if reply_within is None else now + reply_within
+
+        fencing_token = meta.fencing_token
+        while True:
+            # The first begin also checks the fencing token, in the same transaction; the call
+            # is fenced or not once, as it arrives, not again after waiting for a duplicate.
+            decision = self._ledger.begin(
+                tenant=meta.tenant,
+                idempotency_key=meta.idempotency_key,
+                tool=tool.name,
+                input_hash=input_hash,
+                run_id=meta.run_id,
+                call_id=meta.call_id,
+                rerun_after_crash=tool.rerun_after_crash,
+                fencing_token=fencing_token,
+            )
+            fencing_token = None
+            match decision:
+                case Fenced(highest_token=higher):
+                    return self._fenced_error(meta, higher)
+                case Start():
+                    ctx = ToolContext(
+                        idempotency_key=meta.idempotency_key,
+                        tenant=meta.tenant,
+                        run_id=meta.run_id,
+                        call_id=meta.call_id,
+                        attempt=meta.attempt,
+                        fencing_token=meta.fencing_token or 0,
+                        deadline=deadline,
+                        traceparent=meta.traceparent,
+                        data_dir=self._data_dir,
+                    )
+                    op = self.operations.start(
+                        key=meta.idempotency_key,
+                        tool=tool,
+                        args=args,
+                        ctx=ctx,
+                        max_result_bytes=meta.max_result_bytes or self._max_result_bytes,
+                    )
+                    now = time.monotonic()
+                    outcome = await self.operations.settle(
+                        op, budget=deadline - now, reply_within=None if reply_by is None else reply_by - now
+                    )
+                    return _response(outcome)
+                case Replay(record=record):
+                    self._counters["duplicate_suppressed"] += 1
+                    assert record.outcome is not None
+                    return _response(record.outcome, replayed=True)
+                case Conflict(record=record):
+                    self._counters["key_conflict"] += 1
+                    return _error(
+                        ErrorCode.KEY_CONFLICT,
+                        "the idempotency key was used before with another tool or other arguments",
+                        {"idempotency_key": meta.idempotency_key, "recorded_tool": record.tool},
+                    )
+                case InFlight():
+                    running = self.operations.get(meta.idempotency_key, tenant=meta.tenant)
+                    if running is None:
+                        # RUNNING under this process but no task: its outcome could not be recorded.
+                        return self._outcome_unknown(meta)
+                    # A concurrent duplicate: wait for the first call, then decide again.
+                    self._counters["in_flight_waits"] += 1
+                    if not await self.operations.wait(running, within=deadline - time.monotonic()):
+                        self._counters["timeout"] += 1
+                        return _error(
+                            ErrorCode.TRANSIENT,
+                            "timeout: a call with the same idempotency key is still running",
+                            {"still_running": True},
+                        )
+                case OutcomeUnknown():
+                    return self._outcome_unknown(meta)
+                case _:
+                    assert_never(decision)
+
+    def _refuse(
+        self, meta: CallMetadata, counter: str, response: pb.InvokeToolResponse
+    ) -> pb.InvokeToolResponse:
+        """Answer a call refused before it reaches :meth:`Ledger.begin`.
+
+        The fencing token is still checked (and remembered) first, on its own, so a stale
+        caller hears FENCED whatever else is wrong with its call.
+        """
+        if meta.fencing_token is not None and meta.run_id:
+            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token, tenant=meta.tenant)
+            if higher is not None:
+                return self._fenced_error(meta, higher)
+        self._counters[counter] += 1
+        return response
+
+    def _fenced_error(self, meta: CallMetadata, higher: int) -> pb.InvokeToolResponse:
+        self._counters["fenced"] += 1
+        return _error(
+            ErrorCode.FENCED,
+            f"fencing token {meta.fencing_token} is older than {higher}, already seen for this run",
+            {"run_id": meta.run_id, "fencing_token": meta.fencing_token, "highest_token": higher},
+        )
+
+    def _outcome_unknown(self, meta: CallMetadata) -> pb.InvokeToolResponse:
+        self._counters["outcome_unknown"] += 1
+        return _error(
+            ErrorCode.TRANSIENT,
+            "outcome unknown: an earlier host process stopped while this call ran; "
+            "query GetOperation or reconcile by hand",
+            {"idempotency_key": meta.idempotency_key, "status": "RUNNING"},
+        )
+
+    async def GetOperation(
+        self, request: pb.GetOperationRequest, context: ServicerContext
+    ) -> pb.GetOperationResponse:
+        """Reports a past invocation by idempotency key, within the tenant of the call's grant."""
+        try:
+            tenant = self._gate.get_operation(
+                grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
+                idempotency_key=request.idempotency_key,
+            )
+            if not request.idempotency_key:
+                raise InvalidRequest(
+                    "idempotency_key is required",
+                    reason="MISSING_FIELD",
+                    violations=[("idempotency_key", "required")],
+                )
+            check_field(request.idempotency_key, "idempotency_key")
+            # Another tenant's entry is not found, exactly like a missing one.
+            record = self._ledger.get(request.idempotency_key, tenant=tenant)
+            if record is None:
+                raise NotFound(
+                    "no operation with this idempotency key",
+                    reason="OPERATION_NOT_FOUND",
+                    metadata={"idempotency_key": request.idempotency_key},
+                )
+            if record.status is OperationStatus.RUNNING and record.owner != self._ledger.owner:
+                record = await self._settle_from_tool(record)
+            return pb.GetOperationResponse(operation=operation_to_proto(record))
+        except RpcFailure as exc:
+            await abort_with(context, exc)
+        except Exception:
+            _log.exception("GetOperation failed")
+            await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
+
+    async def _settle_from_tool(self, record: OperationRecord) -> OperationRecord:
+        """An earlier host life died while this call ran: ask the tool's own store (supports_query)."""
+        answer = await asyncio.to_thread(
+            self._pm.hook.agentrt_query_operation,
+            tool=record.tool,
+            idempotency_key=record.idempotency_key,
+            data_dir=self._data_dir,
+        )
+        if not isinstance(answer, dict):
+            return record
+        if answer.get("status") == "succeeded":
+            outcome = Outcome.success(json.dumps(answer.get("result")))
+        elif answer.get("status") == "absent":
+            outcome = Outcome.error(
+                ErrorCode.TRANSIENT, "interrupted before its effect: the tool has no trace of it"
+            )
+        else:
+            return record
+        self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
+        return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
+
+    async def PreviewTool(
+        self, request: pb.PreviewToolRequest, context: ServicerContext
+    ) -> pb.PreviewToolResponse:
+        """Describes the impact a call would have; runs no effect."""
+        try:
+            self._gate.preview(
+                grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
+                tool=request.tool,
+                arguments_json=request.arguments_json,
+            )
+            check_field(request.tool, "tool", max_bytes=MAX_TOOL_NAME_BYTES)
+            tool = self._tools.get(request.tool)
+            if tool is None:
+                raise NotFound(
+                    f"no tool named {request.tool!r} on this host",
+                    reason="UNKNOWN_TOOL",
+                    metadata={"tool": request.tool},
+                )
+            try:
+                _, raw = tool.parse_arguments(request.arguments_json)
+            except InvalidInput as exc:
+                violations = [
+                    (".".join(["arguments_json", *map(str, e.get("loc", []))]), str(e.get("msg", "")))
+                    for e in exc.details.get("errors", [])
+                ]
+                raise InvalidRequest(exc.message, reason="INVALID_ARGUMENTS", violations=violations) from None
+            try:
+                # In a thread: hooks are sync plugin code and must not stall the host's loop.
+                summary = await asyncio.to_thread(preview, self._pm, tool.name, raw)
+            except Exception as exc:
+                _log.warning("agentrt_preview_tool failed for %s", tool.name, exc_info=True)
+                raise InternalFailure(
+                    f"the preview hook failed: {type(exc).__name__}",
+                    reason="PREVIEW_FAILED",
+                    metadata={"tool": tool.name},
+                ) from None
+            return pb.PreviewToolResponse(impact_summary=summary)
+        except RpcFailure as exc:
+            await abort_with(context, exc)
+        except Exception:
+            _log.exception("PreviewTool failed")
+            await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
