@@ -21,7 +21,8 @@ from google.protobuf.descriptor import FileDescriptor
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_ROOT = ROOT / "proto"
-PROTO_FILES = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in PROTO_ROOT.rglob("*.proto"))
+# The sources under proto/agentrt/ (proto/src/ holds the copies that ship in agentrt-proto).
+PROTO_FILES = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in (PROTO_ROOT / "agentrt").rglob("*.proto"))
 
 
 def _lock_module() -> ModuleType:
@@ -40,7 +41,10 @@ def _needs_npx() -> None:
 
 
 def _file_descriptor(path: str) -> FileDescriptor:
-    module = importlib.import_module(path.removesuffix(".proto").replace("/", ".") + "_pb2")
+    # agentrt/runtime/v1/run.proto is generated as agentrt.proto.runtime.v1.run_pb2.
+    module = importlib.import_module(
+        "agentrt.proto." + path.removeprefix("agentrt/").removesuffix(".proto").replace("/", ".") + "_pb2"
+    )
     descriptor: FileDescriptor = module.DESCRIPTOR
     return descriptor
 
