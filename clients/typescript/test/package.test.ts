@@ -43,7 +43,10 @@ test("npm pack ships the .proto files, the compiled client and its types", () =>
   const npm = process.platform === "win32" ? "npm.cmd" : "npm";
   const report = execFileSync(npm, ["pack", "--dry-run", "--json", "--ignore-scripts"], { cwd: PACKAGE_ROOT, encoding: "utf8" });
   const packed = new Set((JSON.parse(report) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path));
-  const protos = files(resolve(PACKAGE_ROOT, "..", "..", "proto")).filter((p) => p.endsWith(".proto"));
+  // The sources under proto/agentrt (proto/src holds the Python distribution's copies).
+  const protos = files(resolve(PACKAGE_ROOT, "..", "..", "proto"))
+    .filter((p) => p.endsWith(".proto"))
+    .filter((p) => p.startsWith("agentrt/"));
   assert.ok(protos.length >= 4);
   for (const proto of protos) assert.ok(packed.has(join("proto", proto)), `${proto} is not in the package`);
   for (const path of ["dist/index.js", "dist/index.d.ts", "dist/gen/agentrt/runtime/v1/run_pb.js", "package.json", "README.md"]) {
