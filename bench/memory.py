@@ -167,8 +167,12 @@ def main() -> None:
                     runner.run()
                     if n % args.sample_every == 0:
                         points.append((n, rss_mb(pid)))
+                if points[-1][0] != args.long_runs:  # --long-runs not a multiple of --sample-every
+                    points.append((args.long_runs, rss_mb(pid)))
                 settle(server, args.max_providers)
                 trend = [p for p in points if p[0] >= min(args.warmup, args.long_runs // 2)]
+                if len(trend) < 2:  # too few samples past the warm-up for a slope: use them all
+                    trend = points
                 print(
                     f"RSS over {args.long_runs} sequential runs: first {points[0][1]:.1f} MB, "
                     f"min {min(y for _, y in points):.1f}, max {max(y for _, y in points):.1f}, "
