@@ -11,7 +11,8 @@ from agentrt.server.engine._agents import (
     effective_budgets,
     sensitive_option,
 )
-from agentrt.server.engine._engine import Engine, StartRequest, new_run_id
+from agentrt.server.engine._engine import Engine, new_run_id
+from agentrt.server.engine._ports import Ports, StartRequest
 from agentrt.server.engine._retention import (
     LEDGER_RECONCILE_HORIZON_S,
     PAYLOADS_DIR,
@@ -27,6 +28,7 @@ __all__ = [
     "STATE_VERSION",
     "BoundModel",
     "Engine",
+    "Ports",
     "ResolvedAgent",
     "RetentionJob",
     "StartRequest",

@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import math
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrt.server.core import (
     BUDGET_PREFIX,
@@ -29,32 +29,30 @@ from agentrt.server.core import (
     rfc3339,
 )
 from agentrt.server.core import events as ev
+from agentrt.server.engine._run import RunContext
 from agentrt.server.policies import ApprovalRequirement
-
-if TYPE_CHECKING:
-    from agentrt.server.engine._driver import RunDriver
 
 PREVIEW_TIMEOUT_S = 5.0
 
 
 class ApprovalStep:
-    """The approval side of one :class:`RunDriver`."""
+    """The approval side of a run's steps."""
 
-    def __init__(self, driver: RunDriver):
-        self.d = driver
-        self.engine = driver.engine
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
         self._requirements: dict[str, ApprovalRequirement] = {}
 
     def needing_approval(self) -> frozenset[str]:
         """Ids of this step's calls that need a person, asking the policy hooks once per call."""
-        config = self.d.agent.config
-        for call in self.d.state.calls:
+        ctx = self.ctx
+        config = ctx.agent.config
+        for call in ctx.state.calls:
             if call.call_id not in self._requirements:
-                spec = self.engine.tools.spec(call.tool)
-                self._requirements[call.call_id] = self.engine.policies.approval(
+                spec = ctx.ports.tools.spec(call.tool)
+                self._requirements[call.call_id] = ctx.ports.policies.approval(
                     tool=call.tool,
                     arguments_json=call.arguments_json,
-                    agent_name=self.d.agent.name,
+                    agent_name=ctx.agent.name,
                     options=config.approvals.options,
                     flagged=bool(spec is not None and spec.requires_approval),
                 )
@@ -62,16 +60,16 @@ class ApprovalStep:
 
     async def request(self, call: CallState) -> None:
         """Persist WAITING_APPROVAL for ``call`` and park the run until its expiry."""
-        d, engine = self.d, self.engine
+        d, ports = self.ctx, self.ctx.ports
         try:
             canonical = canonical_json(loads_bounded(call.arguments_json or "{}"))
         except ValueError:
             canonical = call.arguments_json
-        impact = await engine.tools.preview(
-            call.tool, canonical, metadata=d.tools.call_metadata(call), timeout_s=PREVIEW_TIMEOUT_S
+        impact = await ports.tools.preview(
+            call.tool, canonical, metadata=d.call_metadata(call), timeout_s=PREVIEW_TIMEOUT_S
         )
         requirement = self._requirements.get(call.call_id)
-        now_ms = engine.now_ms()
+        now_ms = ports.now_ms()
         expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
         data = {
             "approval_id": uuid.uuid4().hex,
@@ -84,7 +82,7 @@ class ApprovalStep:
             "expire_time": rfc3339(expire_ms),
             "request_time": rfc3339(now_ms),
         }
-        spec = engine.tools.spec(call.tool)
+        spec = ports.tools.spec(call.tool)
         if spec is not None and spec.version:
             data["tool_version"] = spec.version
         d.add(Event(ev.APPROVAL_REQUESTED, data))
@@ -92,9 +90,9 @@ class ApprovalStep:
 
     async def request_budget(self, budget: str) -> None:
         """Persist WAITING_APPROVAL for more of a spent budget (the agent's policy) and park."""
-        d, engine = self.d, self.engine
+        d, ports = self.ctx, self.ctx.ports
         limit, grant, _ = budget_grant(d.budgets, budget)
-        now_ms = engine.now_ms()
+        now_ms = ports.now_ms()
         expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
         arguments = canonical_json({"budget": budget, "limit": limit, "grant": grant})
         data = {
@@ -114,11 +112,11 @@ class ApprovalStep:
 
     def apply_decision(self, decision: dict[str, Any]) -> None:
         """A person's answer from ResolveApproval; a stale or expired one changes nothing."""
-        d, engine = self.d, self.engine
+        d, ports = self.ctx, self.ctx.ports
         pending = d.state.pending_approval
         if d.state.phase is not Phase.WAITING_APPROVAL or pending is None:
             return
-        if pending["approval_id"] != decision["approval_id"] or engine.now_ms() >= pending["expire_ms"]:
+        if pending["approval_id"] != decision["approval_id"] or ports.now_ms() >= pending["expire_ms"]:
             return
         approve = decision["decision"] == "APPROVAL_DECISION_APPROVE"
         d.add(
@@ -133,7 +131,7 @@ class ApprovalStep:
             )
         )
         # The wait for a person does not count against the run's wall-clock budget.
-        waited_ms = max(0, engine.now_ms() - parse_rfc3339_ms(pending["request_time"]))
+        waited_ms = max(0, ports.now_ms() - parse_rfc3339_ms(pending["request_time"]))
         d.extend_deadline(waited_ms)
         if not pending["call_id"]:  # a budget pause
             budget = str(pending["tool"]).removeprefix(BUDGET_PREFIX)

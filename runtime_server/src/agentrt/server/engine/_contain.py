@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy.exc
 
@@ -37,11 +38,10 @@ from agentrt.server.core import (
 )
 from agentrt.server.core import events as ev
 from agentrt.server.engine._control import Cancelled
-from agentrt.server.engine._driver import Fresh, RunDriver, RunHandle
+from agentrt.server.engine._driver import RunDriver, read_log
+from agentrt.server.engine._ports import Fresh, Ports
+from agentrt.server.engine._run import RunHandle, cancellable
 from agentrt.server.store import RunRecord, StoredEvent
-
-if TYPE_CHECKING:
-    from agentrt.server.engine._engine import Engine
 
 log = logging.getLogger("agentrt.engine")
 
@@ -56,14 +56,14 @@ _ENVIRONMENTAL: tuple[type[BaseException], ...] = (
 )
 
 
-async def drive_contained(engine: Engine, handle: RunHandle, fresh: Fresh | None) -> None:
+async def drive_contained(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> None:
     """Drive a run until it ends, parks or is given up; each fault is recorded, never looped on.
 
     Raises:
         LeaseLost: the run now belongs to another worker (the caller stops writing).
     """
     while True:
-        driver = RunDriver(engine, handle)
+        driver = RunDriver(ports, handle)
         try:
             await driver.drive(fresh)
             return
@@ -72,33 +72,33 @@ async def drive_contained(engine: Engine, handle: RunHandle, fresh: Fresh | None
         except Exception as exc:
             log.exception("run %s: fault while driving it", handle.run_id)
             try:
-                delay = await record_fault(engine, driver, exc)
+                delay = await record_fault(ports, driver, exc)
             except LeaseLost:
                 raise
             except Exception:
                 log.exception("run %s: the fault could not be recorded; the lease will lapse", handle.run_id)
                 return
-        if delay is None or engine.stopping:
+        if delay is None or ports.stopping():
             return
         fresh = None  # the next attempt starts from what is committed
         with contextlib.suppress(Cancelled):  # a cancel request cuts the wait; the next attempt ends it
-            await driver.sleep(delay)
+            await cancellable(handle, functools.partial(ports.sleep, delay))
 
 
-async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> float | None:
+async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float | None:
     """Commit a run.fault (and, past the limit, the run's end); the delay before the next attempt.
 
     Works from the run's row, not the driver's state: the state may be what failed to build.
     Returns None when the run ended or parked, or is not this worker's any more.
     """
-    record = await engine.store.get_run(driver.run_id)
-    if record is None or record.lease_owner != engine.owner:
+    record = await ports.log.get_run(driver.run_id)
+    if record is None or record.lease_owner != ports.owner:
         return None
     phase = Phase(record.phase)
     if phase.terminal:
         return None  # the closing commit went through; what failed came after it
     error_class = type(exc).__name__
-    settings = engine.settings
+    settings = ports.settings
     decision = decide_fault(
         previous_faults=record.fault_count,
         max_faults=settings.faults.max_faults,
@@ -108,11 +108,13 @@ async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> flo
         base_s=settings.retry_base_s,
         cap_s=settings.retry_cap_s,
     )
-    spent = driver.unrecorded
+    ctx = driver.ctx
+    spent = ctx.unrecorded if ctx is not None else Usage()
     after = usage_plus(_usage(record), spent)
-    message = fault_message(error_class, str(exc), _where(exc), secrets=_secrets(driver))
+    secrets = ctx.hidden if ctx is not None else ()  # the model profile's key never enters an event
+    message = fault_message(error_class, str(exc), _where(exc), secrets=secrets)
     fault = {
-        "step": driver.state.step,
+        "step": ctx.state.step if ctx is not None else 0,
         "error_class": error_class,
         "message": message,
         "fault_count": decision.fault_count,
@@ -121,11 +123,11 @@ async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> flo
         "usage_after": after.to_json(),
     }
     events = [Event(ev.RUN_FAULT, fault)]
-    now_ms = engine.now_ms()
+    now_ms = ports.now_ms()
     values: dict[str, Any] = {"fault_count": decision.fault_count, "usage": json.dumps(after.to_json())}
     if decision.end:
         state = RunState(run_id=record.run_id, phase=phase, seq=record.last_seq, usage=after)
-        state.any_tool_started = await _any_tool_started(engine, record)
+        state.any_tool_started = any(e.type == ev.TOOL_STARTED for e in await read_log(ports, record.run_id))
         events += end_events(
             state, Phase.FAILED, decision.reason, message=message, retryable=decision.retryable
         )
@@ -140,24 +142,24 @@ async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> flo
         values.update(wake_ms=now_ms + int(FAULT_PARK_S * 1000), lease_owner=None, lease_expires_ms=None)
     payloads = [(e.type, json.dumps(e.data)) for e in events]
     first_seq = record.last_seq + 1
-    await engine.store.append(
+    await ports.log.append(
         record.run_id,
         expected_revision=record.revision,
-        owner=engine.owner,
+        owner=ports.owner,
         first_seq=first_seq,
         new_events=payloads,
         values=values,
         now_ms=now_ms,
     )
-    engine.counters.inc("run_fault_count")
-    engine.bus.publish(
+    ports.counters.inc("run_fault_count")
+    ports.live.publish(
         record.run_id,
         [StoredEvent(record.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
     )
     if decision.end:
-        engine.counters.inc("runs_ended")
+        ports.counters.inc("runs_ended")
         if state.any_tool_started:
-            engine.counters.inc("partial_run_count")
+            ports.counters.inc("partial_run_count")
         return None
     return None if decision.park else decision.delay_s
 
@@ -177,20 +179,3 @@ def _where(exc: BaseException) -> str:
         return ""
     frame = frames[-1]
     return f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
-
-
-def _secrets(driver: RunDriver) -> tuple[str, ...]:
-    """The active model profile's key, if the driver bound one: never copied into an event."""
-    bound = driver.model.bound_model()
-    return bound.hidden if bound is not None else ()
-
-
-async def _any_tool_started(engine: Engine, record: RunRecord) -> bool:
-    after = 0
-    while True:
-        page = await engine.store.read_events(record.run_id, after_seq=after)
-        if any(e.type == ev.TOOL_STARTED for e in page):
-            return True
-        if len(page) < 1000:
-            return False
-        after = page[-1].seq

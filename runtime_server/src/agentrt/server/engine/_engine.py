@@ -13,21 +13,22 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentrt.server._config import Settings
 from agentrt.server.core import STATE_VERSION, FailedPrecondition, LeaseLost, Phase, rfc3339
 from agentrt.server.core import events as ev
-from agentrt.server.engine._agents import RUNTIME_VERSION, ResolvedAgent, effective_budgets
+from agentrt.server.engine._adapters import RegistryModels, RouterTools
+from agentrt.server.engine._agents import RUNTIME_VERSION, effective_budgets
 from agentrt.server.engine._contain import drive_contained
-from agentrt.server.engine._driver import Fresh, RunHandle
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.engine._payload_step import store_input
+from agentrt.server.engine._ports import Fresh, Ports, StartRequest
 from agentrt.server.engine._request_keys import same_request
 from agentrt.server.engine._retention import RetentionJob, build_pruner
+from agentrt.server.engine._run import RunHandle
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
@@ -39,25 +40,39 @@ log = logging.getLogger("agentrt.engine")
 SESSION_HISTORY_TURNS = 20
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StartRequest:
-    """A validated request to start a run."""
-
-    tenant_id: str
-    agent: ResolvedAgent
-    input: str
-    budget_overrides: Mapping[str, Any] = field(default_factory=dict)
-    request_key: str = ""
-    request_hash: str = ""  # of the caller's request; "" (internal starts) skips the reuse check
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    session_id: str = ""
-    session_policy: str = "reject"  # reject | enqueue | interrupt (R8.3)
-    created_by: str = ""  # subject of the principal that asked (or "run:<id>" for a child run)
-
-
 def new_run_id(now_ms: int) -> str:
     """Time-ordered, unguessable run id."""
     return f"{now_ms:012x}{uuid.uuid4().hex[:20]}"
+
+
+class EngineChildRuns:
+    """Child runs (agents as tools) started and followed through the engine that owns the parent."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    async def start(self, request: StartRequest) -> str:
+        record, _ = await self.engine.start_run(request)
+        return record.run_id
+
+    async def wait_for_end(self, run_id: str) -> RunRecord:
+        """Until the child ends: woken by its events on this replica, re-checked in the store."""
+        engine = self.engine
+        subscription = engine.bus.subscribe(run_id)
+        try:
+            while True:
+                subscription.drain()  # a wake-up only: what it held is in the store
+                record = await engine.store.get_run(run_id)
+                if record is not None and Phase(record.phase).terminal:
+                    return record
+                await subscription.get(wait_s=0.5)
+        finally:
+            engine.bus.unsubscribe(subscription)
+
+    async def cancel(self, run_id: str, *, tenant_id: str, reason: str, requested_by: str) -> None:
+        await self.engine.request_cancel(
+            run_id, tenant_id=tenant_id, reason=reason, requested_by=requested_by
+        )
 
 
 class Engine:
@@ -98,6 +113,22 @@ class Engine:
         self._idle = asyncio.Event()
         self._idle.set()
         self.retention: RetentionJob | None = None  # set at start when retention is configured
+        self.ports = Ports(
+            log=store,
+            tools=RouterTools(tools),
+            models=RegistryModels(models),
+            payloads=self.payloads,
+            policies=self.policies,
+            live=bus,
+            children=EngineChildRuns(self),
+            counters=counters,
+            settings=settings,
+            owner=self.owner,
+            clock=clock,
+            rand=rand,
+            stopping=lambda: self._stopping,
+            faults=self.faults,
+        )
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -190,7 +221,9 @@ class Engine:
         own = (
             not self._stopping and not waits_for_turn and len(self._runs) < self.settings.max_concurrent_runs
         )
-        shown, input_ref = await store_input(self, run_id, request.tenant_id, request.input, now_ms)
+        shown, input_ref = await store_input(
+            self.payloads, self.settings.payloads, run_id, request.tenant_id, request.input, now_ms
+        )
         values = {
             "run_id": run_id,
             "tenant_id": request.tenant_id,
@@ -383,7 +416,7 @@ class Engine:
 
     async def _drive_guarded(self, handle: RunHandle, fresh: Fresh | None) -> None:
         try:
-            await drive_contained(self, handle, fresh)
+            await drive_contained(self.ports, handle, fresh)
         except LeaseLost as exc:
             self.counters.inc("lease_lost_count")
             log.warning("run %s: lease lost (%s); this worker stops writing", handle.run_id, exc.message)
@@ -395,7 +428,7 @@ class Engine:
             self._runs.pop(handle.run_id, None)
             if not self._runs:
                 self._idle.set()
-            if not self._stopping and (handle.extra.get("session_id") or self._unowned_waiting):
+            if not self._stopping and (handle.session_id or self._unowned_waiting):
                 # A waiting turn of the same session, or a run this replica could not take, may start now.
                 self._unowned_waiting = False
                 task = asyncio.get_running_loop().create_task(self._claim_soon())

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 
@@ -32,9 +32,7 @@ from agentrt.server.core import (
     loads_bounded,
 )
 from agentrt.server.core import events as ev
-
-if TYPE_CHECKING:
-    from agentrt.server.engine._driver import RunDriver
+from agentrt.server.engine._run import RunContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +47,10 @@ class Rejection:
 log = logging.getLogger("agentrt.engine")
 
 
-def finalize(driver: RunDriver, answer: str, *, corrected: bool) -> None:
+def finalize(ctx: RunContext, answer: str, *, corrected: bool) -> None:
     """Append what follows a final answer: COMPLETED, a corrective step, or FAILED."""
-    state = driver.state
-    rejection = check(driver, answer)
+    state = ctx.state
+    rejection = check(ctx, answer)
     if rejection is None:
         ending = end_events(state, Phase.COMPLETED, "final_answer", output=answer)
         ref = state.answer_ref
@@ -61,16 +59,16 @@ def finalize(driver: RunDriver, answer: str, *, corrected: bool) -> None:
                 Event(e.type, {**e.data, "output_ref": ref}) if e.type == ev.RUN_COMPLETED else e
                 for e in ending
             )
-        driver.add(*ending)
-    elif not corrected and not rejection.error and driver.agent.config.output.on_failure == "correct":
-        driver.add(corrective_step(state, f"{rejection.reason}: {rejection.detail}"))
+        ctx.add(*ending)
+    elif not corrected and not rejection.error and ctx.agent.config.output.on_failure == "correct":
+        ctx.add(corrective_step(state, f"{rejection.reason}: {rejection.detail}"))
     else:
-        driver.add(*end_events(state, Phase.FAILED, rejection.reason, message=rejection.detail))
+        ctx.add(*end_events(state, Phase.FAILED, rejection.reason, message=rejection.detail))
 
 
-def check(driver: RunDriver, answer: str) -> Rejection | None:
+def check(ctx: RunContext, answer: str) -> Rejection | None:
     """The first check the answer fails, or None."""
-    config = driver.agent.config.output
+    config = ctx.agent.config.output
     if config.schema_ is not None:
         try:
             jsonschema.validate(loads_bounded(answer, RESULT_JSON_LIMITS), config.schema_)
@@ -79,21 +77,26 @@ def check(driver: RunDriver, answer: str) -> Rejection | None:
         except jsonschema.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
             return Rejection("output_invalid", f"{where}: {exc.message}")
-    hooks = driver.engine.policies.pm.hook
-    common: dict[str, Any] = {
-        "agent_name": driver.agent.name,
-        "input": driver.state.input,
-        "output": answer,
-        "options": config.options,
-    }
-    answers = _ask("output guardrail", lambda: hooks.agentrt_output_guardrail(**common))
+    policies = ctx.ports.policies
+    agent_name, given = ctx.agent.name, ctx.state.input
+    answers = _ask(
+        "output guardrail",
+        lambda: policies.output_guardrail(
+            agent_name=agent_name, input=given, output=answer, options=config.options
+        ),
+    )
     if isinstance(answers, Rejection):
         return answers
     failures = [str(r) for r in answers if r]
     if failures:
         return Rejection("guardrail_failed", "; ".join(failures))
-    results = tool_results(driver)
-    answers = _ask("postcondition", lambda: hooks.agentrt_postcondition(**common, tool_results=results))
+    results = tool_results(ctx)
+    answers = _ask(
+        "postcondition",
+        lambda: policies.postcondition(
+            agent_name=agent_name, input=given, output=answer, options=config.options, tool_results=results
+        ),
+    )
     if isinstance(answers, Rejection):
         return answers
     failures = [str(r) for r in answers if r]
@@ -113,11 +116,11 @@ def _ask(kind: str, call: Callable[[], list[Any]]) -> list[Any] | Rejection:
         return Rejection(f"guardrail_error:{name[:100]}", detail, error=True)
 
 
-def tool_results(driver: RunDriver) -> list[dict[str, Any]]:
+def tool_results(ctx: RunContext) -> list[dict[str, Any]]:
     """Every tool result of the run so far, in order, as the hooks see them."""
-    tools = {c: t for entry in driver.state.history for c, t, _ in entry.tool_calls}
+    tools = {c: t for entry in ctx.state.history for c, t, _ in entry.tool_calls}
     results = []
-    for entry in driver.state.history:
+    for entry in ctx.state.history:
         if entry.role == "tool":
             results.append(
                 {

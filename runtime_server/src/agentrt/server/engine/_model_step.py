@@ -10,35 +10,32 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrt.server._config import AgentConfig, ModelConfig
 from agentrt.server.core import Event, Phase, Usage, end_events, retry_fits, rfc3339, usage_plus
 from agentrt.server.core import events as ev
 from agentrt.server.engine._agents import BoundModel, bind_model
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
-from agentrt.server.engine._payload_step import ModelOutputTooLarge, bound_model_text
+from agentrt.server.engine._payload_step import bound_model_text
+from agentrt.server.engine._run import RunContext
+from agentrt.server.engine._sizes import ModelOutputTooLarge
 from agentrt.server.models import (
     Message,
     ModelAuthError,
     ModelError,
     ModelRequest,
-    ModelResponse,
     ModelToolCall,
     ModelTransientError,
     ToolDef,
 )
-from agentrt.server.store import StoredEvent
-
-if TYPE_CHECKING:
-    from agentrt.server.engine._driver import RunDriver
 
 
 class ModelStep:
-    """The model side of one :class:`RunDriver`."""
+    """The model side of a run's steps."""
 
-    def __init__(self, driver: RunDriver):
-        self.d = driver
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
         self._bound: tuple[ModelConfig, BoundModel] | None = None
 
     def _model(self) -> BoundModel:
@@ -47,23 +44,21 @@ class ModelStep:
         Raises:
             ModelConfigError: the agent's profile is no longer configured.
         """
-        model = self.d.agent.config.model
+        model = self.ctx.agent.config.model
         if self._bound is None or self._bound[0] is not model:  # first step, or a handoff
-            self._bound = (model, bind_model(model, self.d.engine.settings.model_profiles))
+            bound = bind_model(model, self.ctx.settings.model_profiles)
+            self._bound = (model, bound)
+            self.ctx.hidden = bound.hidden  # kept out of a fault's message too
         return self._bound[1]
 
-    def bound_model(self) -> BoundModel | None:
-        """The model bound so far in this driver, if any (its sensitive values are kept out of faults)."""
-        return self._bound[1] if self._bound is not None else None
-
     def _request(self, timeout_s: float, bound: BoundModel) -> ModelRequest:
-        config: AgentConfig = self.d.agent.config
+        config: AgentConfig = self.ctx.agent.config
         messages: list[Message] = []
         if config.instructions:
             messages.append(Message(role="system", content=config.instructions))
         # Parallel calls finish in any order; the model sees their results in call order.
-        order = {c: i for entry in self.d.state.history for i, (c, _, _) in enumerate(entry.tool_calls)}
-        history = self.d.state.history
+        order = {c: i for entry in self.ctx.state.history for i, (c, _, _) in enumerate(entry.tool_calls)}
+        history = self.ctx.state.history
         index = 0
         while index < len(history):
             entry = history[index]
@@ -87,7 +82,7 @@ class ModelStep:
             index += 1
         tools = []
         for name in config.tools:
-            spec = self.d.engine.tools.spec(name)
+            spec = self.ctx.ports.tools.spec(name)
             if spec is not None:
                 schema = json.loads(spec.input_schema_json or "{}")
                 tools.append(ToolDef(name=name, description=spec.description, input_schema=schema))
@@ -100,7 +95,7 @@ class ModelStep:
                 )
             )
         for peer in config.agent_tools:
-            about = self.d.agent.peers[peer].instructions[:300] if peer in self.d.agent.peers else ""
+            about = self.ctx.agent.peers[peer].instructions[:300] if peer in self.ctx.agent.peers else ""
             tools.append(
                 ToolDef(
                     name=f"{AGENT_TOOL_PREFIX}{peer}",
@@ -113,8 +108,8 @@ class ModelStep:
                 )
             )
         return ModelRequest(
-            run_id=self.d.run_id,
-            step=self.d.state.usage.model_steps + 1,
+            run_id=self.ctx.run_id,
+            step=self.ctx.state.usage.model_steps + 1,
             spec=bound.spec,
             messages=tuple(messages),
             tools=tuple(tools),
@@ -122,28 +117,30 @@ class ModelStep:
         )
 
     async def run_step(self, step: int) -> None:
-        engine = self.d.engine
+        ctx, ports = self.ctx, self.ctx.ports
         bound: BoundModel | None = None
         try:
             bound = self._model()
-            engine.models.provider(bound.spec)  # a spec that cannot make a provider fails the run here
+            ports.models.check(bound.spec)  # a spec that cannot make a provider fails the run here
         except ModelError as exc:
             message = bound.redact(str(exc)) if bound is not None else str(exc)
-            self.d.add(*end_events(self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=message))
+            ctx.add(*end_events(self.ctx.state, Phase.FAILED, f"model_error:{exc.reason}", message=message))
             return
         # Messages of provider errors enter events: a profile's endpoints and key sources must not.
         redact = bound.redact
         attempt = 0
         while True:
             attempt += 1
-            timeout = self.d.timeout(engine.settings.model_timeout_s)
+            timeout = ctx.timeout(ctx.settings.model_timeout_s)
             if timeout <= 0:
-                self.d.add(*end_events(self.d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+                ctx.add(*end_events(self.ctx.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
                 return
             request = self._request(timeout, bound)
             sink = self._delta_sink(step, attempt)
             try:
-                response = await self.d.io(partial(self._complete, bound, request, sink))
+                response = await ctx.io(
+                    partial(ports.models.complete, bound.spec, request, on_text_delta=sink)
+                )
                 break
             except Cancelled:
                 return
@@ -151,20 +148,20 @@ class ModelStep:
                 if sink.sent:
                     # Clients drop what this attempt streamed; the step is retried as a whole.
                     self._publish_delta({"step": step, "attempt": attempt, "superseded": True})
-                delay = max(exc.retry_after_s or 0.0, self.d.backoff(attempt))
+                delay = max(exc.retry_after_s or 0.0, ctx.backoff(attempt))
                 fits = retry_fits(
-                    now_s=engine.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=self.d.deadline_s
+                    now_s=ports.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=ctx.deadline_s
                 )
-                if attempt >= engine.settings.model_attempts or not fits:
-                    engine.counters.inc("retry_exhausted_count")
+                if attempt >= ctx.settings.model_attempts or not fits:
+                    ports.counters.inc("retry_exhausted_count")
                     reason = "model_unavailable"
-                    self.d.add(
+                    ctx.add(
                         *end_events(
-                            self.d.state, Phase.FAILED, reason, message=redact(str(exc)), retryable=True
+                            self.ctx.state, Phase.FAILED, reason, message=redact(str(exc)), retryable=True
                         )
                     )
                     return
-                engine.counters.inc("retry_count")
+                ports.counters.inc("retry_count")
                 # The incomplete step is a fact of the log, like a tool call's retry.
                 data = {
                     "call_id": "",
@@ -172,21 +169,21 @@ class ModelStep:
                     "attempt": attempt + 1,
                     "delay": f"{delay:.3f}s",
                     "reason": redact(f"model {exc.reason}: {exc.message}")[:400],
-                    "due_time": rfc3339(engine.now_ms() + math.ceil(delay * 1000)),
+                    "due_time": rfc3339(ports.now_ms() + math.ceil(delay * 1000)),
                 }
-                self.d.add(Event(ev.RETRY_SCHEDULED, data))
-                await self.d.flush()
+                ctx.add(Event(ev.RETRY_SCHEDULED, data))
+                await ctx.flush()
                 try:
-                    await self.d.sleep(delay)
+                    await ctx.sleep(delay)
                 except Cancelled:
                     return
             except ModelAuthError as exc:
-                self.d.add(*end_events(self.d.state, Phase.FAILED, "model_auth", message=redact(str(exc))))
+                ctx.add(*end_events(self.ctx.state, Phase.FAILED, "model_auth", message=redact(str(exc))))
                 return
             except ModelError as exc:
-                self.d.add(
+                ctx.add(
                     *end_events(
-                        self.d.state, Phase.FAILED, f"model_error:{exc.reason}", message=redact(str(exc))
+                        self.ctx.state, Phase.FAILED, f"model_error:{exc.reason}", message=redact(str(exc))
                     )
                 )
                 return
@@ -198,9 +195,9 @@ class ModelStep:
             output_tokens=response.output_tokens,
             cost_micros=cost,
         )
-        self.d.unrecorded = usage_plus(self.d.unrecorded, spent)
-        engine.faults.hit("after_model_response")
-        usage = self.d.state.usage
+        ctx.unrecorded = usage_plus(ctx.unrecorded, spent)
+        ports.faults.hit("after_model_response")
+        usage = self.ctx.state.usage
         before = usage.to_json()
         after = dict(
             before,
@@ -215,13 +212,13 @@ class ModelStep:
         ]
         try:
             text, text_ref = await bound_model_text(
-                self.d, response.text, [c.arguments_json for c in response.tool_calls]
+                ctx, response.text, [c.arguments_json for c in response.tool_calls]
             )
         except ModelOutputTooLarge as exc:
             # The call was made and paid for: its usage is recorded, its output is not kept.
             refused = {"step": step, "text": f"[refused: {exc.message}]", "tool_calls": []}
-            self.d.add(Event(ev.MODEL_COMPLETED, {**refused, "usage_before": before, "usage_after": after}))
-            self.d.add(*end_events(self.d.state, Phase.FAILED, "model_output_too_large", message=exc.message))
+            ctx.add(Event(ev.MODEL_COMPLETED, {**refused, "usage_before": before, "usage_after": after}))
+            ctx.add(*end_events(self.ctx.state, Phase.FAILED, "model_output_too_large", message=exc.message))
             return
         data = {
             "step": step,
@@ -232,16 +229,11 @@ class ModelStep:
         }
         if text_ref is not None:
             data["text_ref"] = text_ref
-        self.d.add(Event(ev.MODEL_COMPLETED, data))
-
-    async def _complete(self, bound: BoundModel, request: ModelRequest, sink: _DeltaSink) -> ModelResponse:
-        # The lease keeps the provider open for this call even if the bounded cache evicts it.
-        with self.d.engine.models.lease(bound.spec) as provider:
-            return await provider.complete(request, on_text_delta=sink)
+        ctx.add(Event(ev.MODEL_COMPLETED, data))
 
     def _cost(self, bound: BoundModel, input_tokens: int, output_tokens: int) -> int:
         # Models without a price entry cost 0: the cost budget only binds priced models.
-        price = self.d.engine.settings.prices.get(bound.spec.name)
+        price = self.ctx.settings.prices.get(bound.spec.name)
         return price.cost_micros(input_tokens, output_tokens) if price is not None else 0
 
     def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:
@@ -249,12 +241,7 @@ class ModelStep:
 
     def _publish_delta(self, data: dict[str, Any]) -> None:
         """Live only (R8.1: deltas are best-effort and never persisted one by one)."""
-        payload = json.dumps(data)
-        self.d.engine.bus.publish(
-            self.d.run_id,
-            [StoredEvent(self.d.run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.d.engine.now_ms())],
-            after_seq=self.d.state.seq - len(self.d.buffer),  # its place among the committed events
-        )
+        self.ctx.publish_live(ev.MODEL_TEXT_DELTA, data)
 
 
 class _DeltaSink:

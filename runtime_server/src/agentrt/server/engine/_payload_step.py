@@ -19,17 +19,22 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentrt.server._config_limits import PayloadsConfig
-from agentrt.server.core import AgentRtError
+from agentrt.server.engine._ports import PayloadPort
+from agentrt.server.engine._run import RunContext
+from agentrt.server.engine._sizes import (
+    MAX_ARGUMENTS_BYTES,
+    MAX_EVENT_BYTES,
+    EventTooLarge,
+    ModelOutputTooLarge,
+    check_event_sizes,
+    utf8_size,
+)
 from agentrt.server.store._crypt import UnreadableRecord
 from agentrt.server.store._payloads import JSON, TEXT, PayloadRef
 from agentrt.server.tools import ToolOutcome
-
-if TYPE_CHECKING:
-    from agentrt.server.engine._driver import RunDriver
-    from agentrt.server.engine._engine import Engine
 
 __all__ = [
     "MAX_ARGUMENTS_BYTES",
@@ -48,45 +53,6 @@ __all__ = [
 
 # Room the truncation note and JSON framing take around the start of the result.
 _VIEW_OVERHEAD = 512
-# Tool-call arguments of one model response, together: they travel in model.completed and
-# tool.started (and to the tool host, signed), so they stay inline and bounded.
-MAX_ARGUMENTS_BYTES = 1024 * 1024
-# No stored event may come near the 4 MiB gRPC response cap: past this one the commit is refused
-# (a fault of the run) rather than a log written that no stream could ever send again.
-MAX_EVENT_BYTES = 3 * 1024 * 1024
-
-
-class EventTooLarge(AgentRtError):
-    """An event would exceed MAX_EVENT_BYTES; nothing is committed (a bug: every large value has a path)."""
-
-    reason = "EVENT_TOO_LARGE"
-
-
-class ModelOutputTooLarge(AgentRtError):
-    """A model response past its maximum (text over max_model_output_bytes, or arguments over 1 MiB)."""
-
-    reason = "MODEL_OUTPUT_TOO_LARGE"
-
-
-def check_event_sizes(payloads: list[tuple[str, str]]) -> None:
-    """Refuse to commit an event whose JSON is past MAX_EVENT_BYTES.
-
-    Raises:
-        EventTooLarge: Naming the event type and its size, never its content.
-    """
-    for event_type, payload in payloads:
-        if len(payload) * 4 > MAX_EVENT_BYTES and utf8_size(payload) > MAX_EVENT_BYTES:
-            raise EventTooLarge(
-                f"a {event_type} event of {utf8_size(payload)} bytes is past {MAX_EVENT_BYTES}",
-                metadata={"event_type": event_type},
-            )
-
-
-def utf8_size(text: str) -> int:
-    """Bytes of ``text`` in UTF-8, without encoding it when the answer is plain from its length."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode())
 
 
 def model_view(text: str, ref: PayloadRef, *, max_bytes: int) -> str:
@@ -124,7 +90,7 @@ def text_view(text: str, ref: PayloadRef, *, max_bytes: int) -> str:
 
 
 async def bound_model_text(
-    driver: RunDriver, text: str, arguments: list[str]
+    ctx: RunContext, text: str, arguments: list[str]
 ) -> tuple[str, dict[str, Any] | None]:
     """A model's text as it enters the log: inline, or a bounded view plus its payload's reference.
 
@@ -135,7 +101,7 @@ async def bound_model_text(
         ModelOutputTooLarge: The text is past ``max_model_output_bytes`` or the arguments of its
             tool calls are past MAX_ARGUMENTS_BYTES; nothing is stored.
     """
-    config: PayloadsConfig = driver.engine.settings.payloads
+    config: PayloadsConfig = ctx.settings.payloads
     argument_bytes = sum(utf8_size(a) for a in arguments)
     if argument_bytes > MAX_ARGUMENTS_BYTES:
         raise ModelOutputTooLarge(
@@ -151,45 +117,43 @@ async def bound_model_text(
         )
     if size <= config.inline_max_bytes:
         return text, None
-    engine = driver.engine
-    ref = await engine.payloads.put(
-        run_id=driver.run_id,
-        tenant_id=driver.tenant_id,
+    ref = await ctx.ports.payloads.put(
+        run_id=ctx.run_id,
+        tenant_id=ctx.tenant_id,
         kind="model_text",
         media_type=TEXT,
         text=text,
-        now_ms=engine.now_ms(),
+        now_ms=ctx.ports.now_ms(),
     )
     return text_view(text, ref, max_bytes=config.model_view_max_bytes), ref.to_json()
 
 
 async def store_input(
-    engine: Engine, run_id: str, tenant_id: str, text: str, now_ms: int
+    payloads: PayloadPort, config: PayloadsConfig, run_id: str, tenant_id: str, text: str, now_ms: int
 ) -> tuple[str, dict[str, Any] | None]:
     """A run's input as its row and run.started show it: whole, or a view and its payload's reference."""
-    config: PayloadsConfig = engine.settings.payloads
     if len(text) * 4 <= config.inline_max_bytes or utf8_size(text) <= config.inline_max_bytes:
         return text, None
-    ref = await engine.payloads.put(
+    ref = await payloads.put(
         run_id=run_id, tenant_id=tenant_id, kind="input", media_type=TEXT, text=text, now_ms=now_ms
     )
     view_max = min(config.model_view_max_bytes, config.inline_max_bytes)
     return text_view(text, ref, max_bytes=view_max), ref.to_json()
 
 
-async def hydrate_input(driver: RunDriver) -> None:
+async def hydrate_input(ctx: RunContext) -> None:
     """Put the whole input (a payload) where the replayed state holds its view: the model's history."""
-    state = driver.state
+    state = ctx.state
     ref = state.input_ref
     assert ref is not None
-    payloads = driver.engine.payloads
+    payloads = ctx.ports.payloads
     stored = await payloads.find(
-        run_id=driver.run_id, payload_id=str(ref["payload_id"]), tenant_id=driver.tenant_id
+        run_id=ctx.run_id, payload_id=str(ref["payload_id"]), tenant_id=ctx.tenant_id
     )
     if stored is None:
         raise UnreadableRecord(
-            f"run {driver.run_id}: its input payload {ref['payload_id']} is missing",
-            metadata={"run_id": driver.run_id},
+            f"run {ctx.run_id}: its input payload {ref['payload_id']} is missing",
+            metadata={"run_id": ctx.run_id},
         )
     parts = [part async for part in payloads.chunks(stored, chunk_bytes=1024 * 1024)]
     whole = b"".join(parts).decode()
@@ -202,11 +166,11 @@ async def hydrate_input(driver: RunDriver) -> None:
     state.input = whole
 
 
-async def bound_tool_outcome(driver: RunDriver, outcome: ToolOutcome) -> ToolOutcome:
+async def bound_tool_outcome(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     """The outcome as it enters the log: small results as they are, large ones by reference."""
     if outcome.result_json is None or outcome.result_ref is not None:
         return outcome
-    config: PayloadsConfig = driver.engine.settings.payloads
+    config: PayloadsConfig = ctx.settings.payloads
     text = outcome.result_json
     # Fast path: characters are at least one byte each and at most four.
     if len(text) * 4 <= config.inline_max_bytes:
@@ -219,14 +183,13 @@ async def bound_tool_outcome(driver: RunDriver, outcome: ToolOutcome) -> ToolOut
         )
     if size <= config.inline_max_bytes:
         return outcome
-    engine = driver.engine
-    ref = await engine.payloads.put(
-        run_id=driver.run_id,
-        tenant_id=driver.tenant_id,
+    ref = await ctx.ports.payloads.put(
+        run_id=ctx.run_id,
+        tenant_id=ctx.tenant_id,
         kind="tool_result",
         media_type=JSON,
         text=text,
-        now_ms=engine.now_ms(),
+        now_ms=ctx.ports.now_ms(),
     )
     view_max = config.model_view_max_bytes
     if size <= view_max:

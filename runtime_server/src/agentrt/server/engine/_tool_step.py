@@ -12,10 +12,7 @@ import asyncio
 import contextlib
 import json
 import math
-from typing import TYPE_CHECKING, Any
-
-import grpc
-from google.protobuf import json_format
+from typing import Any
 
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
@@ -33,15 +30,11 @@ from agentrt.server.core import (
 from agentrt.server.core import events as ev
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
-from agentrt.server.store import RunRecord
-from agentrt.server.tools import CallMetadata, ToolOutcome
-
-if TYPE_CHECKING:
-    from agentrt.server.engine._driver import RunDriver
+from agentrt.server.engine._ports import LedgerAnswer, StartRequest
+from agentrt.server.engine._run import RunContext
+from agentrt.server.tools import ToolOutcome
 
 RECONCILE_MAX_DELAY_S = 60.0
-_NOT_FOUND = "not_found"
-_UNKNOWN = "unknown"
 
 
 def is_write(spec: tool_pb2.ToolSpec | None) -> bool:
@@ -50,33 +43,20 @@ def is_write(spec: tool_pb2.ToolSpec | None) -> bool:
 
 
 class ToolStep:
-    """The tool side of one :class:`RunDriver`."""
+    """The tool side of a run's steps."""
 
-    def __init__(self, driver: RunDriver):
-        self.d = driver
-        self.engine = driver.engine
-
-    def call_metadata(self, call: CallState) -> CallMetadata:
-        """What a call to its tool host carries (R3.3); the router signs its grant from it."""
-        return CallMetadata(
-            idempotency_key=call.idempotency_key,
-            run_id=self.d.run_id,
-            call_id=call.call_id,
-            attempt=call.attempts,
-            fencing_token=self.d.handle.generation,
-            tenant_id=self.d.tenant_id,
-            max_result_bytes=self.engine.settings.payloads.max_tool_result_bytes,
-        )
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
 
     def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
         seconds = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
-        return seconds or self.engine.settings.tool_timeout_s
+        return seconds or self.ctx.settings.tool_timeout_s
 
     # -- one call -----------------------------------------------------------------------------------
 
     def _refused(self, call: CallState) -> bool:
         """Defence in depth behind the decider: a tool the active agent lacks is never sent (R10.2)."""
-        policy = self.d.policy
+        policy = self.ctx.policy
         if policy.allows(call.tool):
             return False
         error = not_allowed_error(call.tool, policy.agent_name)
@@ -85,19 +65,19 @@ class ToolStep:
 
     async def run_call(self, call: CallState) -> None:
         """Send a started call (or, for an inherited write, query first) and record what happened."""
-        d, engine = self.d, self.engine
+        d, ports = self.ctx, self.ctx.ports
         if self._refused(call):
             return
         if call.tool.startswith(AGENT_TOOL_PREFIX):
             self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
             return
-        spec = engine.tools.spec(call.tool)
+        spec = ports.tools.spec(call.tool)
         if is_write(spec) and call.call_id not in d.started_here:
             found = await self._query(call)
             if isinstance(found, ToolOutcome):
                 self.record(call, await bound_tool_outcome(d, found))
                 return
-            if found == _UNKNOWN:
+            if found == "unknown":
                 self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
                 return
             # Never reached the tool host's ledger: send it now, under the same key.
@@ -108,8 +88,8 @@ class ToolStep:
             d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
             return
         d.check_lease()
-        call_deadline_ms = engine.now_ms() + math.ceil(timeout * 1000)
-        started = engine.clock()
+        call_deadline_ms = ports.now_ms() + math.ceil(timeout * 1000)
+        started = ports.clock()
         try:
             outcome = await d.io(lambda: self._send(call, timeout_s=timeout))
         except Cancelled:
@@ -118,56 +98,56 @@ class ToolStep:
                 outcome = ToolOutcome.failure("CANCELLED", "cancelled in flight")
             elif isinstance(settled, ToolOutcome):
                 outcome = settled
-            elif settled == _NOT_FOUND and engine.now_ms() > call_deadline_ms:
+            elif settled == "not_found" and ports.now_ms() > call_deadline_ms:
                 outcome = ToolOutcome.failure("CANCELLED", "cancelled before the tool host saw the call")
             else:
                 self._outcome_unknown(call, "cancelled while the write was in flight", call_deadline_ms)
                 return
-        engine.faults.hit("tool_response_received")
+        ports.faults.hit("tool_response_received")
         message = (outcome.error or {}).get("message", "")
         if outcome.error and ("deadline" in message or "timeout" in message):
-            engine.counters.inc("timeout_count")
+            ports.counters.inc("timeout_count")
         if outcome.in_doubt and is_write(spec):
             # The request may have reached the host: learn what it did before any retry (R5.3).
             settled = await self._query(call)
             if isinstance(settled, ToolOutcome):
                 outcome = settled
-            elif settled == _UNKNOWN:
+            elif settled == "unknown":
                 self._outcome_unknown(
                     call, outcome.error["message"] if outcome.error else "", call_deadline_ms
                 )
                 return
         error = outcome.error or {}
         retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
-        if retryable and self._schedule_retry(call, error, expected_call_s=engine.clock() - started):
+        if retryable and self._schedule_retry(call, error, expected_call_s=ports.clock() - started):
             return
         self.record(call, await bound_tool_outcome(d, outcome))
 
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
-        engine = self.engine
-        engine.faults.hit("tool_before_send")
+        ctx, ports = self.ctx, self.ctx.ports
+        ports.faults.hit("tool_before_send")
         sending = asyncio.ensure_future(
-            engine.tools.invoke(
-                call.tool, call.arguments_json, metadata=self.call_metadata(call), timeout_s=timeout_s
+            ports.tools.invoke(
+                call.tool, call.arguments_json, metadata=ctx.call_metadata(call), timeout_s=timeout_s
             )
         )
-        if engine.faults.armed:
+        if ports.faults.armed:
             # Let the request leave before crashing "between sent and recorded".
             await asyncio.wait({sending}, timeout=0.05)
-            engine.faults.hit("tool_request_sent")
+            ports.faults.hit("tool_request_sent")
         return await sending
 
     def _schedule_retry(self, call: CallState, error: dict[str, Any], *, expected_call_s: float) -> bool:
-        d, engine = self.d, self.engine
+        d, ports = self.ctx, self.ctx.ports
         delay = d.backoff(call.attempts)
         fits = retry_fits(
-            now_s=engine.clock(), delay_s=delay, expected_call_s=expected_call_s, deadline_s=d.deadline_s
+            now_s=ports.clock(), delay_s=delay, expected_call_s=expected_call_s, deadline_s=d.deadline_s
         )
-        if call.attempts >= engine.settings.tool_attempts or not fits:
-            engine.counters.inc("retry_exhausted_count")
+        if call.attempts >= d.settings.tool_attempts or not fits:
+            ports.counters.inc("retry_exhausted_count")
             return False
-        engine.counters.inc("retry_count")
-        due_ms = engine.now_ms() + math.ceil(delay * 1000)
+        ports.counters.inc("retry_count")
+        due_ms = ports.now_ms() + math.ceil(delay * 1000)
         d.add(self._retry_event(call, call.attempts + 1, delay, error, due_ms))
         return True
 
@@ -186,7 +166,7 @@ class ToolStep:
 
     def _attempt_event(self, call: CallState, attempt: int) -> Event:
         """A new attempt of the same call, same key; budgets count the call once."""
-        usage = self.d.state.usage.to_json()
+        usage = self.ctx.state.usage.to_json()
         data = {
             "step": call.step,
             "call_id": call.call_id,
@@ -200,23 +180,23 @@ class ToolStep:
         return Event(ev.TOOL_STARTED, data)
 
     def _restart(self, call: CallState) -> None:
-        self.d.add(self._attempt_event(call, call.attempts + 1))
-        self.d.started_here.add(call.call_id)
+        self.ctx.add(self._attempt_event(call, call.attempts + 1))
+        self.ctx.started_here.add(call.call_id)
 
     def record(self, call: CallState, outcome: ToolOutcome) -> None:
         self._check_fence(outcome)
-        self.d.add(self._result_event(call, outcome))
+        self.ctx.add(self._result_event(call, outcome))
         self._end_if_fatal(call, outcome)
 
     def _check_fence(self, outcome: ToolOutcome) -> None:
         if (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_FENCED":
             raise LeaseLost(
-                f"tool host refused run {self.d.run_id}'s fencing token {self.d.handle.generation}"
+                f"tool host refused run {self.ctx.run_id}'s fencing token {self.ctx.handle.generation}"
             )
 
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed:
-            self.engine.counters.inc("duplicate_suppressed_count")
+            self.ctx.ports.counters.inc("duplicate_suppressed_count")
         base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
         if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
             return Event(ev.TOOL_FAILED, dict(base, error=result_error))
@@ -229,14 +209,14 @@ class ToolStep:
 
     def _result_error(self, result_json: str) -> dict[str, str] | None:
         """A result nesting past the bounds is a tool error: nothing downstream must recurse into it."""
-        limit = self.d.policy.argument_limits.max_depth
+        limit = self.ctx.policy.argument_limits.max_depth
         if nesting_depth(result_json, stop_at=limit) <= limit:
             return None
         message = f"the tool ran, but its result was refused: JSON nests deeper than {limit} levels"
         return {"code": "TOOL_ERROR_CODE_PERMANENT", "message": message}
 
     def _end_if_fatal(self, call: CallState, outcome: ToolOutcome) -> None:
-        d = self.d
+        d = self.ctx
         code = (outcome.error or {}).get("code", "")
         message = (outcome.error or {}).get("message", "")
         if code == "TOOL_ERROR_CODE_UNAUTHORIZED":
@@ -252,7 +232,7 @@ class ToolStep:
         Retries of a batch call wait in memory (a crash re-sends a read-only call, which is safe);
         a cancel keeps every result that had arrived and marks the rest cancelled.
         """
-        d = self.d
+        d = self.ctx
         calls = tuple(c for c in calls if not self._refused(c))
         if not calls:
             return
@@ -276,36 +256,36 @@ class ToolStep:
             self._end_if_fatal(call, outcome)
 
     async def _settle_read(self, call: CallState, steps: list[tuple[Event | None, ToolOutcome]]) -> None:
-        d, engine = self.d, self.engine
-        spec = engine.tools.spec(call.tool)
+        d, ports = self.ctx, self.ctx.ports
+        spec = ports.tools.spec(call.tool)
         attempt = call.attempts
         while True:
             timeout = d.timeout(self._spec_timeout(spec))
             if timeout <= 0:
                 steps.append((None, ToolOutcome.failure("TRANSIENT", "the run's deadline left no time")))
                 return
-            began = engine.clock()
+            began = ports.clock()
             outcome = await self._send(call, timeout_s=timeout)
             error = outcome.error or {}
-            if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and attempt < engine.settings.tool_attempts:
+            if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and attempt < d.settings.tool_attempts:
                 delay = d.backoff(attempt)
-                expected = engine.clock() - began
+                expected = ports.clock() - began
                 if retry_fits(
-                    now_s=engine.clock(), delay_s=delay, expected_call_s=expected, deadline_s=d.deadline_s
+                    now_s=ports.clock(), delay_s=delay, expected_call_s=expected, deadline_s=d.deadline_s
                 ):
-                    engine.counters.inc("retry_count")
+                    ports.counters.inc("retry_count")
                     attempt += 1
-                    due_ms = engine.now_ms() + math.ceil(delay * 1000)
+                    due_ms = ports.now_ms() + math.ceil(delay * 1000)
                     steps.append((self._retry_event(call, attempt, delay, error, due_ms), outcome))
                     steps.append((self._attempt_event(call, attempt), outcome))
-                    await asyncio.sleep(delay)
+                    await d.ports.sleep(delay)
                     continue
-                engine.counters.inc("retry_exhausted_count")
+                ports.counters.inc("retry_exhausted_count")
             steps.append((None, outcome))
             return
 
     def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
-        self.engine.counters.inc("unknown_result_count")
+        self.ctx.ports.counters.inc("unknown_result_count")
         data: dict[str, Any] = {
             "step": call.step,
             "call_id": call.call_id,
@@ -315,7 +295,7 @@ class ToolStep:
         }
         if call_deadline_ms:
             data["call_deadline"] = rfc3339(call_deadline_ms)
-        self.d.add(Event(ev.TOOL_OUTCOME_UNKNOWN, data))
+        self.ctx.add(Event(ev.TOOL_OUTCOME_UNKNOWN, data))
 
     # -- agents as tools ----------------------------------------------------------------------------
 
@@ -326,9 +306,7 @@ class ToolStep:
         idempotency key, so a recovered parent re-attaches to the same child instead of starting
         another. Cancelling the parent cancels the child.
         """
-        from agentrt.server.engine._engine import StartRequest  # the engine module imports this one
-
-        d, engine = self.d, self.engine
+        d, ports = self.ctx, self.ctx.ports
         target = call.tool.removeprefix(AGENT_TOOL_PREFIX)
         if target not in d.agent.config.agent_tools or target not in d.agent.peers:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"agent {target!r} is not available to {d.agent.name}")
@@ -338,7 +316,7 @@ class ToolStep:
             question = ""
         if not question.strip():
             return ToolOutcome.failure("INVALID_INPUT", "an agent tool needs a non-empty 'input'")
-        remaining = d.deadline_s - engine.clock() - engine.settings.call_reserve_s
+        remaining = d.deadline_s - ports.clock() - d.settings.call_reserve_s
         if remaining <= 0:
             return ToolOutcome.failure("TRANSIENT", "no time left for a child run")
         child_agent = d.agent.switch(target)
@@ -351,62 +329,38 @@ class ToolStep:
             metadata={"parent_run_id": d.run_id, "parent_call_id": call.call_id},
             created_by=f"run:{d.run_id}",
         )
-        child, _ = await engine.start_run(request)
+        child_id = await ports.children.start(request)
         try:
-            ended = await d.io(lambda: self._wait_for_end(child.run_id))
+            ended = await d.io(lambda: ports.children.wait_for_end(child_id))
         except Cancelled:
-            await engine.request_cancel(
-                child.run_id,
+            await ports.children.cancel(
+                child_id,
                 tenant_id=d.tenant_id,
                 reason=f"parent run {d.run_id} cancelled",
                 requested_by=f"run:{d.run_id}",
             )
-            return ToolOutcome.failure("CANCELLED", f"cancelled; child run {child.run_id} was cancelled too")
+            return ToolOutcome.failure("CANCELLED", f"cancelled; child run {child_id} was cancelled too")
         if ended.phase == Phase.COMPLETED.value:
             return ToolOutcome(json.dumps({"run_id": ended.run_id, "output": ended.output}), None)
         return ToolOutcome.failure(
             "PERMANENT", f"child run {ended.run_id} ended {ended.phase}: {ended.reason}"
         )
 
-    async def _wait_for_end(self, run_id: str) -> RunRecord:
-        """Until the child ends: woken by its events on this replica, re-checked in the store."""
-        engine = self.engine
-        subscription = engine.bus.subscribe(run_id)
-        try:
-            while True:
-                subscription.drain()  # a wake-up only: what it held is in the store
-                record = await engine.store.get_run(run_id)
-                if record is not None and Phase(record.phase).terminal:
-                    return record
-                await subscription.get(wait_s=0.5)
-        finally:
-            engine.bus.unsubscribe(subscription)
-
     # -- learning outcomes --------------------------------------------------------------------------
 
-    async def _query(self, call: CallState) -> ToolOutcome | str:
-        """The ledger's word on a call: an outcome, _NOT_FOUND, or _UNKNOWN (running / unreachable)."""
-        try:
-            operation = await self.engine.tools.get_operation(
-                call.tool,
-                call.arguments_json,
-                metadata=self.call_metadata(call),
-                timeout_s=self.engine.settings.query_timeout_s,
-            )
-        except grpc.aio.AioRpcError:
-            return _UNKNOWN
-        if operation is None:
-            return _NOT_FOUND
-        if operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED:
-            return ToolOutcome(operation.result_json, None, True)
-        if operation.status == tool_pb2.OPERATION_STATUS_FAILED:
-            error = json_format.MessageToDict(operation.error, preserving_proto_field_name=True)
-            return ToolOutcome(None, error)
-        return _UNKNOWN
+    async def _query(self, call: CallState) -> LedgerAnswer:
+        """The ledger's word on a call: an outcome, "not_found", or "unknown" (running / unreachable)."""
+        ctx = self.ctx
+        return await ctx.ports.tools.query(
+            call.tool,
+            call.arguments_json,
+            metadata=ctx.call_metadata(call),
+            timeout_s=ctx.settings.query_timeout_s,
+        )
 
     async def reconcile(self, call: CallState) -> None:
         """The run is in UNKNOWN_OUTCOME: ask again; park with backoff while nobody can tell."""
-        d, engine = self.d, self.engine
+        d, ports = self.ctx, self.ctx.ports
         found = await self._query(call)
         if isinstance(found, ToolOutcome):
             error = (found.error or {}).get("code", "")
@@ -418,8 +372,8 @@ class ToolStep:
             else:
                 self.record(call, await bound_tool_outcome(d, found))
             return
-        now_ms = engine.now_ms()
-        if found == _NOT_FOUND:
+        now_ms = ports.now_ms()
+        if found == "not_found":
             if d.handle.cancel_reason is None:
                 self._restart(call)
                 return
@@ -432,13 +386,13 @@ class ToolStep:
         await d.park(now_ms + math.ceil(self._reconcile_delay_s() * 1000))
 
     def _reconcile_delay_s(self) -> float:
-        attempts = int(self.d.handle.extra.get("reconcile_attempts", 0)) + 1
-        self.d.handle.extra["reconcile_attempts"] = attempts
-        return min(RECONCILE_MAX_DELAY_S, max(0.5, self.d.backoff(attempts + 2)))
+        handle = self.ctx.handle
+        handle.reconcile_attempts += 1
+        return min(RECONCILE_MAX_DELAY_S, max(0.5, self.ctx.backoff(handle.reconcile_attempts + 2)))
 
     async def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
         """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
-        d = self.d
+        d = self.ctx
         call = d.state.unknown_call()
         if d.state.phase is not Phase.UNKNOWN_OUTCOME or call is None or call.call_id != decision["call_id"]:
             return

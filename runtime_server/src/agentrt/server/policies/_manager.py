@@ -55,3 +55,27 @@ class Policies:
                 policy_version=answer.policy_version,
             )
         return ApprovalRequirement(required=flagged, reason="the tool requires approval" if flagged else "")
+
+    def output_guardrail(
+        self, *, agent_name: str, input: str, output: str, options: Mapping[str, Any]
+    ) -> list[Any]:
+        """Each plugin's verdict on a final answer: falsy passes, anything else is the failure."""
+        answers: list[Any] = self.pm.hook.agentrt_output_guardrail(
+            agent_name=agent_name, input=input, output=output, options=options
+        )
+        return answers
+
+    def postcondition(
+        self,
+        *,
+        agent_name: str,
+        input: str,
+        output: str,
+        options: Mapping[str, Any],
+        tool_results: list[dict[str, Any]],
+    ) -> list[Any]:
+        """Each plugin's verdict on what the run did: falsy passes, anything else is the failure."""
+        answers: list[Any] = self.pm.hook.agentrt_postcondition(
+            agent_name=agent_name, input=input, output=output, options=options, tool_results=tool_results
+        )
+        return answers

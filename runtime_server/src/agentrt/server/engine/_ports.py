@@ -1,0 +1,209 @@
+"""What the step executors need from the world, as typed ports.
+
+A run's steps see the store, the tool hosts, the model providers, payloads, policies,
+live readers, child runs, counters and time only through these. The engine builds one
+:class:`Ports` from its real components; engine tests build one from in-process fakes
+(``agentrt.testing.engine``), so the step loop, recovery and cancellation run without
+spawning a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server._config import Settings
+from agentrt.server.engine._agents import ResolvedAgent
+from agentrt.server.engine._faults import FaultPlan
+from agentrt.server.models import ModelRequest, ModelResponse, ModelSpecData
+from agentrt.server.policies import ApprovalRequirement
+from agentrt.server.store import PayloadRef, RunRecord, Signal, StoredEvent, StoredPayload
+from agentrt.server.tools import CallMetadata, ToolOutcome
+
+__all__ = [
+    "ChildRuns",
+    "Counters",
+    "Fresh",
+    "LedgerAnswer",
+    "LiveEvents",
+    "ModelPort",
+    "PayloadPort",
+    "PolicyPort",
+    "Ports",
+    "RunLog",
+    "StartRequest",
+    "ToolPort",
+]
+
+# A run created here a moment ago: its row and first events are known, no read needed.
+Fresh = tuple[RunRecord, list[StoredEvent]]
+
+# What a tool host's ledger says about a call: its outcome, or that it has no entry, or that it
+# cannot tell (still running, unreachable).
+LedgerAnswer = ToolOutcome | Literal["not_found", "unknown"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartRequest:
+    """A validated request to start a run."""
+
+    tenant_id: str
+    agent: ResolvedAgent
+    input: str
+    budget_overrides: Mapping[str, Any] = field(default_factory=dict)
+    request_key: str = ""
+    request_hash: str = ""  # of the caller's request; "" (internal starts) skips the reuse check
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    session_id: str = ""
+    session_policy: str = "reject"  # reject | enqueue | interrupt (R8.3)
+    created_by: str = ""  # subject of the principal that asked (or "run:<id>" for a child run)
+
+
+class RunLog(Protocol):
+    """The run's row and log: fenced appends under the lease (R5.2)."""
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def read_events(self, run_id: str, *, after_seq: int = 0) -> list[StoredEvent]: ...
+
+    async def read_signals(self, run_id: str) -> list[Signal]: ...
+
+    async def append(
+        self,
+        run_id: str,
+        *,
+        expected_revision: int,
+        owner: str,
+        first_seq: int,
+        new_events: Sequence[tuple[str, str]],
+        values: Mapping[str, Any],
+        now_ms: int,
+        consume_signals: Sequence[int] = (),
+    ) -> int:
+        """The new revision.
+
+        Raises:
+            LeaseLost: another owner or revision.
+        """
+        ...
+
+    async def release(self, run_id: str, *, owner: str) -> None: ...
+
+
+class ToolPort(Protocol):
+    """The tool hosts, as one router: contracts, calls, ledger queries, previews."""
+
+    def spec(self, tool: str) -> tool_pb2.ToolSpec | None: ...
+
+    async def invoke(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
+    ) -> ToolOutcome:
+        """Transport failures are outcomes; a cancel of the awaiting task propagates."""
+        ...
+
+    async def query(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
+    ) -> LedgerAnswer: ...
+
+    async def preview(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
+    ) -> str: ...
+
+
+class ModelPort(Protocol):
+    """Model providers, by spec."""
+
+    def check(self, spec: ModelSpecData) -> None:
+        """Raises ModelError when no provider can be made for ``spec``."""
+        ...
+
+    async def complete(
+        self, spec: ModelSpecData, request: ModelRequest, *, on_text_delta: Callable[[str], None]
+    ) -> ModelResponse:
+        """Raises ModelError (a subclass says whether a retry may help)."""
+        ...
+
+
+class PayloadPort(Protocol):
+    """Values too large for an event, stored once per run (R8.4)."""
+
+    async def put(
+        self, *, run_id: str, tenant_id: str, kind: str, media_type: str, text: str, now_ms: int
+    ) -> PayloadRef: ...
+
+    async def find(self, *, run_id: str, payload_id: str, tenant_id: str) -> StoredPayload | None: ...
+
+    def chunks(self, stored: StoredPayload, *, chunk_bytes: int) -> AsyncIterator[bytes]: ...
+
+
+class PolicyPort(Protocol):
+    """The policy plugins: approvals, output guardrails and postconditions."""
+
+    def approval(
+        self, *, tool: str, arguments_json: str, agent_name: str, options: Mapping[str, Any], flagged: bool
+    ) -> ApprovalRequirement: ...
+
+    def output_guardrail(
+        self, *, agent_name: str, input: str, output: str, options: Mapping[str, Any]
+    ) -> list[Any]:
+        """Each plugin's answer: falsy for a pass, a reason for a failure. May raise."""
+        ...
+
+    def postcondition(
+        self,
+        *,
+        agent_name: str,
+        input: str,
+        output: str,
+        options: Mapping[str, Any],
+        tool_results: list[dict[str, Any]],
+    ) -> list[Any]: ...
+
+
+class LiveEvents(Protocol):
+    """Readers following runs on this replica (committed events, live-only deltas)."""
+
+    def publish(self, run_id: str, items: Iterable[StoredEvent], *, after_seq: int | None = None) -> None: ...
+
+
+class ChildRuns(Protocol):
+    """Runs an agent started as a tool (R9.1)."""
+
+    async def start(self, request: StartRequest) -> str:
+        """The child's run id (the existing one when its request key started it already)."""
+        ...
+
+    async def wait_for_end(self, run_id: str) -> RunRecord: ...
+
+    async def cancel(self, run_id: str, *, tenant_id: str, reason: str, requested_by: str) -> None: ...
+
+
+class Counters(Protocol):
+    def inc(self, name: str, amount: int = 1) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports:
+    """Everything a run's steps may touch, built once by the engine."""
+
+    log: RunLog
+    tools: ToolPort
+    models: ModelPort
+    payloads: PayloadPort
+    policies: PolicyPort
+    live: LiveEvents
+    children: ChildRuns
+    counters: Counters
+    settings: Settings
+    owner: str  # this worker's lease owner name
+    clock: Callable[[], float]  # seconds since the epoch
+    rand: Callable[[], float]  # in [0, 1), for backoff jitter
+    stopping: Callable[[], bool]  # shutting down: no further attempts after a fault
+    faults: FaultPlan = field(default_factory=FaultPlan)  # injected crashes, a test facility
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)

@@ -1,0 +1,287 @@
+"""One ownership period of one run: what its steps read, and how they commit.
+
+A :class:`RunContext` is built once when a worker takes a run (``_driver.open_run``) and
+holds everything the step executors use: the ports, the run's identity and lease, its
+folded state, agent, budgets, deadline and policy. Steps append events through
+:meth:`RunContext.add` and commit them with :meth:`RunContext.flush` in one fenced
+transaction right before each model or tool call (R5.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server.core import (
+    Budgets,
+    CallState,
+    Event,
+    LeaseLost,
+    Phase,
+    Policy,
+    RunState,
+    Usage,
+    backoff_delay_s,
+    call_timeout_s,
+)
+from agentrt.server.engine._agents import ResolvedAgent
+from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
+from agentrt.server.engine._ports import Ports, ToolPort
+from agentrt.server.engine._sizes import check_event_sizes
+from agentrt.server.store import StoredEvent
+from agentrt.server.tools import CallMetadata
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class RunHandle:
+    """What the engine keeps about a run it owns, across the attempts of one ownership."""
+
+    run_id: str
+    generation: int  # the lease's fencing token
+    lease_deadline_s: float  # past it, this worker may no longer trust its lease
+    task: asyncio.Task[None] | None = None
+    io: asyncio.Future[Any] | None = None  # the call a cancel request cuts
+    cancel_reason: str | None = None
+    cancel_by: str = ""  # who asked for the cancel, recorded on cancel.requested
+    session_id: str = ""  # set once the run's row is read: its end may let a waiting turn start
+    reconcile_attempts: int = 0  # ledger queries of an unknown outcome in this ownership
+
+
+def agent_policy(agent: ResolvedAgent, tools: ToolPort) -> Policy:
+    """The active agent's rules: the tools it was given, loop thresholds, parallel-safe tools."""
+    config = agent.config
+    specs = {name: spec for name in config.tools if (spec := tools.spec(name)) is not None}
+    safe = frozenset(
+        name
+        for name, spec in specs.items()
+        if spec.side_effect == tool_pb2.SIDE_EFFECT_READ_ONLY and spec.concurrency_safe
+    )
+    # What the active agent was given, nothing else: a call to any other tool never runs.
+    allowed = frozenset(
+        (
+            *config.tools,
+            *(f"{HANDOFF_PREFIX}{a}" for a in config.handoffs),
+            *(f"{AGENT_TOOL_PREFIX}{a}" for a in config.agent_tools),
+        )
+    )
+    return Policy(
+        agent_name=agent.name,
+        allowed_tools=allowed,
+        handoffs={f"{HANDOFF_PREFIX}{a}": a for a in config.handoffs},
+        tool_versions={name: spec.version for name, spec in specs.items()},
+        loops=config.loops.to_policy(),
+        parallel_safe=safe,
+        fail_expired_approvals=config.approvals.on_expiry == "fail",
+        pause_on_exhaustion=config.on_budget_exhausted == "pause",
+    )
+
+
+class RunContext:
+    """A run while this worker holds its lease: its state, its rules, and its commits."""
+
+    def __init__(
+        self,
+        *,
+        ports: Ports,
+        handle: RunHandle,
+        tenant_id: str,
+        state: RunState,
+        revision: int,
+        agent: ResolvedAgent,
+        budgets: Budgets,
+        deadline_s: float,
+        pending_values: dict[str, Any] | None = None,
+    ):
+        self.ports = ports
+        self.settings = ports.settings
+        self.handle = handle
+        self.run_id = handle.run_id
+        self.tenant_id = tenant_id
+        self.state = state
+        self.revision = revision
+        self.agent = agent
+        self.budgets = budgets
+        self.deadline_s = deadline_s
+        self.policy = agent_policy(agent, ports.tools)
+        self.buffer: list[Event] = []
+        self.pending_values: dict[str, Any] = dict(pending_values or {})
+        self.consumed_signals: list[int] = []
+        self.started_here: set[str] = set()  # calls whose latest tool.started this owner wrote
+        self.unrecorded = Usage()  # model usage spent since the last commit (a fault records it)
+        self.hidden: tuple[str, ...] = ()  # the bound model profile's secrets: never in an event
+        self.released = False
+
+    # -- the run's rules ----------------------------------------------------------------------------
+
+    def switch_agent(self, name: str) -> None:
+        """A handoff: another agent of the run's snapshot takes over, with its own rules."""
+        self.agent = self.agent.switch(name)
+        self.policy = agent_policy(self.agent, self.ports.tools)
+
+    def grant_budget(self, budgets: Budgets) -> None:
+        """A person granted more budget; persisted with the next commit."""
+        self.budgets = budgets
+        self.pending_values["budgets"] = json.dumps(budgets.to_json())
+
+    def extend_deadline(self, by_ms: int) -> None:
+        """Move the run's deadline later (time spent waiting for a person); persisted next commit."""
+        self.deadline_s += by_ms / 1000
+        self.pending_values["deadline_ms"] = round(self.deadline_s * 1000)
+
+    def call_metadata(self, call: CallState) -> CallMetadata:
+        """What a call to its tool host carries (R3.3); the router signs its grant from it."""
+        return CallMetadata(
+            idempotency_key=call.idempotency_key,
+            run_id=self.run_id,
+            call_id=call.call_id,
+            attempt=call.attempts,
+            fencing_token=self.handle.generation,
+            tenant_id=self.tenant_id,
+            max_result_bytes=self.settings.payloads.max_tool_result_bytes,
+        )
+
+    # -- committing ---------------------------------------------------------------------------------
+
+    def add(self, *events: Event) -> None:
+        for event in events:
+            self.state.apply(event)
+            self.state.seq += 1
+            self.buffer.append(event)
+
+    async def flush(self, **extra_values: Any) -> None:
+        """Commit the buffered events and row changes in one fenced transaction.
+
+        Raises:
+            LeaseLost: another worker owns the run now.
+        """
+        if not self.buffer and not extra_values and not self.consumed_signals and not self.pending_values:
+            return
+        ports = self.ports
+        state = self.state
+        now_ms = ports.now_ms()
+        first_seq = state.seq - len(self.buffer) + 1
+        payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
+        check_event_sizes(payloads)
+        types = [e.type for e in self.buffer]
+        values: dict[str, Any] = {
+            "phase": state.phase.value,
+            "usage": json.dumps(state.usage.to_json()),
+            # PostgreSQL text cannot hold NUL: the row gets U+FFFD, the event (JSON-escaped) the exact text.
+            "output": state.output.replace("\x00", "\ufffd"),
+            "reason": state.reason.replace("\x00", "\ufffd"),
+            "pending_approval": _pending_json(state.pending_approval),
+            "output_ref": json.dumps(state.output_ref) if state.output_ref else None,
+            **self.pending_values,
+            **extra_values,
+        }
+        if state.ended:  # the closing commit also gives the lease back: one commit, not two
+            values.update(lease_owner=None, lease_expires_ms=None)
+        ports.faults.around_commit("before", types)
+        self.revision = await ports.log.append(
+            self.run_id,
+            expected_revision=self.revision,
+            owner=ports.owner,
+            first_seq=first_seq,
+            new_events=payloads,
+            values=values,
+            now_ms=now_ms,
+            consume_signals=self.consumed_signals,
+        )
+        self.unrecorded = Usage()
+        ports.faults.around_commit("after", types)
+        self.consumed_signals = []
+        self.pending_values = {}
+        self.buffer.clear()
+        self.released = state.ended or values.get("lease_owner", "") is None
+        ports.live.publish(
+            self.run_id,
+            [StoredEvent(self.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
+        )
+        if state.ended:
+            ports.counters.inc("runs_ended")
+            if state.any_tool_started and state.phase is not Phase.COMPLETED:
+                ports.counters.inc("partial_run_count")
+
+    async def park(self, wake_ms: int) -> None:
+        """Commit what is buffered, give the lease back and ask to be woken at ``wake_ms``.
+
+        Raises:
+            Parked: always; the driver stops here.
+        """
+        await self.flush(wake_ms=wake_ms, lease_owner=None, lease_expires_ms=None)
+        raise Parked()
+
+    def publish_live(self, event_type: str, data: dict[str, Any]) -> None:
+        """A live-only event (R8.1), placed after the events committed so far."""
+        self.ports.live.publish(
+            self.run_id,
+            [StoredEvent(self.run_id, 0, event_type, json.dumps(data), self.ports.now_ms())],
+            after_seq=self.state.seq - len(self.buffer),
+        )
+
+    # -- time and cancellation ----------------------------------------------------------------------
+
+    def check_lease(self) -> None:
+        """Refuse to start a call once the lease may have passed to another worker (e.g. after a pause)."""
+        if self.ports.clock() >= self.handle.lease_deadline_s:
+            raise LeaseLost(f"lease of run {self.run_id} expired locally; not starting new work")
+
+    def timeout(self, call_timeout: float) -> float:
+        """Seconds a call may take now: its own timeout, within the run's deadline less the reserve."""
+        return call_timeout_s(
+            now_s=self.ports.clock(),
+            run_deadline_s=self.deadline_s,
+            call_timeout_s=call_timeout,
+            reserve_s=self.settings.call_reserve_s,
+        )
+
+    def backoff(self, attempt: int) -> float:
+        settings = self.settings
+        return backoff_delay_s(
+            attempt=attempt, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s, rand=self.ports.rand()
+        )
+
+    async def io(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Run one call so that a cancel request can cancel it (and only it).
+
+        Raises:
+            Cancelled: a cancel request cut the call (or came before it).
+        """
+        return await cancellable(self.handle, make)
+
+    async def sleep(self, delay_s: float) -> None:
+        """Wait ``delay_s``; a cancel request cuts the wait (Cancelled)."""
+        await cancellable(self.handle, lambda: self.ports.sleep(delay_s))
+
+
+async def cancellable(handle: RunHandle, make: Callable[[], Awaitable[T]]) -> T:
+    """Await ``make()`` as the run's one cancellable call: a cancel request cuts it, shutdown does not.
+
+    Raises:
+        Cancelled: a cancel request cut the call (or came before it).
+    """
+    if handle.cancel_reason is not None:
+        raise Cancelled()
+    future = asyncio.ensure_future(make())
+    handle.io = future
+    try:
+        return await future
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if handle.cancel_reason is not None and current is not None and not current.cancelling():
+            raise Cancelled() from None
+        raise
+    finally:
+        handle.io = None
+
+
+def _pending_json(pending: dict[str, Any] | None) -> str | None:
+    if pending is None:
+        return None
+    return json.dumps({k: v for k, v in pending.items() if k != "expire_ms"})
