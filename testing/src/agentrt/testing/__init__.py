@@ -5,6 +5,10 @@ Nothing in the product imports this package (a test walks the production modules
 - :func:`spawn_tool_host` / :func:`start_tool_host`: a real tool host process (optionally with
   another venv's interpreter) serving the given plugins; :class:`ToolHostProcess`.
 - :func:`spawn_runtime`: a real runtime process (needs ``agentrt-server``); :class:`RuntimeProcess`.
+- :mod:`agentrt.testing.engine` (needs ``agentrt-server``): in-process fakes of the engine's
+  ports (an in-memory run log with the store's fencing, fake tools with a ledger, a scripted
+  model, a manual clock) and :class:`~agentrt.testing.engine.EngineWorld`, which drives runs
+  through the real step loop, crashes them and hands them to a new owner, without a process.
 - :class:`FakeModelServer`: an OpenAI- and Anthropic-compatible HTTP server speaking the real wire
   protocol from queued answers, and :class:`Exchange`, recorded exchanges loaded from JSON.
 

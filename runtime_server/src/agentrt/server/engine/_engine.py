@@ -28,7 +28,7 @@ from agentrt.server.engine._payload_step import store_input
 from agentrt.server.engine._ports import Fresh, Ports, StartRequest
 from agentrt.server.engine._request_keys import same_request
 from agentrt.server.engine._retention import RetentionJob, build_pruner
-from agentrt.server.engine._run import RunHandle
+from agentrt.server.engine._run import RunHandle, signal_cancel
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
@@ -328,7 +328,7 @@ class Engine:
         self.counters.inc("cancel_requested_count")
         handle = self._runs.get(run_id)
         if handle is not None:
-            self._signal_cancel(handle, record.cancel_reason or "cancelled", record.cancel_requested_by or "")
+            signal_cancel(handle, record.cancel_reason or "cancelled", record.cancel_requested_by or "")
         elif not self._stopping:
             await self._claim_and_launch(run_ids=[run_id])
         return record
@@ -337,13 +337,6 @@ class Engine:
         """Take a parked or paused run now (a signal for it was queued) if it is free."""
         if run_id not in self._runs and not self._stopping:
             await self._claim_and_launch(run_ids=[run_id])
-
-    def _signal_cancel(self, handle: RunHandle, reason: str, requested_by: str) -> None:
-        if handle.cancel_reason is None:
-            handle.cancel_reason = reason
-            handle.cancel_by = requested_by
-        if handle.io is not None and not handle.io.done():
-            handle.io.cancel()
 
     # -- ownership ----------------------------------------------------------------------------------
 
@@ -404,7 +397,7 @@ class Engine:
                 if (kept_handle := self._runs.get(run_id)) is not None:
                     kept_handle.lease_deadline_s = renewed_at + self._lease_horizon_s()
                     if cancel is not None:
-                        self._signal_cancel(kept_handle, *cancel)
+                        signal_cancel(kept_handle, *cancel)
             for run_id in set(owned) - kept.keys():
                 handle = self._runs.get(run_id)
                 if handle is not None and handle.task is not None:

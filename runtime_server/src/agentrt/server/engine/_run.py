@@ -53,6 +53,15 @@ class RunHandle:
     reconcile_attempts: int = 0  # ledger queries of an unknown outcome in this ownership
 
 
+def signal_cancel(handle: RunHandle, reason: str, requested_by: str) -> None:
+    """A cancel request reached the run's owner: remember it and cut the call in flight, if any."""
+    if handle.cancel_reason is None:
+        handle.cancel_reason = reason
+        handle.cancel_by = requested_by
+    if handle.io is not None and not handle.io.done():
+        handle.io.cancel()
+
+
 def agent_policy(agent: ResolvedAgent, tools: ToolPort) -> Policy:
     """The active agent's rules: the tools it was given, loop thresholds, parallel-safe tools."""
     config = agent.config
