@@ -19,7 +19,7 @@ from agentrt.server._config import AgentConfig, ApprovalsConfig
 from agentrt.server.core import LeaseLost
 from agentrt.server.models import ModelTransientError
 from agentrt.server.tools import CallMetadata, ToolOutcome
-from agentrt.testing.engine import EngineWorld
+from agentrt.testing.engine import Crashed, EngineWorld
 
 ARGS = '{"order_id": "A100"}'
 
@@ -142,6 +142,52 @@ async def test_a_fault_in_the_loop_is_recorded_and_the_run_goes_on() -> None:
 
 
 # -- recovery from each persisted phase -----------------------------------------------------------
+
+
+def flaky_once_world() -> tuple[EngineWorld, list[str]]:
+    """A write that fails TRANSIENT on its first call ever, then succeeds; effects are recorded."""
+    effects: list[str] = []
+    calls = 0
+
+    async def refund(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return ToolOutcome.failure("TRANSIENT", "busy")
+        effects.append(metadata.idempotency_key)
+        return ToolOutcome('{"refunded": true}', None)
+
+    return refund_world(refund), effects
+
+
+async def test_a_crash_after_any_commit_loses_nothing_and_acts_once() -> None:
+    reference, _ = flaky_once_world()
+    run_id = reference.create_run()
+    await reference.drive(run_id)
+    commits = reference.log.appends
+    assert reference.log.phase(run_id) == "COMPLETED" and commits >= 4
+
+    phases_at_crash = set()
+    for crash_after in range(0, commits):
+        world, effects = flaky_once_world()
+        world.models.by_step = True  # a step re-asked after a crash gets the same answer again
+        run_id = world.create_run()
+        if crash_after:
+            world.log.crash_after = crash_after
+            with pytest.raises(Crashed):
+                await world.drive(run_id)
+        phases_at_crash.add(world.log.phase(run_id))
+        world.log.crash_after = None
+        world.take_over(run_id, "worker-2")
+        await world.drive(run_id)
+
+        assert world.log.phase(run_id) == "COMPLETED", crash_after
+        assert len(effects) == 1, (crash_after, effects)  # one refund, whatever the crash point
+        steps = [p["step"] for p in world.log.payloads(run_id, "model.completed")]
+        assert len(steps) == len(set(steps)), crash_after  # no step recorded twice
+        seqs = [e.seq for e in world.log.events[run_id]]
+        assert seqs == list(range(1, len(seqs) + 1))
+    assert {"QUEUED", "MODEL_STEP", "TOOL_STEP", "RETRY_WAIT"} <= phases_at_crash, phases_at_crash
 
 
 async def test_crash_while_the_model_is_asked_then_the_next_owner_asks_again() -> None:

@@ -16,7 +16,8 @@ A "crash" is the driving task cancelled where it stands (what a killed process l
 was committed); :meth:`EngineWorld.take_over` then hands the run to a new owner with the next
 fencing token, as a lease expiry would, and :meth:`EngineWorld.drive` drives it again.
 
-- :class:`MemoryRunLog`: runs and their logs with the store's fencing (revision and owner).
+- :class:`MemoryRunLog`: runs and their logs with the store's fencing (revision and owner); it can
+  "crash" (raise :class:`Crashed`) right after its N-th commit.
 - :class:`FakeTools`: tool contracts, handlers and a ledger keyed by idempotency key.
 - :class:`ScriptedModels`: queued answers or errors; a gate holds a call in flight.
 - :class:`MemoryPayloads`, :class:`RecordingLive`, :class:`ManualClock` (its ``sleep`` advances it).
@@ -58,6 +59,7 @@ from agentrt.server.telemetry import Counters
 from agentrt.server.tools import CallMetadata, ToolOutcome
 
 __all__ = [
+    "Crashed",
     "EngineWorld",
     "FakeChildRuns",
     "FakeTools",
@@ -90,10 +92,16 @@ class ManualClock:
         await asyncio.sleep(0)
 
 
+class Crashed(BaseException):
+    """The process died right after a commit (``MemoryRunLog.crash_after``). A BaseException, so
+    nothing in the engine catches it: it ends the drive as a kill would."""
+
+
 class MemoryRunLog:
     """Runs, their logs and queued signals in memory, with the store's fencing rules."""
 
     def __init__(self) -> None:
+        self.crash_after: int | None = None  # die right after this many appends in all
         self.runs: dict[str, RunRecord] = {}
         self.events: dict[str, list[StoredEvent]] = {}
         self.signals: dict[str, list[Signal]] = {}
@@ -150,6 +158,8 @@ class MemoryRunLog:
             gone = set(consume_signals)
             self.signals[run_id] = [s for s in self.signals.get(run_id, []) if s.id not in gone]
         self.appends += 1
+        if self.appends == self.crash_after:
+            raise Crashed(f"crashed after commit {self.appends}")
         return record.revision + 1
 
     async def release(self, run_id: str, *, owner: str) -> None:
@@ -336,9 +346,15 @@ class FakeTools:
 
 
 class ScriptedModels:
-    """Answers in order; an exception in the queue is raised instead. ``gate`` holds each call."""
+    """Answers in order; an exception in the queue is raised instead. ``gate`` holds each call.
+
+    With ``by_step`` the answer is chosen by the request's step number instead (the first for step
+    1, ...) and kept: a step asked again after a crash gets the same answer, as a
+    deterministic model would give.
+    """
 
     def __init__(self) -> None:
+        self.by_step = False
         self.queue: list[ModelResponse | BaseException] = []
         self.requests: list[ModelRequest] = []
         self.gate: asyncio.Event | None = None  # when set to an unset Event, calls wait for it
@@ -371,9 +387,14 @@ class ScriptedModels:
         if self.gate is not None:
             self.in_flight.set()
             await self.gate.wait()
-        if not self.queue:
+        if self.by_step:
+            if not 0 < request.step <= len(self.queue):
+                raise AssertionError(f"the scripted model has no answer for step {request.step}")
+            item = self.queue[request.step - 1]
+        elif not self.queue:
             raise AssertionError("the scripted model ran out of answers")
-        item = self.queue.pop(0)
+        else:
+            item = self.queue.pop(0)
         if isinstance(item, BaseException):
             raise item
         if item.text:
