@@ -28,6 +28,7 @@ from agentrt.server.core import (
     Event,
     LeaseLost,
     Phase,
+    RunFault,
     RunState,
     Usage,
     decide_fault,
@@ -38,7 +39,7 @@ from agentrt.server.core import (
 from agentrt.server.core import events as ev
 from agentrt.server.engine._control import Cancelled
 from agentrt.server.engine._driver import Fresh, RunDriver, RunHandle
-from agentrt.server.store import RunRecord, StoredEvent
+from agentrt.server.store import RunRecord, StoredEvent, encode_event
 
 if TYPE_CHECKING:
     from agentrt.server.engine._engine import Engine
@@ -111,16 +112,16 @@ async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> flo
     spent = driver.unrecorded
     after = usage_plus(_usage(record), spent)
     message = fault_message(error_class, str(exc), _where(exc), secrets=_secrets(driver))
-    fault = {
-        "step": driver.state.step,
-        "error_class": error_class,
-        "message": message,
-        "fault_count": decision.fault_count,
-        "max_faults": settings.faults.max_faults,
-        "usage_spent": spent.to_json(),
-        "usage_after": after.to_json(),
-    }
-    events = [Event(ev.RUN_FAULT, fault)]
+    fault = RunFault(
+        step=driver.state.step,
+        error_class=error_class,
+        message=message,
+        fault_count=decision.fault_count,
+        max_faults=settings.faults.max_faults,
+        usage_spent=spent.totals(),
+        usage_after=after.totals(),
+    )
+    events: list[Event] = [fault]
     now_ms = engine.now_ms()
     values: dict[str, Any] = {"fault_count": decision.fault_count, "usage": json.dumps(after.to_json())}
     if decision.end:
@@ -138,7 +139,7 @@ async def record_fault(engine: Engine, driver: RunDriver, exc: Exception) -> flo
         )
     elif decision.park:  # UNKNOWN_OUTCOME is never collapsed into FAILED (R4.4): a person settles it
         values.update(wake_ms=now_ms + int(FAULT_PARK_S * 1000), lease_owner=None, lease_expires_ms=None)
-    payloads = [(e.type, json.dumps(e.data)) for e in events]
+    payloads = [encode_event(e) for e in events]
     first_seq = record.last_seq + 1
     await engine.store.append(
         record.run_id,

@@ -20,11 +20,14 @@ from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
     STATE_VERSION,
     Append,
+    ApprovalRequested,
     Budgets,
     CallModel,
+    CancelRequested,
     Clock,
     Event,
     Finalize,
+    Handoff,
     Idle,
     IncompatibleVersion,
     InvokeTool,
@@ -33,9 +36,11 @@ from agentrt.server.core import (
     PauseForBudget,
     Phase,
     Policy,
+    RawEvent,
     Reconcile,
     RequestApproval,
     RunState,
+    ToolStarted,
     Usage,
     WaitUntil,
     backoff_delay_s,
@@ -54,7 +59,7 @@ from agentrt.server.engine._finalize import finalize
 from agentrt.server.engine._model_step import ModelStep
 from agentrt.server.engine._payload_step import check_event_sizes, hydrate_input
 from agentrt.server.engine._tool_step import ToolStep
-from agentrt.server.store import RunRecord, StoredEvent
+from agentrt.server.store import RunRecord, StoredEvent, decode_event, encode_event
 
 if TYPE_CHECKING:
     from agentrt.server.engine._engine import Engine
@@ -107,15 +112,18 @@ class RunDriver:
             if found is None or found.lease_owner != engine.owner:
                 return
             record, stored = found, await self._read_log()
-        events = [Event(e.type, json.loads(e.payload)) for e in stored]
         self.revision = record.revision
         if record.state_version != STATE_VERSION:
+            raw: list[RawEvent] = [(e.type, json.loads(e.payload)) for e in stored]
             try:
-                events = upgrade(events, from_version=record.state_version)
+                raw = upgrade(raw, from_version=record.state_version)
             except IncompatibleVersion as exc:
-                await self._end_incompatible(record, events, str(exc))
+                await self._end_incompatible(record, raw, str(exc))
                 return
             self.pending_values["state_version"] = STATE_VERSION
+            events = [decode_event(event_type, data) for event_type, data in raw]
+        else:
+            events = [decode_event(e.type, e.payload) for e in stored]
         self.state = replay(self.run_id, events)
         self.tenant_id = record.tenant_id
         if self.state.input_ref is not None:  # the model sees the whole input, not its view
@@ -145,7 +153,7 @@ class RunDriver:
             await engine.store.release(self.run_id, owner=engine.owner)
             self.released = True
 
-    async def _end_incompatible(self, record: RunRecord, events: list[Event], why: str) -> None:
+    async def _end_incompatible(self, record: RunRecord, events: list[RawEvent], why: str) -> None:
         """No upgrader: end the run safely if this runtime is newer; leave a newer runtime's run alone."""
         if record.state_version > STATE_VERSION:
             log.warning(
@@ -154,7 +162,7 @@ class RunDriver:
             return
         # The old log cannot be folded; end it from the row alone, without replaying it.
         self.state = RunState(run_id=self.run_id, phase=Phase(record.phase), seq=record.last_seq)
-        self.state.any_tool_started = any(e.type == ev.TOOL_STARTED for e in events)
+        self.state.any_tool_started = any(event_type == ev.TOOL_STARTED for event_type, _ in events)
         if self.state.phase.terminal:
             return
         if self.state.phase is Phase.UNKNOWN_OUTCOME:
@@ -168,7 +176,7 @@ class RunDriver:
         for call in self.state.calls:
             pending = (call.started and not call.finished) or (
                 self.state.pending_approval is not None
-                and self.state.pending_approval["call_id"] == call.call_id
+                and self.state.pending_approval.call_id == call.call_id
             )
             spec = self.engine.tools.spec(call.tool)
             if pending and spec is not None and not compatible_tool_versions(call.tool_version, spec.version):
@@ -249,9 +257,9 @@ class RunDriver:
         engine = self.engine
         now_ms = engine.now_ms()
         first_seq = self.state.seq - len(self.buffer) + 1
-        payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
+        payloads = [encode_event(e) for e in self.buffer]
         check_event_sizes(payloads)
-        types = [e.type for e in self.buffer]
+        types = [t for t, _ in payloads]
         values: dict[str, Any] = {
             "phase": self.state.phase.value,
             "usage": json.dumps(self.state.usage.to_json()),
@@ -259,7 +267,7 @@ class RunDriver:
             "output": self.state.output.replace("\x00", "\ufffd"),
             "reason": self.state.reason.replace("\x00", "\ufffd"),
             "pending_approval": _pending_json(self.state.pending_approval),
-            "output_ref": json.dumps(self.state.output_ref) if self.state.output_ref else None,
+            "output_ref": json.dumps(self.state.output_ref.to_json()) if self.state.output_ref else None,
             **self.pending_values,
             **extra_values,
         }
@@ -312,8 +320,8 @@ class RunDriver:
                 and not phase.terminal
                 and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)
             ):
-                data = {"reason": self.handle.cancel_reason, "requested_by": self.handle.cancel_by}
-                self.add(Event(ev.CANCEL_REQUESTED, data))
+                cancel = CancelRequested(reason=self.handle.cancel_reason, requested_by=self.handle.cancel_by)
+                self.add(cancel)
             clock = Clock(
                 now_s=engine.clock(), deadline_s=self.deadline_s, reserve_s=engine.settings.call_reserve_s
             )
@@ -324,12 +332,12 @@ class RunDriver:
             match decision:
                 case Append(events=events):
                     for event in events:
-                        if event.type == ev.TOOL_STARTED:
-                            self.started_here.add(event.data["call_id"])
+                        if isinstance(event, ToolStarted):
+                            self.started_here.add(event.call_id)
                     self.add(*events)
-                    handoff = next((e for e in events if e.type == ev.HANDOFF), None)
+                    handoff = next((e for e in events if isinstance(e, Handoff)), None)
                     if handoff is not None:
-                        self.agent = self.agent.switch(handoff.data["to_agent"])
+                        self.agent = self.agent.switch(handoff.to_agent)
                         self.policy = self._policy()
                 case CallModel(step=step):
                     await self.flush()
@@ -399,7 +407,5 @@ class RunDriver:
         )
 
 
-def _pending_json(pending: dict[str, Any] | None) -> str | None:
-    if pending is None:
-        return None
-    return json.dumps({k: v for k, v in pending.items() if k != "expire_ms"})
+def _pending_json(pending: ApprovalRequested | None) -> str | None:
+    return encode_event(pending)[1] if pending is not None else None

@@ -10,11 +10,22 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentrt.server._config import AgentConfig, ModelConfig
-from agentrt.server.core import Event, Phase, Usage, end_events, retry_fits, rfc3339, usage_plus
-from agentrt.server.core import events as ev
+from agentrt.server.core import (
+    ModelCompleted,
+    ModelTextDelta,
+    PayloadRef,
+    Phase,
+    RetryScheduled,
+    ToolCallRequest,
+    Usage,
+    end_events,
+    retry_fits,
+    rfc3339,
+    usage_plus,
+)
 from agentrt.server.engine._agents import BoundModel, bind_model
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import ModelOutputTooLarge, bound_model_text
@@ -28,7 +39,7 @@ from agentrt.server.models import (
     ModelTransientError,
     ToolDef,
 )
-from agentrt.server.store import StoredEvent
+from agentrt.server.store import StoredEvent, encode_event
 
 if TYPE_CHECKING:
     from agentrt.server.engine._driver import RunDriver
@@ -150,7 +161,7 @@ class ModelStep:
             except ModelTransientError as exc:
                 if sink.sent:
                     # Clients drop what this attempt streamed; the step is retried as a whole.
-                    self._publish_delta({"step": step, "attempt": attempt, "superseded": True})
+                    self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
                 delay = max(exc.retry_after_s or 0.0, self.d.backoff(attempt))
                 fits = retry_fits(
                     now_s=engine.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=self.d.deadline_s
@@ -166,15 +177,15 @@ class ModelStep:
                     return
                 engine.counters.inc("retry_count")
                 # The incomplete step is a fact of the log, like a tool call's retry.
-                data = {
-                    "call_id": "",
-                    "step": step,
-                    "attempt": attempt + 1,
-                    "delay": f"{delay:.3f}s",
-                    "reason": redact(f"model {exc.reason}: {exc.message}")[:400],
-                    "due_time": rfc3339(engine.now_ms() + math.ceil(delay * 1000)),
-                }
-                self.d.add(Event(ev.RETRY_SCHEDULED, data))
+                retry = RetryScheduled(
+                    call_id="",
+                    step=step,
+                    attempt=attempt + 1,
+                    delay=f"{delay:.3f}s",
+                    reason=redact(f"model {exc.reason}: {exc.message}")[:400],
+                    due_time=rfc3339(engine.now_ms() + math.ceil(delay * 1000)),
+                )
+                self.d.add(retry)
                 await self.d.flush()
                 try:
                     await self.d.sleep(delay)
@@ -201,38 +212,35 @@ class ModelStep:
         self.d.unrecorded = usage_plus(self.d.unrecorded, spent)
         engine.faults.hit("after_model_response")
         usage = self.d.state.usage
-        before = usage.to_json()
-        after = dict(
-            before,
+        before = usage.totals()
+        after = Usage(
             model_steps=usage.model_steps + 1,
+            tool_calls=usage.tool_calls,
             input_tokens=usage.input_tokens + response.input_tokens,
             output_tokens=usage.output_tokens + response.output_tokens,
             cost_micros=usage.cost_micros + cost,
+            handoffs=usage.handoffs,
         )
-        calls = [
-            {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
-            for c in response.tool_calls
-        ]
+        calls = tuple(ToolCallRequest(c.call_id, c.tool, c.arguments_json) for c in response.tool_calls)
         try:
             text, text_ref = await bound_model_text(
                 self.d, response.text, [c.arguments_json for c in response.tool_calls]
             )
         except ModelOutputTooLarge as exc:
             # The call was made and paid for: its usage is recorded, its output is not kept.
-            refused = {"step": step, "text": f"[refused: {exc.message}]", "tool_calls": []}
-            self.d.add(Event(ev.MODEL_COMPLETED, {**refused, "usage_before": before, "usage_after": after}))
+            refused = f"[refused: {exc.message}]"
+            self.d.add(ModelCompleted(step=step, text=refused, usage_before=before, usage_after=after))
             self.d.add(*end_events(self.d.state, Phase.FAILED, "model_output_too_large", message=exc.message))
             return
-        data = {
-            "step": step,
-            "text": text,
-            "tool_calls": calls,
-            "usage_before": before,
-            "usage_after": after,
-        }
-        if text_ref is not None:
-            data["text_ref"] = text_ref
-        self.d.add(Event(ev.MODEL_COMPLETED, data))
+        completed = ModelCompleted(
+            step=step,
+            text=text,
+            tool_calls=calls,
+            usage_before=before,
+            usage_after=after,
+            text_ref=PayloadRef.from_json(text_ref) if text_ref is not None else None,
+        )
+        self.d.add(completed)
 
     async def _complete(self, bound: BoundModel, request: ModelRequest, sink: _DeltaSink) -> ModelResponse:
         # The lease keeps the provider open for this call even if the bounded cache evicts it.
@@ -247,12 +255,12 @@ class ModelStep:
     def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:
         return _DeltaSink(self, step, attempt)
 
-    def _publish_delta(self, data: dict[str, Any]) -> None:
+    def _publish_delta(self, delta: ModelTextDelta) -> None:
         """Live only (R8.1: deltas are best-effort and never persisted one by one)."""
-        payload = json.dumps(data)
+        event_type, payload = encode_event(delta)
         self.d.engine.bus.publish(
             self.d.run_id,
-            [StoredEvent(self.d.run_id, 0, ev.MODEL_TEXT_DELTA, payload, self.d.engine.now_ms())],
+            [StoredEvent(self.d.run_id, 0, event_type, payload, self.d.engine.now_ms())],
             after_seq=self.d.state.seq - len(self.d.buffer),  # its place among the committed events
         )
 
@@ -268,4 +276,4 @@ class _DeltaSink:
 
     def __call__(self, text: str) -> None:
         self.sent = True
-        self.owner._publish_delta({"step": self.step, "attempt": self.attempt, "text": text})
+        self.owner._publish_delta(ModelTextDelta(step=self.step, attempt=self.attempt, text=text))

@@ -183,12 +183,10 @@ async def hydrate_input(driver: RunDriver) -> None:
     ref = state.input_ref
     assert ref is not None
     payloads = driver.engine.payloads
-    stored = await payloads.find(
-        run_id=driver.run_id, payload_id=str(ref["payload_id"]), tenant_id=driver.tenant_id
-    )
+    stored = await payloads.find(run_id=driver.run_id, payload_id=ref.payload_id, tenant_id=driver.tenant_id)
     if stored is None:
         raise UnreadableRecord(
-            f"run {driver.run_id}: its input payload {ref['payload_id']} is missing",
+            f"run {driver.run_id}: its input payload {ref.payload_id} is missing",
             metadata={"run_id": driver.run_id},
         )
     parts = [part async for part in payloads.chunks(stored, chunk_bytes=1024 * 1024)]
