@@ -10,7 +10,7 @@ from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.server.api._convert import event_to_proto, phase_from_proto, phase_to_proto
 from agentrt.server.core import Phase
 from agentrt.server.core import events as ev
-from agentrt.server.store import StoredEvent
+from agentrt.server.store import StoredEvent, encode_event
 
 
 def test_phase_round_trip_is_exhaustive() -> None:
@@ -77,5 +77,6 @@ def test_every_event_the_decider_produces_converts_to_proto() -> None:
     ]
     for log in logs:
         for seq, event in enumerate(log, start=1):
-            message = event_to_proto(StoredEvent("r", seq, event.type, json.dumps(event.data), 1000))
-            assert message.WhichOneof("event") == ev.oneof_field(event.type)
+            event_type, payload = encode_event(event)
+            message = event_to_proto(StoredEvent("r", seq, event_type, payload, 1000))
+            assert message.WhichOneof("event") == ev.oneof_field(event.type_name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrt.server.core import (
-    Event,
+    RunFault,
     RunState,
     Usage,
     decide_fault,
@@ -13,7 +13,6 @@ from agentrt.server.core import (
     fault_message,
     usage_plus,
 )
-from agentrt.server.core import events as ev
 
 
 def _decide(previous: int, *, environmental: bool = False, unknown: bool = False) -> object:
@@ -77,5 +76,7 @@ def test_usage_plus_and_the_fold_count_every_model_call() -> None:
     assert (after.model_steps, after.input_tokens, after.output_tokens) == (3, 27, 13)
     assert after.calls_per_tool == {"t": 1} and after.cost_micros == 500_000
     state = RunState(run_id="r")
-    state.apply(Event(ev.RUN_FAULT, {"fault_count": 1, "usage_after": after.to_json()}))
+    state.apply(RunFault(fault_count=1, usage_after=after.totals()))
     assert state.fault_count == 1 and state.usage.model_steps == 3
+    state.apply(RunFault())  # an older fault: no count (one more), no usage (unchanged)
+    assert state.fault_count == 2 and state.usage.model_steps == 3

@@ -9,17 +9,23 @@ import pytest
 from agentrt.server.core import (
     Budgets,
     Clock,
-    Event,
     JsonBoundsError,
     JsonLimits,
+    ModelCompleted,
     Policy,
+    RunStarted,
     RunState,
+    StepStarted,
+    ToolCallRequest,
+    ToolErrorCode,
+    ToolFailed,
+    ToolStarted,
+    Usage,
     args_hash,
     decide,
     loads_bounded,
     nesting_depth,
 )
-from agentrt.server.core import events as ev
 from agentrt.server.core._loops import signature
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -95,23 +101,11 @@ def test_loop_signatures_and_args_hash_take_hostile_json() -> None:
 
 def _state_with_call(arguments_json: str) -> RunState:
     state = RunState(run_id="r1")
-    usage = {"model_steps": 0}
+    calls = (ToolCallRequest("c1", "t", arguments_json), ToolCallRequest("c2", "t", '{"ok": true}'))
     for event in (
-        Event(ev.RUN_STARTED, {"input": "hi"}),
-        Event(ev.STEP_STARTED, {"step": 1, "kind": "model", "usage": usage}),
-        Event(
-            ev.MODEL_COMPLETED,
-            {
-                "step": 1,
-                "text": "",
-                "tool_calls": [
-                    {"call_id": "c1", "tool": "t", "arguments_json": arguments_json},
-                    {"call_id": "c2", "tool": "t", "arguments_json": '{"ok": true}'},
-                ],
-                "usage_before": usage,
-                "usage_after": {"model_steps": 1},
-            },
-        ),
+        RunStarted(input="hi"),
+        StepStarted(step=1),
+        ModelCompleted(step=1, tool_calls=calls, usage_after=Usage(model_steps=1)),
     ):
         state.apply(event)
         state.seq += 1
@@ -123,20 +117,20 @@ def test_decider_refuses_unbounded_arguments_with_invalid_input(arguments: str) 
     state = _state_with_call(arguments)
     decision = decide(state, Budgets(), Clock(now_s=0, deadline_s=100), Policy())
     events = decision.events  # type: ignore[attr-defined]
-    assert [e.type for e in events] == [ev.TOOL_FAILED]
-    error = events[0].data["error"]
-    assert events[0].data["call_id"] == "c1"
-    assert error["code"] == "TOOL_ERROR_CODE_INVALID_INPUT"
-    assert arguments[:20] not in error["message"]
+    assert [type(e) for e in events] == [ToolFailed]
+    error = events[0].error
+    assert events[0].call_id == "c1"
+    assert error.code is ToolErrorCode.INVALID_INPUT
+    assert arguments[:20] not in error.message
     for event in events:
         state.apply(event)
         state.seq += 1
     # The run goes on: the well-formed call starts next.
     following = decide(state, Budgets(), Clock(now_s=0, deadline_s=100), Policy())
-    assert [e.type for e in following.events] == [ev.TOOL_STARTED]  # type: ignore[attr-defined]
+    assert [type(e) for e in following.events] == [ToolStarted]  # type: ignore[attr-defined]
 
 
 def test_empty_arguments_are_not_refused() -> None:
     state = _state_with_call("")
     decision = decide(state, Budgets(), Clock(now_s=0, deadline_s=100), Policy())
-    assert decision.events[0].type == ev.TOOL_STARTED  # type: ignore[attr-defined]
+    assert isinstance(decision.events[0], ToolStarted)  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from agentrt.server.api._convert import agent_from_proto
 from agentrt.server.api._validate import MAX_COST_MICROS
 from agentrt.server.core import (
     Budgets,
-    Event,
+    RawEvent,
     Usage,
     exhausted_before_model_step,
     format_usd,
@@ -26,6 +26,7 @@ from agentrt.server.core import (
 )
 from agentrt.server.core import events as ev
 from agentrt.server.engine._approval_step import _amount, budget_grant
+from agentrt.server.store import decode_event
 
 
 def test_dollars_convert_through_their_decimal_text_not_binary_floats() -> None:
@@ -125,22 +126,23 @@ def test_usage_and_budgets_read_old_rows_and_proto_json_int64_strings() -> None:
 
 def test_an_old_log_with_float_dollars_upgrades_and_replays_to_exact_micros() -> None:
     usage = [{"model_steps": n, "cost_usd": sum([0.1] * n, 0.0)} for n in range(4)]
-    old = [
-        Event(ev.RUN_STARTED, {"agent_name": "a", "input": "hi", "budgets": {"max_cost_usd": 0.5}}),
-        Event(ev.STEP_STARTED, {"step": 1, "kind": "model", "usage": usage[0]}),
-        Event(ev.MODEL_COMPLETED, {"step": 1, "text": "", "usage_before": usage[0], "usage_after": usage[1]}),
-        Event(ev.STEP_STARTED, {"step": 2, "kind": "model", "usage": usage[1]}),
-        Event(ev.MODEL_COMPLETED, {"step": 2, "text": "", "usage_before": usage[1], "usage_after": usage[3]}),
+    old: list[RawEvent] = [
+        (ev.RUN_STARTED, {"agent_name": "a", "input": "hi", "budgets": {"max_cost_usd": 0.5}}),
+        (ev.STEP_STARTED, {"step": 1, "kind": "model", "usage": usage[0]}),
+        (ev.MODEL_COMPLETED, {"step": 1, "text": "", "usage_before": usage[0], "usage_after": usage[1]}),
+        (ev.STEP_STARTED, {"step": 2, "kind": "model", "usage": usage[1]}),
+        (ev.MODEL_COMPLETED, {"step": 2, "text": "", "usage_before": usage[1], "usage_after": usage[3]}),
     ]
     upgraded = upgrade(old, from_version=2)
-    assert "cost_usd" not in str([e.data for e in upgraded])
-    assert upgraded[4].data["usage_after"] == {"model_steps": 3, "cost_micros": 300_000}
-    assert upgraded[0].data["budgets"] == {"max_cost_micros": 500_000}
+    assert "cost_usd" not in str(upgraded)
+    assert upgraded[4][1]["usage_after"] == {"model_steps": 3, "cost_micros": 300_000}
+    assert upgraded[0][1]["budgets"] == {"max_cost_micros": 500_000}
     assert upgrade(upgraded, from_version=2) == upgraded  # current events are left alone
-    assert upgraded[1] is not old[1] and upgraded[1].data["kind"] == "model"  # kinds stay the core's words
-    state = replay("r", upgraded)
+    assert upgraded[1][1] is not old[1][1] and upgraded[1][1]["kind"] == "model"  # the core's words stay
+    state = replay("r", [decode_event(t, data) for t, data in upgraded])
     assert state.usage.cost_micros == 300_000 and state.usage.model_steps == 3
-    assert replay("r", old).usage.cost_micros == 300_000  # usage reads old floats even without the upgrader
+    # Usage reads old floats even without the upgrader.
+    assert replay("r", [decode_event(t, data) for t, data in old]).usage.cost_micros == 300_000
 
 
 def test_a_cost_budget_grant_doubles_exact_micros_and_shows_dollars_to_the_approver() -> None:

@@ -1,4 +1,4 @@
-"""The core stays pure: no I/O libraries, no clock reads (STYLE §2)."""
+"""The core stays pure: no I/O libraries, no clock reads, no protobuf names (STYLE §2, §5)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,34 @@ def test_core_imports_no_io_and_reads_no_clock() -> None:
             else:
                 continue
             offenders += [f"{path.name}: imports {n}" for n in names if n.split(".")[0] in FORBIDDEN_IMPORTS]
+    assert offenders == []
+
+
+# The wire's enum prefixes: the store's event codec and the API add and remove them, never the core.
+PROTO_NAMES = ("RUN_PHASE_", "TOOL_ERROR_CODE_", "APPROVAL_DECISION_", "OUTCOME_DECISION_", "STEP_KIND_")
+
+
+def test_core_carries_no_protobuf_names() -> None:
+    root = Path(agentrt.server.core.__file__).parent
+    offenders: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        offenders += [f"{path.name}: {name}" for name in PROTO_NAMES if name in text]
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(a.name for a in node.names)]
+            else:
+                continue
+            offenders += [
+                f"{path.name}: imports {n}"
+                for n in names
+                if n.endswith("_pb2")
+                or n.endswith("_pb2_grpc")
+                or n.split(".")[0] == "google"
+                or n.startswith("agentrt.proto")
+            ]
     assert offenders == []
 
 

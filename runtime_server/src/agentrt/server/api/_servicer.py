@@ -30,7 +30,6 @@ from agentrt.server.api._validate import check_enum, check_id, check_json, check
 from agentrt.server.auth import Principal, current_principal
 from agentrt.server.core import (
     AgentRtError,
-    Event,
     FailedPrecondition,
     InvalidRequest,
     NotFound,
@@ -43,7 +42,7 @@ from agentrt.server.core import (
 )
 from agentrt.server.engine import Engine, ResolvedAgent, StartRequest, bind_model
 from agentrt.server.models import ModelConfigError
-from agentrt.server.store import RunRecord
+from agentrt.server.store import RunRecord, decode_event
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _MAX_COMMENT_BYTES = 4096  # stored truncated to 400 characters; longer is a client bug or abuse
@@ -337,9 +336,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     metadata={"run_id": record.run_id, "revision": str(record.revision)},
                 )
             stored = await self.store.read_events(record.run_id, limit=100_000)
-            call = replay(
-                record.run_id, [Event(e.type, json.loads(e.payload)) for e in stored]
-            ).unknown_call()
+            call = replay(record.run_id, [decode_event(e.type, e.payload) for e in stored]).unknown_call()
             if call is None or call.call_id != request.call_id:
                 raise InvalidRequest(
                     f"call {request.call_id!r} is not the call whose outcome is unknown",

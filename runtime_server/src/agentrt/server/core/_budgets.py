@@ -47,8 +47,9 @@ class Budgets:
     def from_json(cls, data: Mapping[str, Any]) -> Budgets:
         """Inverse of :meth:`to_json`; also reads the float ``max_cost_usd`` of older runs."""
         values = dict(upgrade_money_json(data))
-        if "max_cost_micros" in values:  # proto3 JSON writes int64 as a string
-            values["max_cost_micros"] = int(values["max_cost_micros"])
+        for name in ("max_cost_micros", "max_input_tokens", "max_output_tokens"):
+            if name in values:  # proto3 JSON writes int64 as a string
+                values[name] = int(values[name])
         timeout = values.pop("timeout", None)
         if timeout is not None:
             values["timeout_s"] = float(str(timeout).rstrip("s"))
@@ -85,14 +86,26 @@ class Usage:
         """Inverse of :meth:`to_json`; also reads the float ``cost_usd`` of older runs."""
         if "cost_usd" in data:
             data = upgrade_money_json(data)
+        get = data.get  # positional and local: every replayed step event carries one or two usages
         return cls(
-            model_steps=int(data.get("model_steps", 0)),
-            tool_calls=int(data.get("tool_calls", 0)),
-            input_tokens=int(data.get("input_tokens", 0)),
-            output_tokens=int(data.get("output_tokens", 0)),
-            cost_micros=int(data.get("cost_micros", 0)),
-            handoffs=int(data.get("handoffs", 0)),
-            calls_per_tool=calls_per_tool if calls_per_tool is not None else {},
+            int(get("model_steps", 0)),
+            int(get("tool_calls", 0)),
+            int(get("input_tokens", 0)),
+            int(get("output_tokens", 0)),
+            int(get("cost_micros", 0)),
+            int(get("handoffs", 0)),
+            calls_per_tool if calls_per_tool is not None else {},
+        )
+
+    def totals(self) -> Usage:
+        """A copy without the per-tool counts: what an event records (they stay internal)."""
+        return Usage(
+            self.model_steps,
+            self.tool_calls,
+            self.input_tokens,
+            self.output_tokens,
+            self.cost_micros,
+            self.handoffs,
         )
 
     def copy(self) -> Usage:

@@ -131,27 +131,24 @@ class Policy:
         return self.allowed_tools is None or tool in self.allowed_tools
 
 
-NOT_ALLOWED_CODE = "TOOL_ERROR_CODE_NOT_ALLOWED"
+NOT_ALLOWED_CODE = ev.ToolErrorCode.NOT_ALLOWED
 
 
-INVALID_INPUT_CODE = "TOOL_ERROR_CODE_INVALID_INPUT"
-
-
-def arguments_error(arguments_json: str, limits: JsonLimits) -> dict[str, str] | None:
+def arguments_error(arguments_json: str, limits: JsonLimits) -> ev.ToolError | None:
     """The INVALID_INPUT error of arguments that are not bounded JSON, or None (empty means none)."""
     if not arguments_json.strip():
         return None
     try:
         loads_bounded(arguments_json, limits)
     except JsonBoundsError as exc:
-        return {"code": INVALID_INPUT_CODE, "message": f"tool call arguments rejected: {exc}"}
+        return ev.ToolError(ev.ToolErrorCode.INVALID_INPUT, f"tool call arguments rejected: {exc}")
     return None
 
 
-def not_allowed_error(tool: str, agent_name: str) -> dict[str, str]:
+def not_allowed_error(tool: str, agent_name: str) -> ev.ToolError:
     """The error of a call to a tool its agent was not given (the same text each time: loops count it)."""
     who = f"agent {agent_name!r}" if agent_name else "this agent"
-    return {"code": NOT_ALLOWED_CODE, "message": f"tool {tool[:200]!r} is not available to {who}"}
+    return ev.ToolError(NOT_ALLOWED_CODE, f"tool {tool[:200]!r} is not available to {who}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,31 +169,28 @@ def end_events(
     reason: str,
     *,
     output: str = "",
+    output_ref: ev.PayloadRef | None = None,
     message: str = "",
     retryable: bool = False,
 ) -> tuple[ev.Event, ...]:
-    """The closing events of a run: the phase's own event (if any) then run.ended."""
+    """The closing events of a run: the phase's own event (if any) then run.ended.
+
+    ``output_ref`` names the payload a COMPLETED run's ``output`` is a view of, if it is one.
+    """
     head: list[ev.Event] = []
     if phase is Phase.COMPLETED:
-        head.append(ev.Event(ev.RUN_COMPLETED, {"output": output}))
+        head.append(ev.RunCompleted(output=output, output_ref=output_ref))
     elif phase is Phase.FAILED:
-        head.append(ev.Event(ev.RUN_FAILED, {"reason": reason, "message": message or reason}))
+        head.append(ev.RunFailed(reason=reason, message=message or reason))
     elif phase is Phase.CANCELLED:
-        head.append(ev.Event(ev.RUN_CANCELLED, {"reason": reason}))
+        head.append(ev.RunCancelled(reason=reason))
     return (*head, _ended(state, phase, reason, retryable=retryable))
 
 
-def _ended(state: RunState, phase: Phase, reason: str, *, retryable: bool = False) -> ev.Event:
+def _ended(state: RunState, phase: Phase, reason: str, *, retryable: bool = False) -> ev.RunEnded:
     partial = state.any_tool_started and phase is not Phase.COMPLETED
-    return ev.Event(
-        ev.RUN_ENDED,
-        {
-            "phase": f"RUN_PHASE_{phase.value}",
-            "reason": reason,
-            "partial": partial,
-            "retryable": retryable,
-            "usage": state.usage.to_json(),
-        },
+    return ev.RunEnded(
+        phase=phase, reason=reason, partial=partial, retryable=retryable, usage=state.usage.totals()
     )
 
 
@@ -211,13 +205,13 @@ def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | Non
         return Reconcile(call) if call is not None else Idle()
     if state.phase is Phase.WAITING_APPROVAL:
         pending = state.pending_approval
-        if pending is None or clock.now_s * 1000 < pending["expire_ms"]:
+        if pending is None or clock.now_s * 1000 < pending.expire_ms:
             return Idle()
         if policy.fail_expired_approvals:
             return Append(end_events(state, Phase.FAILED, "approval_expired"))
-        if not pending["call_id"]:  # a budget pause is asked again
-            return PauseForBudget(str(pending["tool"]).removeprefix(BUDGET_PREFIX))
-        return RequestApproval(next(c for c in state.calls if c.call_id == pending["call_id"]))
+        if not pending.call_id:  # a budget pause is asked again
+            return PauseForBudget(pending.tool.removeprefix(BUDGET_PREFIX))
+        return RequestApproval(next(c for c in state.calls if c.call_id == pending.call_id))
     if state.phase is Phase.CANCEL_REQUESTED:
         return Append(end_events(state, Phase.CANCELLED, state.cancel_reason or "cancelled"))
     if clock.now_s >= clock.deadline_s - clock.reserve_s:
@@ -251,14 +245,11 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
         # Never started, never sent, not a tool call for the budgets: the model hears why (R10.2).
         return Append(
             tuple(
-                ev.Event(
-                    ev.TOOL_FAILED,
-                    {
-                        "step": c.step,
-                        "call_id": c.call_id,
-                        "tool": c.tool,
-                        "error": not_allowed_error(c.tool, policy.agent_name),
-                    },
+                ev.ToolFailed(
+                    step=c.step,
+                    call_id=c.call_id,
+                    tool=c.tool,
+                    error=not_allowed_error(c.tool, policy.agent_name),
                 )
                 for c in refused
             )
@@ -269,10 +260,7 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
     if malformed:
         # Never started, never sent: the model hears why and may try again (the run goes on).
         return Append(
-            tuple(
-                ev.Event(ev.TOOL_FAILED, {"step": c.step, "call_id": c.call_id, "tool": c.tool, "error": e})
-                for c, e in malformed
-            )
+            tuple(ev.ToolFailed(step=c.step, call_id=c.call_id, tool=c.tool, error=e) for c, e in malformed)
         )
     first = pending[0]
     repeat = state.loops.would_repeat(policy.loops, first.tool, first.arguments_json)
@@ -288,7 +276,7 @@ def _tool_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
             if call.tool not in policy.parallel_safe or call.call_id in policy.needs_approval:
                 break
             batch.append(call)
-    started: list[ev.Event] = []
+    started: list[ev.ToolStarted] = []
     usage = state.usage.copy()
     for call in batch:
         exhausted = exhausted_before_tool_call(budgets, usage, call.tool)
@@ -307,28 +295,19 @@ def _loop_exit(state: RunState, detail: str) -> Decision:
     if state.diagnostic is not None:
         return Append(end_events(state, Phase.FAILED, "loop_detected", message=detail))
     skipped = tuple(
-        ev.Event(
-            ev.TOOL_FAILED,
-            {
-                "step": c.step,
-                "call_id": c.call_id,
-                "tool": c.tool,
-                "error": {
-                    "code": "TOOL_ERROR_CODE_CANCELLED",
-                    "message": f"not run: loop detected ({detail})",
-                },
-            },
+        ev.ToolFailed(
+            step=c.step,
+            call_id=c.call_id,
+            tool=c.tool,
+            error=ev.ToolError(ev.ToolErrorCode.CANCELLED, f"not run: loop detected ({detail})"),
         )
         for c in state.calls
         if not c.finished and not c.started
     )
-    data = {
-        "step": state.step + 1,
-        "kind": ev.STEP_DIAGNOSTIC,
-        "reason": detail,
-        "usage": state.usage.to_json(),
-    }
-    return Append((*skipped, ev.Event(ev.STEP_STARTED, data)))
+    diagnostic = ev.StepStarted(
+        step=state.step + 1, kind=ev.StepKind.DIAGNOSTIC, reason=detail, usage=state.usage.totals()
+    )
+    return Append((*skipped, diagnostic))
 
 
 def _start_model_step(state: RunState, budgets: Budgets, policy: Policy) -> Decision:
@@ -338,55 +317,48 @@ def _start_model_step(state: RunState, budgets: Budgets, policy: Policy) -> Deci
     exhausted = exhausted_before_model_step(budgets, state.usage)
     if exhausted is not None:
         return _exhausted(state, policy, exhausted)
-    data = {"step": state.step + 1, "kind": ev.STEP_MODEL, "usage": state.usage.to_json()}
-    return Append((ev.Event(ev.STEP_STARTED, data),))
+    return Append((ev.StepStarted(step=state.step + 1, kind=ev.StepKind.MODEL, usage=state.usage.totals()),))
 
 
-def _started(state: RunState, usage: Usage, call: CallState, tool_version: str) -> ev.Event:
-    before = usage.to_json()
-    after = dict(before, tool_calls=usage.tool_calls + 1)
-    data = {
-        "step": call.step,
-        "call_id": call.call_id,
-        "tool": call.tool,
-        "arguments_json": call.arguments_json,
-        "idempotency_key": idempotency_key(state.run_id, call.step, call.index),
-        "attempt": 1,
-        "usage_before": before,
-        "usage_after": after,
-    }
-    if tool_version:
-        data["tool_version"] = tool_version
-    return ev.Event(ev.TOOL_STARTED, data)
+def _started(state: RunState, usage: Usage, call: CallState, tool_version: str) -> ev.ToolStarted:
+    after = usage.totals()
+    after.tool_calls += 1
+    return ev.ToolStarted(
+        step=call.step,
+        call_id=call.call_id,
+        tool=call.tool,
+        arguments_json=call.arguments_json,
+        idempotency_key=idempotency_key(state.run_id, call.step, call.index),
+        attempt=1,
+        usage_before=usage.totals(),
+        usage_after=after,
+        tool_version=tool_version or None,  # a tool without a version records none
+    )
 
 
 def _retry(state: RunState, clock: Clock) -> Decision:
     call = next(c for c in state.calls if c.retry_attempt)
     if clock.now_s * 1000 < call.retry_due_ms:
         return WaitUntil(call.retry_due_ms / 1000)
-    usage = state.usage.to_json()  # a retry is the same call: budgets count it once
-    data = {
-        "step": call.step,
-        "call_id": call.call_id,
-        "tool": call.tool,
-        "arguments_json": call.arguments_json,
-        "idempotency_key": call.idempotency_key,
-        "attempt": call.retry_attempt,
-        "usage_before": usage,
-        "usage_after": usage,
-    }
-    return Append((ev.Event(ev.TOOL_STARTED, data),))
+    usage = state.usage.totals()  # a retry is the same call: budgets count it once
+    retried = ev.ToolStarted(
+        step=call.step,
+        call_id=call.call_id,
+        tool=call.tool,
+        arguments_json=call.arguments_json,
+        idempotency_key=call.idempotency_key,
+        attempt=call.retry_attempt,
+        usage_before=usage,
+        usage_after=usage,
+    )
+    return Append((retried,))
 
 
-def corrective_step(state: RunState, reason: str) -> ev.Event:
+def corrective_step(state: RunState, reason: str) -> ev.StepStarted:
     """The one extra model step a rejected final answer may get to correct itself (R4.3)."""
-    data = {
-        "step": state.step + 1,
-        "kind": ev.STEP_CORRECTIVE,
-        "reason": reason,
-        "usage": state.usage.to_json(),
-    }
-    return ev.Event(ev.STEP_STARTED, data)
+    return ev.StepStarted(
+        step=state.step + 1, kind=ev.StepKind.CORRECTIVE, reason=reason, usage=state.usage.totals()
+    )
 
 
 def _handoff(state: RunState, budgets: Budgets, policy: Policy, call: CallState) -> Decision:
@@ -397,29 +369,27 @@ def _handoff(state: RunState, budgets: Budgets, policy: Policy, call: CallState)
         reason = str(loads_bounded(call.arguments_json or "{}").get("reason", ""))
     except (ValueError, AttributeError):
         reason = ""
-    after = dict(state.usage.to_json(), handoffs=state.usage.handoffs + 1)
-    data = {
-        "step": call.step,
-        "call_id": call.call_id,
-        "from_agent": policy.agent_name,
-        "to_agent": policy.handoffs[call.tool],
-        "reason": reason[:400],
-        "usage_after": after,
-    }
+    after = state.usage.totals()
+    after.handoffs += 1
+    handoff = ev.Handoff(
+        step=call.step,
+        call_id=call.call_id,
+        from_agent=policy.agent_name,
+        to_agent=policy.handoffs[call.tool],
+        reason=reason[:400],
+        usage_after=after,
+    )
     skipped = tuple(
-        ev.Event(
-            ev.TOOL_FAILED,
-            {
-                "step": c.step,
-                "call_id": c.call_id,
-                "tool": c.tool,
-                "error": {"code": "TOOL_ERROR_CODE_CANCELLED", "message": "not run: the run was handed off"},
-            },
+        ev.ToolFailed(
+            step=c.step,
+            call_id=c.call_id,
+            tool=c.tool,
+            error=ev.ToolError(ev.ToolErrorCode.CANCELLED, "not run: the run was handed off"),
         )
         for c in state.calls
         if c is not call and not c.finished and not c.started
     )
-    return Append((ev.Event(ev.HANDOFF, data), *skipped))
+    return Append((handoff, *skipped))
 
 
 BUDGET_PREFIX = "budget."

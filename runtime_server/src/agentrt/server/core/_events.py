@@ -1,15 +1,27 @@
-"""Run events as stored in the log (R3.4, R5.1).
+"""Run events (R3.4, R5.1): one frozen class per fact, in the core's own words.
 
-An event is a type name plus a payload in the proto3 JSON shape of the matching
-``RunEvent`` oneof message, so the API converts it without a hand-written mapper
-per type. One exception: a ``step.started`` kind is the core's word (``STEP_KINDS``),
-which the API maps to the ``StepKind`` enum.
+The log stores each event as a type name plus a JSON payload in the proto3 JSON shape of the
+matching ``RunEvent`` oneof message; that translation (field names, enum names such as a
+phase's wire name) lives in one codec at the store edge (``store/_event_codec.py``), so the
+core carries no protobuf names. Fields mirror the proto messages, minus the structured twins
+the API derives on reading. A field typed ``X | None`` is one the log may omit: ``None`` means
+"absent", and the codec leaves the key out, as the runtime always has.
+
+Timestamps and durations stay in their stored text (RFC 3339, ``"1.500s"``): the core parses
+the few it needs, and the text round-trips exactly. They are ``None`` when absent, never "":
+an empty text is no Timestamp, and a stored event must always convert (R10.4).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from agentrt.server.core._budgets import Budgets, Usage
+from agentrt.server.core._phases import Phase
+from agentrt.server.core._timefmt import parse_rfc3339_ms
 
 RUN_STARTED = "run.started"
 STEP_STARTED = "step.started"
@@ -32,12 +44,6 @@ HANDOFF = "handoff"
 OUTCOME_RESOLVED = "outcome.resolved"
 RUN_FAULT = "run.fault"
 RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
-
-# What a step.started is for, as the core words it (the API maps each to a StepKind enum value).
-STEP_MODEL = "model"
-STEP_DIAGNOSTIC = "diagnostic"  # the one extra step a detected loop earns (R6.2)
-STEP_CORRECTIVE = "corrective"  # the one extra step a failed output check earns (R4.3)
-STEP_KINDS: tuple[str, ...] = (STEP_MODEL, STEP_DIAGNOSTIC, STEP_CORRECTIVE)
 
 EVENT_TYPES: tuple[str, ...] = (
     RUN_STARTED,
@@ -64,14 +70,404 @@ EVENT_TYPES: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One fact about a run. ``data`` is never mutated after construction."""
-
-    type: str
-    data: dict[str, Any]
-
-
 def oneof_field(event_type: str) -> str:
     """Name of the ``RunEvent`` oneof field for an event type: "run.started" -> "run_started"."""
     return event_type.replace(".text.", "_text_").replace(".", "_")
+
+
+# -- the core's enums (values are stored or shown to the model: never rename one) --------------------
+
+
+class StepKind(StrEnum):
+    """What a model step is for. The value is what the log stores; the API maps it to ``StepKind``."""
+
+    MODEL = "model"
+    DIAGNOSTIC = "diagnostic"  # the one extra step a detected loop earns (R6.2)
+    CORRECTIVE = "corrective"  # the one extra step a failed output check earns (R4.3)
+
+
+STEP_KINDS: tuple[str, ...] = tuple(kind.value for kind in StepKind)
+
+
+class ToolErrorCode(StrEnum):
+    """Why a tool call failed (the tool host's ``ToolErrorCode``, in the core's words)."""
+
+    UNSPECIFIED = "UNSPECIFIED"  # none given, or one newer than this runtime
+    INVALID_INPUT = "INVALID_INPUT"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    TRANSIENT = "TRANSIENT"
+    PERMANENT = "PERMANENT"
+    CANCELLED = "CANCELLED"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    KEY_CONFLICT = "KEY_CONFLICT"
+    FENCED = "FENCED"
+    NOT_ALLOWED = "NOT_ALLOWED"
+    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
+
+
+class ApprovalDecision(StrEnum):
+    """A person's answer to an approval request."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    APPROVE = "APPROVE"
+    REJECT = "REJECT"
+
+
+class OutcomeDecision(StrEnum):
+    """A person's settlement of a write whose outcome was unknown."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    RETRY = "RETRY"
+
+
+# -- values events carry -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PayloadRef:
+    """What an event carries instead of a large value (the proto ``PayloadRef``)."""
+
+    payload_id: str
+    size_bytes: int
+    sha256: str
+    preview: str
+    media_type: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The proto3 JSON shape (field names as in the proto)."""
+        return {
+            "payload_id": self.payload_id,
+            "size_bytes": self.size_bytes,
+            "sha256": self.sha256,
+            "preview": self.preview,
+            "media_type": self.media_type,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PayloadRef:
+        """Inverse of :meth:`to_json`; missing fields read as proto3 defaults (int64 may be text)."""
+        return cls(
+            payload_id=str(data.get("payload_id", "")),
+            size_bytes=int(data.get("size_bytes", 0)),
+            sha256=str(data.get("sha256", "")),
+            preview=str(data.get("preview", "")),
+            media_type=str(data.get("media_type", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolError:
+    """Why a tool call failed; ``details_json`` is the tool's structured detail, if any."""
+
+    code: ToolErrorCode
+    message: str = ""
+    details_json: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """One tool call a model asked for."""
+
+    call_id: str
+    tool: str
+    arguments_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTurn:
+    """One earlier turn of the run's session, shown to the model before the input."""
+
+    run_id: str = ""
+    input: str = ""
+    output: str = ""
+
+
+# -- the events --------------------------------------------------------------------------------------
+# ``type_name`` is the stored type; the codec keys its per-class encoders by class.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted:
+    type_name: ClassVar[str] = RUN_STARTED
+
+    agent_name: str = ""
+    input: str = ""
+    budgets: Budgets | None = None
+    deadline: str | None = None  # RFC 3339
+    started_by: str = ""
+    session_history: tuple[SessionTurn, ...] = ()
+    input_ref: PayloadRef | None = None  # ``input`` is then a view of this payload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted:
+    type_name: ClassVar[str] = STEP_STARTED
+
+    step: int
+    kind: StepKind = StepKind.MODEL
+    reason: str | None = None  # why a diagnostic or corrective step was earned
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelTextDelta:
+    """Live only (R8.1): a fragment of a model attempt's text, or that attempt being superseded."""
+
+    type_name: ClassVar[str] = MODEL_TEXT_DELTA
+
+    step: int
+    attempt: int
+    text: str = ""
+    superseded: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCompleted:
+    type_name: ClassVar[str] = MODEL_COMPLETED
+
+    step: int
+    text: str = ""
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    usage_before: Usage = field(default_factory=Usage)
+    usage_after: Usage = field(default_factory=Usage)
+    text_ref: PayloadRef | None = None  # ``text`` is then a view of this payload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStarted:
+    type_name: ClassVar[str] = TOOL_STARTED
+
+    step: int
+    call_id: str
+    tool: str = ""
+    arguments_json: str = ""
+    idempotency_key: str = ""
+    attempt: int | None = None  # absent: the attempt after the last one
+    usage_before: Usage = field(default_factory=Usage)
+    usage_after: Usage = field(default_factory=Usage)
+    tool_version: str | None = None  # absent: the version recorded before, if any
+    arguments_ref: PayloadRef | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCompleted:
+    type_name: ClassVar[str] = TOOL_COMPLETED
+
+    step: int
+    call_id: str
+    tool: str = ""
+    result_json: str = ""  # what the model sees: the result, or a bounded view of ``result_ref``
+    replayed: bool = False
+    result_ref: PayloadRef | None = None
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolFailed:
+    type_name: ClassVar[str] = TOOL_FAILED
+
+    step: int
+    call_id: str
+    tool: str = ""
+    error: ToolError = field(default_factory=lambda: ToolError(ToolErrorCode.UNSPECIFIED))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested:
+    type_name: ClassVar[str] = APPROVAL_REQUESTED
+
+    approval_id: str
+    call_id: str  # empty for a budget pause: no call waits
+    tool: str = ""
+    arguments_json: str = ""
+    args_hash: str = ""
+    impact_summary: str = ""
+    policy_version: str = ""
+    expire_time: str | None = None  # RFC 3339
+    request_time: str | None = None  # RFC 3339
+    tool_version: str | None = None
+
+    @property
+    def expire_ms(self) -> int:
+        """Raises ValueError when the request has no expiry (the runtime always gives one)."""
+        return parse_rfc3339_ms(self.expire_time or "")
+
+    @property
+    def request_ms(self) -> int:
+        """Raises ValueError when the request has no time (the runtime always gives one)."""
+        return parse_rfc3339_ms(self.request_time or "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalResolved:
+    type_name: ClassVar[str] = APPROVAL_RESOLVED
+
+    approval_id: str
+    decision: ApprovalDecision = ApprovalDecision.UNSPECIFIED
+    approver: str = ""
+    comment: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryScheduled:
+    type_name: ClassVar[str] = RETRY_SCHEDULED
+
+    call_id: str = ""  # empty: the model step is retried as a whole
+    step: int | None = None  # set on a model step's retry
+    attempt: int = 0
+    delay: str | None = None  # proto3 JSON Duration text, e.g. "0.250s"
+    reason: str = ""
+    due_time: str | None = None  # RFC 3339
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCheckpointed:
+    type_name: ClassVar[str] = RUN_CHECKPOINTED
+
+    through_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequested:
+    type_name: ClassVar[str] = CANCEL_REQUESTED
+
+    reason: str = ""
+    requested_by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCompleted:
+    type_name: ClassVar[str] = RUN_COMPLETED
+
+    output: str = ""
+    output_ref: PayloadRef | None = None  # ``output`` is then a view of this payload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailed:
+    type_name: ClassVar[str] = RUN_FAILED
+
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelled:
+    type_name: ClassVar[str] = RUN_CANCELLED
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnded:
+    type_name: ClassVar[str] = RUN_ENDED
+
+    phase: Phase
+    reason: str | None = None  # absent: the reason the phase's own event gave
+    partial: bool = False
+    retryable: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcomeUnknown:
+    type_name: ClassVar[str] = TOOL_OUTCOME_UNKNOWN
+
+    step: int
+    call_id: str
+    tool: str = ""
+    idempotency_key: str = ""
+    reason: str = ""
+    call_deadline: str | None = None  # RFC 3339, of the attempt whose outcome is unknown
+
+    @property
+    def call_deadline_ms(self) -> int:
+        return parse_rfc3339_ms(self.call_deadline) if self.call_deadline else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Handoff:
+    type_name: ClassVar[str] = HANDOFF
+
+    step: int
+    call_id: str
+    from_agent: str = ""
+    to_agent: str = ""
+    reason: str = ""
+    usage_after: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutcomeResolved:
+    type_name: ClassVar[str] = OUTCOME_RESOLVED
+
+    call_id: str
+    decision: OutcomeDecision = OutcomeDecision.UNSPECIFIED
+    resolved_by: str = ""
+    comment: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFault:
+    type_name: ClassVar[str] = RUN_FAULT
+
+    step: int = 0
+    error_class: str = ""
+    message: str = ""
+    fault_count: int | None = None  # absent: one more than before
+    max_faults: int = 0
+    usage_spent: Usage | None = None
+    usage_after: Usage | None = None  # absent: the fault spent nothing unrecorded
+
+
+Event = (
+    RunStarted
+    | StepStarted
+    | ModelTextDelta
+    | ModelCompleted
+    | ToolStarted
+    | ToolCompleted
+    | ToolFailed
+    | ApprovalRequested
+    | ApprovalResolved
+    | RetryScheduled
+    | RunCheckpointed
+    | CancelRequested
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+    | RunEnded
+    | ToolOutcomeUnknown
+    | Handoff
+    | OutcomeResolved
+    | RunFault
+)
+
+# Every event class, by its stored type name (run.waiting is made and sent by the API alone).
+EVENT_CLASSES: Mapping[str, type[Event]] = {
+    cls.type_name: cls
+    for cls in (
+        RunStarted,
+        StepStarted,
+        ModelTextDelta,
+        ModelCompleted,
+        ToolStarted,
+        ToolCompleted,
+        ToolFailed,
+        ApprovalRequested,
+        ApprovalResolved,
+        RetryScheduled,
+        RunCheckpointed,
+        CancelRequested,
+        RunCompleted,
+        RunFailed,
+        RunCancelled,
+        RunEnded,
+        ToolOutcomeUnknown,
+        Handoff,
+        OutcomeResolved,
+        RunFault,
+    )
+}

@@ -11,17 +11,18 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 
+from agentrt.server.core._events import ToolErrorCode
 from agentrt.server.core._json import loads_bounded
 from agentrt.server.core._keys import canonical_json
 
 # Errors that say "this call, as made, will not work": repeating them is a loop.
 NON_RETRYABLE_CODES = frozenset(
     {
-        "TOOL_ERROR_CODE_INVALID_INPUT",
-        "TOOL_ERROR_CODE_PERMANENT",
-        "TOOL_ERROR_CODE_UNKNOWN_TOOL",
-        "TOOL_ERROR_CODE_NOT_ALLOWED",
-        "TOOL_ERROR_CODE_RESULT_TOO_LARGE",
+        ToolErrorCode.INVALID_INPUT,
+        ToolErrorCode.PERMANENT,
+        ToolErrorCode.UNKNOWN_TOOL,
+        ToolErrorCode.NOT_ALLOWED,
+        ToolErrorCode.RESULT_TOO_LARGE,
     }
 )
 
@@ -68,11 +69,11 @@ class LoopTracker:
             self.facts.add(fact)
             self.new_fact_this_step = True
 
-    def on_error(self, tool: str, code: str, message: str) -> None:
+    def on_error(self, tool: str, code: ToolErrorCode, message: str) -> None:
         if code in NON_RETRYABLE_CODES:
-            key = signature(tool, json.dumps([code, message]))
+            key = signature(tool, json.dumps([code.value, message]))
             self.errors[key] += 1
-            self.error_names[key] = f"{tool}: {code.removeprefix('TOOL_ERROR_CODE_')}"
+            self.error_names[key] = f"{tool}: {code.value}"
 
     def on_model_step(self, *, first: bool) -> None:
         """A model step starts: the previous step either brought a new fact or it did not."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from agentrt.server.core import _events as ev
 from agentrt.server.core._budgets import Usage
@@ -37,7 +36,7 @@ class CallState:
     idempotency_key: str = ""
     attempts: int = 0
     result_json: str | None = None
-    error: dict[str, Any] | None = None
+    error: ev.ToolError | None = None
     retry_attempt: int = 0  # attempt a scheduled retry will make
     retry_due_ms: int = 0
     approved: bool = False  # a person approved this call
@@ -88,62 +87,62 @@ class RunState:
     diagnostic_done: bool = False
     active_agent: str | None = None  # set by a handoff; None: the agent the run started with
     corrective: str | None = None  # why the final answer was sent back once for correction
-    pending_approval: dict[str, Any] | None = None  # approval.requested payload, plus expire_ms
+    pending_approval: ev.ApprovalRequested | None = None  # what a person is being asked
     fault_count: int = 0  # run.fault events so far
-    input_ref: dict[str, Any] | None = None  # the input's PayloadRef: ``input`` is a view until hydrated
-    answer_ref: dict[str, Any] | None = None  # the answer's PayloadRef when its text is a payload
-    output_ref: dict[str, Any] | None = None  # the output's PayloadRef, set by run.completed
+    input_ref: ev.PayloadRef | None = None  # the input's payload: ``input`` is a view until hydrated
+    answer_ref: ev.PayloadRef | None = None  # the answer's payload when its text is a payload
+    output_ref: ev.PayloadRef | None = None  # the output's payload, set by run.completed
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
 
         Raises:
             IllegalTransition: the event implies a phase move the table forbids.
+            ValueError: the event names a call or an approval the run does not have.
         """
-        data = event.data
-        match event.type:
-            case ev.RUN_STARTED:
-                for turn in data.get("session_history", []):
-                    self.history.append(HistoryEntry(role="user", content=turn.get("input", "")))
-                    self.history.append(HistoryEntry(role="assistant", content=turn.get("output", "")))
-                self.input = data.get("input", "")
-                self.input_ref = data.get("input_ref")
+        match event:
+            case ev.RunStarted():
+                for turn in event.session_history:
+                    self.history.append(HistoryEntry(role="user", content=turn.input))
+                    self.history.append(HistoryEntry(role="assistant", content=turn.output))
+                self.input = event.input
+                self.input_ref = event.input_ref
                 self.history.append(HistoryEntry(role="user", content=self.input))
-            case ev.STEP_STARTED:
+            case ev.StepStarted():
                 self._move(Trigger.START_MODEL_STEP)
                 self.loops.on_model_step(first=self.step == 0)
-                self.step = int(data["step"])
+                self.step = event.step
                 self.calls = []
                 self.answer = None
-                if data.get("kind") == ev.STEP_CORRECTIVE:
-                    self.corrective = str(data.get("reason", ""))
+                if event.kind is ev.StepKind.CORRECTIVE:
+                    self.corrective = event.reason or ""
                     self.history.append(
                         HistoryEntry(role="user", content=CORRECTIVE_NOTE.format(self.corrective))
                     )
-                if data.get("kind") == ev.STEP_DIAGNOSTIC:
-                    self.diagnostic = str(data.get("reason", "loop"))
+                if event.kind is ev.StepKind.DIAGNOSTIC:
+                    self.diagnostic = event.reason if event.reason is not None else "loop"
                     self.history.append(
                         HistoryEntry(role="user", content=DIAGNOSTIC_NOTE.format(self.diagnostic))
                     )
-            case ev.MODEL_COMPLETED:
+            case ev.ModelCompleted():
                 self.diagnostic_done = self.diagnostic is not None
-                self.step = int(data["step"])
-                self._usage_from(data["usage_after"])
-                calls = data.get("tool_calls", [])
+                self.step = event.step
+                self._usage_from(event.usage_after)
+                calls = event.tool_calls
                 self.history.append(
                     HistoryEntry(
                         role="assistant",
-                        content=data.get("text", ""),
-                        tool_calls=tuple((c["call_id"], c["tool"], c["arguments_json"]) for c in calls),
+                        content=event.text,
+                        tool_calls=tuple((c.call_id, c.tool, c.arguments_json) for c in calls),
                     )
                 )
                 if calls:
                     self._move(Trigger.MODEL_CALLED_TOOLS)
                     self.calls = [
                         CallState(
-                            call_id=c["call_id"],
-                            tool=c["tool"],
-                            arguments_json=c["arguments_json"],
+                            call_id=c.call_id,
+                            tool=c.tool,
+                            arguments_json=c.arguments_json,
                             index=i,
                             step=self.step + 1,
                         )
@@ -151,117 +150,115 @@ class RunState:
                     ]
                 else:
                     self._move(Trigger.MODEL_ANSWERED)
-                    self.answer = data.get("text", "")
-                    self.answer_ref = data.get("text_ref")
-            case ev.TOOL_STARTED:
+                    self.answer = event.text
+                    self.answer_ref = event.text_ref
+            case ev.ToolStarted():
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_STARTED)
-                call = self._call(data["call_id"])
+                call = self._call(event.call_id)
                 call.unknown = False
                 call.retry_attempt = 0
-                call.idempotency_key = data["idempotency_key"]
-                call.tool_version = data.get("tool_version", call.tool_version)
-                call.attempts = int(data.get("attempt", call.attempts + 1))
+                call.idempotency_key = event.idempotency_key
+                if event.tool_version is not None:
+                    call.tool_version = event.tool_version
+                call.attempts = event.attempt if event.attempt is not None else call.attempts + 1
                 if call.attempts == 1:
                     self.loops.on_call_started(call.tool, call.arguments_json)
-                self.step = max(self.step, int(data["step"]))
-                self._usage_from(data["usage_after"])
+                self.step = max(self.step, event.step)
+                self._usage_from(event.usage_after)
                 self.usage.calls_per_tool[call.tool] = self.usage.calls_per_tool.get(call.tool, 0) + (
                     1 if call.attempts == 1 else 0
                 )
                 self.any_tool_started = True
-            case ev.TOOL_COMPLETED:
+            case ev.ToolCompleted():
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
-                call = self._call(data["call_id"])
-                call.result_json = data.get("result_json", "")
+                call = self._call(event.call_id)
+                call.result_json = event.result_json
                 self.loops.on_result(call.tool, call.result_json)
                 self.history.append(
                     HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
                 )
-            case ev.TOOL_FAILED:
+            case ev.ToolFailed():
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
-                call = self._call(data["call_id"])
-                call.error = dict(data.get("error", {}))
-                self.loops.on_error(call.tool, call.error.get("code", ""), call.error.get("message", ""))
+                call = self._call(event.call_id)
+                error = call.error = event.error
+                self.loops.on_error(call.tool, error.code, error.message)
                 self.history.append(
                     HistoryEntry(
                         role="tool",
                         tool_call_id=call.call_id,
                         failed=True,
-                        content=json.dumps(
-                            {"error": call.error.get("code", ""), "message": call.error.get("message", "")}
-                        ),
+                        content=json.dumps({"error": error.code.value, "message": error.message}),
                     )
                 )
-            case ev.HANDOFF:
+            case ev.Handoff():
                 self._move(Trigger.TOOL_FINISHED)
-                call = self._call(data["call_id"])
-                call.result_json = json.dumps({"handed_off_to": data["to_agent"]})
+                call = self._call(event.call_id)
+                call.result_json = json.dumps({"handed_off_to": event.to_agent})
                 self.history.append(
                     HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
                 )
-                self._usage_from(data["usage_after"])
-                self.active_agent = data["to_agent"]
-            case ev.CANCEL_REQUESTED:
+                self._usage_from(event.usage_after)
+                self.active_agent = event.to_agent
+            case ev.CancelRequested():
                 self._move(Trigger.REQUEST_CANCEL)
-                self.cancel_reason = data.get("reason", "")
-            case ev.RUN_COMPLETED:
+                self.cancel_reason = event.reason
+            case ev.RunCompleted():
                 self._move(Trigger.COMPLETE)
-                self.output = data.get("output", "")
-                self.output_ref = data.get("output_ref")
+                self.output = event.output
+                self.output_ref = event.output_ref
                 self.reason = "final_answer"
-            case ev.RUN_FAILED:
+            case ev.RunFailed():
                 self._move(Trigger.FAIL)
-                self.reason = data.get("reason", "")
-            case ev.RUN_CANCELLED:
+                self.reason = event.reason
+            case ev.RunCancelled():
                 self._move(Trigger.CONFIRM_CANCEL)
-                self.reason = data.get("reason", "")
-            case ev.RUN_ENDED:
-                phase = Phase(data["phase"].removeprefix("RUN_PHASE_"))
+                self.reason = event.reason
+            case ev.RunEnded(phase=phase):
                 if phase is Phase.EXPIRED and self.phase is not Phase.EXPIRED:
                     self._move(Trigger.EXPIRE)
                 if self.phase is not phase:
                     raise IllegalTransition(phase=self.phase.value, trigger=f"end:{phase.value}")
-                self.reason = data.get("reason", self.reason)
+                if event.reason is not None:
+                    self.reason = event.reason
                 self.ended = True
-            case ev.RETRY_SCHEDULED if not data.get("call_id"):
+            case ev.RetryScheduled(call_id=""):
                 pass  # a model step retried as a whole: it stays the same MODEL_STEP
-            case ev.RETRY_SCHEDULED:
+            case ev.RetryScheduled():
                 self._move(Trigger.SCHEDULE_RETRY)
-                call = self._call(data["call_id"])
-                call.retry_attempt = int(data["attempt"])
-                call.retry_due_ms = parse_rfc3339_ms(data["due_time"])
-            case ev.TOOL_OUTCOME_UNKNOWN:
+                call = self._call(event.call_id)
+                call.retry_attempt = event.attempt
+                call.retry_due_ms = parse_rfc3339_ms(event.due_time or "")  # ValueError if none
+            case ev.ToolOutcomeUnknown():
                 self._move(Trigger.OUTCOME_UNKNOWN)
-                call = self._call(data["call_id"])
+                call = self._call(event.call_id)
                 call.unknown = True
-                call.call_deadline_ms = (
-                    parse_rfc3339_ms(data["call_deadline"]) if data.get("call_deadline") else 0
-                )
-            case ev.RUN_FAULT:
+                call.call_deadline_ms = event.call_deadline_ms
+            case ev.RunFault():
                 # No phase move: the faulted attempt is retried from the last committed event.
-                self.fault_count = int(data.get("fault_count", self.fault_count + 1))
-                if data.get("usage_after"):
-                    self._usage_from(data["usage_after"])
-            case ev.RUN_CHECKPOINTED | ev.MODEL_TEXT_DELTA | ev.OUTCOME_RESOLVED:
+                counted = event.fault_count
+                self.fault_count = counted if counted is not None else self.fault_count + 1
+                if event.usage_after is not None:
+                    self._usage_from(event.usage_after)
+            case ev.RunCheckpointed() | ev.ModelTextDelta() | ev.OutcomeResolved():
                 pass  # audit only: the result event that follows an outcome.resolved moves the run
-            case ev.APPROVAL_REQUESTED:
+            case ev.ApprovalRequested():
                 self._move(Trigger.AWAIT_APPROVAL)
-                if data["call_id"]:  # empty for a budget pause: no call waits
-                    self._call(data["call_id"]).tool_version = data.get("tool_version", "")
-                self.pending_approval = dict(data, expire_ms=parse_rfc3339_ms(data["expire_time"]))
-            case ev.APPROVAL_RESOLVED:
+                if event.call_id:  # empty for a budget pause: no call waits
+                    self._call(event.call_id).tool_version = event.tool_version or ""
+                self.pending_approval = event
+            case ev.ApprovalResolved():
                 pending = self.pending_approval
-                if pending is None or pending["approval_id"] != data["approval_id"]:
-                    raise ValueError(f"approval {data['approval_id']!r} is not the pending one")
+                if pending is None or pending.approval_id != event.approval_id:
+                    raise ValueError(f"approval {event.approval_id!r} is not the pending one")
                 self._move(Trigger.RESOLVE_APPROVAL)
-                if data.get("decision") == "APPROVAL_DECISION_APPROVE" and pending["call_id"]:
-                    self._call(pending["call_id"]).approved = True
+                if event.decision is ev.ApprovalDecision.APPROVE and pending.call_id:
+                    self._call(pending.call_id).approved = True
                 self.pending_approval = None
             case _:
-                raise ValueError(f"unknown event type {event.type!r}")
+                raise ValueError(f"unknown event {type(event).__name__}")
 
     def _reconcile_if_unknown(self) -> None:
         # A result, failure or fresh attempt of the unknown write settles UNKNOWN_OUTCOME.
@@ -281,8 +278,17 @@ class RunState:
                 return call
         raise ValueError(f"event names unknown call {call_id!r}")
 
-    def _usage_from(self, data: dict[str, Any]) -> None:
-        self.usage = Usage.from_json(data, self.usage.calls_per_tool)
+    def _usage_from(self, recorded: Usage) -> None:
+        # The event's totals, with the per-tool counts only the fold keeps (never aliasing the event).
+        self.usage = Usage(
+            recorded.model_steps,
+            recorded.tool_calls,
+            recorded.input_tokens,
+            recorded.output_tokens,
+            recorded.cost_micros,
+            recorded.handoffs,
+            self.usage.calls_per_tool,
+        )
 
 
 def replay(run_id: str, events: list[ev.Event]) -> RunState:

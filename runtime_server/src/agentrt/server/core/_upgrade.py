@@ -2,7 +2,8 @@
 
 The log is append-only, so an old run's events stay in their old shape: every load
 upgrades them in memory, and events the current runtime appends are already
-current. Upgraders must therefore leave current-shape events unchanged.
+current. Upgraders must therefore leave current-shape events unchanged. They work on
+the parsed JSON, before the store's codec decodes it into events.
 
 History of STATE_VERSION:
 1. First version.
@@ -18,12 +19,17 @@ History of STATE_VERSION:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from agentrt.server.core._errors import AgentRtError
-from agentrt.server.core._events import STEP_STARTED, Event
+from agentrt.server.core._events import STEP_STARTED
 from agentrt.server.core._money import upgrade_money_json
 
 STATE_VERSION = 3
+
+# A stored event before it is decoded: its type name and its parsed JSON payload. Upgraders work
+# on this shape, since an old payload need not fit the current event classes.
+RawEvent = tuple[str, dict[str, Any]]
 
 
 class IncompatibleVersion(AgentRtError):
@@ -32,30 +38,26 @@ class IncompatibleVersion(AgentRtError):
     reason = "incompatible_version"
 
 
-def _v1_to_v2(events: list[Event]) -> list[Event]:
+def _v1_to_v2(events: list[RawEvent]) -> list[RawEvent]:
     out = []
-    for event in events:
-        if event.type == STEP_STARTED and "loop" in event.data:
-            data = {k: v for k, v in event.data.items() if k != "loop"}
-            data.setdefault("reason", event.data["loop"])
-            event = Event(event.type, data)
-        out.append(event)  # a missing tool_version reads as "unknown": no contract check possible
+    for event_type, data in events:
+        if event_type == STEP_STARTED and "loop" in data:
+            upgraded = {k: v for k, v in data.items() if k != "loop"}
+            upgraded.setdefault("reason", data["loop"])
+            data = upgraded
+        out.append((event_type, data))  # a missing tool_version reads as "unknown": no contract check
     return out
 
 
-def _v2_to_v3(events: list[Event]) -> list[Event]:
-    out = []
-    for event in events:
-        data = upgrade_money_json(event.data)
-        out.append(event if data is event.data else Event(event.type, data))
-    return out
+def _v2_to_v3(events: list[RawEvent]) -> list[RawEvent]:
+    return [(event_type, upgrade_money_json(data)) for event_type, data in events]
 
 
-UPGRADERS: dict[int, Callable[[list[Event]], list[Event]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+UPGRADERS: dict[int, Callable[[list[RawEvent]], list[RawEvent]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
-def upgrade(events: list[Event], *, from_version: int, to_version: int = STATE_VERSION) -> list[Event]:
-    """The events in the shape of ``to_version``.
+def upgrade(events: list[RawEvent], *, from_version: int, to_version: int = STATE_VERSION) -> list[RawEvent]:
+    """The raw events in the shape of ``to_version`` (decode them after this).
 
     Raises:
         IncompatibleVersion: the log is newer than this runtime, or a step has no upgrader.

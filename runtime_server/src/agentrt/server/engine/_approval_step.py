@@ -17,20 +17,23 @@ from typing import Any
 
 from agentrt.server.core import (
     BUDGET_PREFIX,
+    ApprovalRequested,
+    ApprovalResolved,
     Budgets,
     CallState,
-    Event,
     Phase,
+    ToolError,
+    ToolErrorCode,
+    ToolFailed,
     canonical_json,
     end_events,
     format_usd,
     loads_bounded,
-    parse_rfc3339_ms,
     rfc3339,
 )
-from agentrt.server.core import events as ev
 from agentrt.server.engine._run import RunContext
 from agentrt.server.policies import ApprovalRequirement
+from agentrt.server.store import approval_decision_from_json
 
 PREVIEW_TIMEOUT_S = 5.0
 
@@ -71,21 +74,20 @@ class ApprovalStep:
         requirement = self._requirements.get(call.call_id)
         now_ms = ports.now_ms()
         expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
-        data = {
-            "approval_id": uuid.uuid4().hex,
-            "call_id": call.call_id,
-            "tool": call.tool,
-            "arguments_json": canonical,
-            "args_hash": hashlib.sha256(canonical.encode()).hexdigest(),  # = core.args_hash for JSON
-            "impact_summary": impact,
-            "policy_version": requirement.policy_version if requirement else "1",
-            "expire_time": rfc3339(expire_ms),
-            "request_time": rfc3339(now_ms),
-        }
         spec = ports.tools.spec(call.tool)
-        if spec is not None and spec.version:
-            data["tool_version"] = spec.version
-        d.add(Event(ev.APPROVAL_REQUESTED, data))
+        asked = ApprovalRequested(
+            approval_id=uuid.uuid4().hex,
+            call_id=call.call_id,
+            tool=call.tool,
+            arguments_json=canonical,
+            args_hash=hashlib.sha256(canonical.encode()).hexdigest(),  # = core.args_hash for JSON
+            impact_summary=impact,
+            policy_version=requirement.policy_version if requirement else "1",
+            expire_time=rfc3339(expire_ms),
+            request_time=rfc3339(now_ms),
+            tool_version=spec.version if spec is not None and spec.version else None,
+        )
+        d.add(asked)
         await d.park(expire_ms)
 
     async def request_budget(self, budget: str) -> None:
@@ -95,19 +97,19 @@ class ApprovalStep:
         now_ms = ports.now_ms()
         expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
         arguments = canonical_json({"budget": budget, "limit": limit, "grant": grant})
-        data = {
-            "approval_id": uuid.uuid4().hex,
-            "call_id": "",
-            "tool": f"{BUDGET_PREFIX}{budget}",
-            "arguments_json": arguments,
-            "args_hash": hashlib.sha256(arguments.encode()).hexdigest(),
-            "impact_summary": f"The run spent its {budget} budget ({_amount(budget, limit)}). Approving "
+        asked = ApprovalRequested(
+            approval_id=uuid.uuid4().hex,
+            call_id="",
+            tool=f"{BUDGET_PREFIX}{budget}",
+            arguments_json=arguments,
+            args_hash=hashlib.sha256(arguments.encode()).hexdigest(),
+            impact_summary=f"The run spent its {budget} budget ({_amount(budget, limit)}). Approving "
             f"raises it to {_amount(budget, grant)} and the run goes on; rejecting ends it.",
-            "policy_version": "budget-pause-1",
-            "expire_time": rfc3339(expire_ms),
-            "request_time": rfc3339(now_ms),
-        }
-        d.add(Event(ev.APPROVAL_REQUESTED, data))
+            policy_version="budget-pause-1",
+            expire_time=rfc3339(expire_ms),
+            request_time=rfc3339(now_ms),
+        )
+        d.add(asked)
         await d.park(expire_ms)
 
     def apply_decision(self, decision: dict[str, Any]) -> None:
@@ -116,25 +118,22 @@ class ApprovalStep:
         pending = d.state.pending_approval
         if d.state.phase is not Phase.WAITING_APPROVAL or pending is None:
             return
-        if pending["approval_id"] != decision["approval_id"] or ports.now_ms() >= pending["expire_ms"]:
+        if pending.approval_id != decision["approval_id"] or ports.now_ms() >= pending.expire_ms:
             return
         approve = decision["decision"] == "APPROVAL_DECISION_APPROVE"
         d.add(
-            Event(
-                ev.APPROVAL_RESOLVED,
-                {
-                    "approval_id": pending["approval_id"],
-                    "decision": decision["decision"],
-                    "approver": decision.get("approver", ""),
-                    "comment": decision.get("comment", ""),
-                },
+            ApprovalResolved(
+                approval_id=pending.approval_id,
+                decision=approval_decision_from_json(decision["decision"]),
+                approver=decision.get("approver", ""),
+                comment=decision.get("comment", ""),
             )
         )
         # The wait for a person does not count against the run's wall-clock budget.
-        waited_ms = max(0, ports.now_ms() - parse_rfc3339_ms(pending["request_time"]))
+        waited_ms = max(0, ports.now_ms() - pending.request_ms)
         d.extend_deadline(waited_ms)
-        if not pending["call_id"]:  # a budget pause
-            budget = str(pending["tool"]).removeprefix(BUDGET_PREFIX)
+        if not pending.call_id:  # a budget pause
+            budget = pending.tool.removeprefix(BUDGET_PREFIX)
             if approve:
                 d.grant_budget(budget_grant(d.budgets, budget)[2])
             else:
@@ -145,16 +144,11 @@ class ApprovalStep:
                 )
             return
         if not approve:
-            call = next(c for c in d.state.calls if c.call_id == pending["call_id"])
+            call = next(c for c in d.state.calls if c.call_id == pending.call_id)
             who = decision.get("approver") or "a person"
             message = f"rejected by {who}" + (f": {decision['comment']}" if decision.get("comment") else "")
-            error = {"code": "TOOL_ERROR_CODE_PERMANENT", "message": message}
-            d.add(
-                Event(
-                    ev.TOOL_FAILED,
-                    {"step": call.step, "call_id": call.call_id, "tool": call.tool, "error": error},
-                )
-            )
+            error = ToolError(ToolErrorCode.PERMANENT, message)
+            d.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error))
 
 
 _BUDGET_FIELDS = {

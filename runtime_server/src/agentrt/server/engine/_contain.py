@@ -29,6 +29,7 @@ from agentrt.server.core import (
     Event,
     LeaseLost,
     Phase,
+    RunFault,
     RunState,
     Usage,
     decide_fault,
@@ -41,7 +42,7 @@ from agentrt.server.engine._control import Cancelled
 from agentrt.server.engine._driver import RunDriver, read_log
 from agentrt.server.engine._ports import Fresh, Ports
 from agentrt.server.engine._run import RunHandle, cancellable
-from agentrt.server.store import RunRecord, StoredEvent
+from agentrt.server.store import RunRecord, StoredEvent, encode_event
 
 log = logging.getLogger("agentrt.engine")
 
@@ -113,16 +114,16 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
     after = usage_plus(_usage(record), spent)
     secrets = ctx.hidden if ctx is not None else ()  # the model profile's key never enters an event
     message = fault_message(error_class, str(exc), _where(exc), secrets=secrets)
-    fault = {
-        "step": ctx.state.step if ctx is not None else 0,
-        "error_class": error_class,
-        "message": message,
-        "fault_count": decision.fault_count,
-        "max_faults": settings.faults.max_faults,
-        "usage_spent": spent.to_json(),
-        "usage_after": after.to_json(),
-    }
-    events = [Event(ev.RUN_FAULT, fault)]
+    fault = RunFault(
+        step=ctx.state.step if ctx is not None else 0,
+        error_class=error_class,
+        message=message,
+        fault_count=decision.fault_count,
+        max_faults=settings.faults.max_faults,
+        usage_spent=spent.totals(),
+        usage_after=after.totals(),
+    )
+    events: list[Event] = [fault]
     now_ms = ports.now_ms()
     values: dict[str, Any] = {"fault_count": decision.fault_count, "usage": json.dumps(after.to_json())}
     if decision.end:
@@ -140,7 +141,7 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
         )
     elif decision.park:  # UNKNOWN_OUTCOME is never collapsed into FAILED (R4.4): a person settles it
         values.update(wake_ms=now_ms + int(FAULT_PARK_S * 1000), lease_owner=None, lease_expires_ms=None)
-    payloads = [(e.type, json.dumps(e.data)) for e in events]
+    payloads = [encode_event(e) for e in events]
     first_seq = record.last_seq + 1
     await ports.log.append(
         record.run_id,

@@ -19,18 +19,21 @@ from agentrt.server.core import (
     Append,
     Budgets,
     CallModel,
+    CancelRequested,
     Clock,
-    Event,
     Finalize,
+    Handoff,
     Idle,
     IncompatibleVersion,
     InvokeTool,
     InvokeTools,
     PauseForBudget,
     Phase,
+    RawEvent,
     Reconcile,
     RequestApproval,
     RunState,
+    ToolStarted,
     WaitUntil,
     compatible_tool_versions,
     decide,
@@ -48,7 +51,7 @@ from agentrt.server.engine._payload_step import hydrate_input
 from agentrt.server.engine._ports import Fresh, Ports
 from agentrt.server.engine._run import RunContext, RunHandle
 from agentrt.server.engine._tool_step import ToolStep
-from agentrt.server.store import RunRecord, StoredEvent
+from agentrt.server.store import RunRecord, StoredEvent, decode_event, encode_event
 
 log = logging.getLogger("agentrt.engine")
 
@@ -105,15 +108,18 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         if found is None or found.lease_owner != ports.owner:
             return None
         record, stored = found, await read_log(ports, run_id)
-    events = [Event(e.type, json.loads(e.payload)) for e in stored]
     pending_values: dict[str, int] = {}
     if record.state_version != STATE_VERSION:
+        raw: list[RawEvent] = [(e.type, json.loads(e.payload)) for e in stored]
         try:
-            events = upgrade(events, from_version=record.state_version)
+            raw = upgrade(raw, from_version=record.state_version)
         except IncompatibleVersion as exc:
-            await _end_incompatible(ports, record, events, str(exc))
+            await _end_incompatible(ports, record, raw, str(exc))
             return None
         pending_values["state_version"] = STATE_VERSION
+        events = [decode_event(event_type, data) for event_type, data in raw]
+    else:
+        events = [decode_event(e.type, e.payload) for e in stored]
     state = replay(run_id, events)
     handle.session_id = record.session_id or ""
     agent = ResolvedAgent.from_snapshot(record.agent_spec)
@@ -148,7 +154,7 @@ async def read_log(ports: Ports, run_id: str) -> list[StoredEvent]:
             return stored
 
 
-async def _end_incompatible(ports: Ports, record: RunRecord, events: list[Event], why: str) -> None:
+async def _end_incompatible(ports: Ports, record: RunRecord, events: list[RawEvent], why: str) -> None:
     """No upgrader: end the run safely if this runtime is newer; leave a newer runtime's run alone."""
     if record.state_version > STATE_VERSION:
         log.warning(
@@ -157,7 +163,7 @@ async def _end_incompatible(ports: Ports, record: RunRecord, events: list[Event]
         return
     # The old log cannot be folded; end it from the row alone, without replaying it.
     state = RunState(run_id=record.run_id, phase=Phase(record.phase), seq=record.last_seq)
-    state.any_tool_started = any(e.type == ev.TOOL_STARTED for e in events)
+    state.any_tool_started = any(event_type == ev.TOOL_STARTED for event_type, _ in events)
     if state.phase.terminal:
         return
     if state.phase is Phase.UNKNOWN_OUTCOME:
@@ -172,7 +178,7 @@ async def _end_incompatible(ports: Ports, record: RunRecord, events: list[Event]
         "lease_expires_ms": None,
     }
     now_ms = ports.now_ms()
-    payloads = [(e.type, json.dumps(e.data)) for e in ending]
+    payloads = [encode_event(e) for e in ending]
     first_seq = record.last_seq + 1
     await ports.log.append(
         record.run_id,
@@ -197,7 +203,7 @@ def changed_tool_contract(ctx: RunContext) -> str | None:
     state = ctx.state
     for call in state.calls:
         pending = (call.started and not call.finished) or (
-            state.pending_approval is not None and state.pending_approval["call_id"] == call.call_id
+            state.pending_approval is not None and state.pending_approval.call_id == call.call_id
         )
         spec = ctx.ports.tools.spec(call.tool)
         if pending and spec is not None and not compatible_tool_versions(call.tool_version, spec.version):
@@ -235,8 +241,7 @@ class StepLoop:
                 and not phase.terminal
                 and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)
             ):
-                data = {"reason": handle.cancel_reason, "requested_by": handle.cancel_by}
-                ctx.add(Event(ev.CANCEL_REQUESTED, data))
+                ctx.add(CancelRequested(reason=handle.cancel_reason, requested_by=handle.cancel_by))
             clock = Clock(
                 now_s=ports.clock(), deadline_s=ctx.deadline_s, reserve_s=ctx.settings.call_reserve_s
             )
@@ -247,12 +252,12 @@ class StepLoop:
             match decision:
                 case Append(events=events):
                     for event in events:
-                        if event.type == ev.TOOL_STARTED:
-                            ctx.started_here.add(event.data["call_id"])
+                        if isinstance(event, ToolStarted):
+                            ctx.started_here.add(event.call_id)
                     ctx.add(*events)
-                    handoff = next((e for e in events if e.type == ev.HANDOFF), None)
+                    handoff = next((e for e in events if isinstance(e, Handoff)), None)
                     if handoff is not None:
-                        ctx.switch_agent(handoff.data["to_agent"])
+                        ctx.switch_agent(handoff.to_agent)
                 case CallModel(step=step):
                     await ctx.flush()
                     ports.counters.inc("steps")

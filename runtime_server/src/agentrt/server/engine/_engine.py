@@ -15,11 +15,18 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from agentrt.server._config import Settings
-from agentrt.server.core import STATE_VERSION, FailedPrecondition, LeaseLost, Phase, rfc3339
-from agentrt.server.core import events as ev
+from agentrt.server.core import (
+    STATE_VERSION,
+    FailedPrecondition,
+    LeaseLost,
+    PayloadRef,
+    Phase,
+    RunStarted,
+    SessionTurn,
+    rfc3339,
+)
 from agentrt.server.engine._adapters import RegistryModels, RouterTools
 from agentrt.server.engine._agents import RUNTIME_VERSION, effective_budgets
 from agentrt.server.engine._contain import drive_contained
@@ -32,7 +39,7 @@ from agentrt.server.engine._run import RunHandle, signal_cancel
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
-from agentrt.server.store import Admission, RunRecord, Store, StoredEvent
+from agentrt.server.store import Admission, RunRecord, Store, StoredEvent, encode_event
 from agentrt.server.telemetry import Counters
 from agentrt.server.tools import ToolRouter
 
@@ -194,7 +201,7 @@ class Engine:
         now_ms = self.now_ms()
         budgets = effective_budgets(request.agent.config, request.budget_overrides, self.settings.limits)
         waits_for_turn = False
-        history: list[dict[str, str]] = []
+        history: list[SessionTurn] = []
         if request.session_id:
             if request.request_key:
                 found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
@@ -214,7 +221,7 @@ class Engine:
             turns = await self.store.session_turns(
                 tenant_id=request.tenant_id, session_id=request.session_id, limit=SESSION_HISTORY_TURNS
             )
-            history = [{"run_id": t.run_id, "input": t.input, "output": t.output} for t in turns]
+            history = [SessionTurn(t.run_id, t.input, t.output) for t in turns]
         now_ms = self.now_ms()
         run_id = new_run_id(now_ms)
         deadline_ms = now_ms + int(budgets.timeout_s * 1000)
@@ -251,20 +258,18 @@ class Engine:
             "runtime_version": RUNTIME_VERSION,
             "agent_config_hash": request.agent.config_hash(),
         }
-        started: dict[str, Any] = {
-            "agent_name": request.agent.name,
-            "input": shown,
-            "budgets": budgets.to_json(),
-            "deadline": rfc3339(deadline_ms),
-            "started_by": request.created_by,
-        }
-        if history:
-            started["session_history"] = history
-        if input_ref is not None:
-            started["input_ref"] = input_ref
-        record, created = await self.store.create_run(
-            values, [(ev.RUN_STARTED, json.dumps(started))], now_ms, admission=admission
+        started = encode_event(
+            RunStarted(
+                agent_name=request.agent.name,
+                input=shown,
+                budgets=budgets,
+                deadline=rfc3339(deadline_ms),
+                started_by=request.created_by,
+                session_history=tuple(history),
+                input_ref=PayloadRef.from_json(input_ref) if input_ref is not None else None,
+            )
         )
+        record, created = await self.store.create_run(values, [started], now_ms, admission=admission)
         if not created:
             same_request(record, request.request_key, request.request_hash)
         if created:
@@ -272,7 +277,7 @@ class Engine:
             if not own:
                 self._unowned_waiting = True
             if own:
-                first = StoredEvent(record.run_id, 1, ev.RUN_STARTED, json.dumps(started), now_ms)
+                first = StoredEvent(record.run_id, 1, *started, now_ms)
                 self._launch(record.run_id, record.lease_generation, (record, [first]))
         return record, created
 

@@ -23,7 +23,6 @@ import jsonschema
 
 from agentrt.server.core import (
     RESULT_JSON_LIMITS,
-    Event,
     JsonBoundsError,
     Phase,
     corrective_step,
@@ -31,7 +30,6 @@ from agentrt.server.core import (
     fault_message,
     loads_bounded,
 )
-from agentrt.server.core import events as ev
 from agentrt.server.engine._run import RunContext
 
 
@@ -52,14 +50,10 @@ def finalize(ctx: RunContext, answer: str, *, corrected: bool) -> None:
     state = ctx.state
     rejection = check(ctx, answer)
     if rejection is None:
-        ending = end_events(state, Phase.COMPLETED, "final_answer", output=answer)
-        ref = state.answer_ref
-        if ref is not None:  # the answer is a payload: the output is the same one
-            ending = tuple(
-                Event(e.type, {**e.data, "output_ref": ref}) if e.type == ev.RUN_COMPLETED else e
-                for e in ending
-            )
-        ctx.add(*ending)
+        # When the answer is a payload, the output is the same one.
+        ctx.add(
+            *end_events(state, Phase.COMPLETED, "final_answer", output=answer, output_ref=state.answer_ref)
+        )
     elif not corrected and not rejection.error and ctx.agent.config.output.on_failure == "correct":
         ctx.add(corrective_step(state, f"{rejection.reason}: {rejection.detail}"))
     else:

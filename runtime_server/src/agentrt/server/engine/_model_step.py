@@ -10,11 +10,21 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
-from typing import Any
 
 from agentrt.server._config import AgentConfig, ModelConfig
-from agentrt.server.core import Event, Phase, Usage, end_events, retry_fits, rfc3339, usage_plus
-from agentrt.server.core import events as ev
+from agentrt.server.core import (
+    ModelCompleted,
+    ModelTextDelta,
+    PayloadRef,
+    Phase,
+    RetryScheduled,
+    ToolCallRequest,
+    Usage,
+    end_events,
+    retry_fits,
+    rfc3339,
+    usage_plus,
+)
 from agentrt.server.engine._agents import BoundModel, bind_model
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_model_text
@@ -147,8 +157,8 @@ class ModelStep:
             except ModelTransientError as exc:
                 if sink.sent:
                     # Clients drop what this attempt streamed; the step is retried as a whole.
-                    self._publish_delta({"step": step, "attempt": attempt, "superseded": True})
-                delay = max(exc.retry_after_s or 0.0, ctx.backoff(attempt))
+                    self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
+                delay = max(exc.retry_after_s or 0.0, self.ctx.backoff(attempt))
                 fits = retry_fits(
                     now_s=ports.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=ctx.deadline_s
                 )
@@ -163,16 +173,16 @@ class ModelStep:
                     return
                 ports.counters.inc("retry_count")
                 # The incomplete step is a fact of the log, like a tool call's retry.
-                data = {
-                    "call_id": "",
-                    "step": step,
-                    "attempt": attempt + 1,
-                    "delay": f"{delay:.3f}s",
-                    "reason": redact(f"model {exc.reason}: {exc.message}")[:400],
-                    "due_time": rfc3339(ports.now_ms() + math.ceil(delay * 1000)),
-                }
-                ctx.add(Event(ev.RETRY_SCHEDULED, data))
-                await ctx.flush()
+                retry = RetryScheduled(
+                    call_id="",
+                    step=step,
+                    attempt=attempt + 1,
+                    delay=f"{delay:.3f}s",
+                    reason=redact(f"model {exc.reason}: {exc.message}")[:400],
+                    due_time=rfc3339(ports.now_ms() + math.ceil(delay * 1000)),
+                )
+                self.ctx.add(retry)
+                await self.ctx.flush()
                 try:
                     await ctx.sleep(delay)
                 except Cancelled:
@@ -195,41 +205,40 @@ class ModelStep:
             output_tokens=response.output_tokens,
             cost_micros=cost,
         )
-        ctx.unrecorded = usage_plus(ctx.unrecorded, spent)
+        self.ctx.unrecorded = usage_plus(self.ctx.unrecorded, spent)
         ports.faults.hit("after_model_response")
         usage = self.ctx.state.usage
-        before = usage.to_json()
-        after = dict(
-            before,
+        before = usage.totals()
+        after = Usage(
             model_steps=usage.model_steps + 1,
+            tool_calls=usage.tool_calls,
             input_tokens=usage.input_tokens + response.input_tokens,
             output_tokens=usage.output_tokens + response.output_tokens,
             cost_micros=usage.cost_micros + cost,
+            handoffs=usage.handoffs,
         )
-        calls = [
-            {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json}
-            for c in response.tool_calls
-        ]
+        calls = tuple(ToolCallRequest(c.call_id, c.tool, c.arguments_json) for c in response.tool_calls)
         try:
             text, text_ref = await bound_model_text(
                 ctx, response.text, [c.arguments_json for c in response.tool_calls]
             )
         except ModelOutputTooLarge as exc:
             # The call was made and paid for: its usage is recorded, its output is not kept.
-            refused = {"step": step, "text": f"[refused: {exc.message}]", "tool_calls": []}
-            ctx.add(Event(ev.MODEL_COMPLETED, {**refused, "usage_before": before, "usage_after": after}))
-            ctx.add(*end_events(self.ctx.state, Phase.FAILED, "model_output_too_large", message=exc.message))
+            refused = f"[refused: {exc.message}]"
+            self.ctx.add(ModelCompleted(step=step, text=refused, usage_before=before, usage_after=after))
+            self.ctx.add(
+                *end_events(self.ctx.state, Phase.FAILED, "model_output_too_large", message=exc.message)
+            )
             return
-        data = {
-            "step": step,
-            "text": text,
-            "tool_calls": calls,
-            "usage_before": before,
-            "usage_after": after,
-        }
-        if text_ref is not None:
-            data["text_ref"] = text_ref
-        ctx.add(Event(ev.MODEL_COMPLETED, data))
+        completed = ModelCompleted(
+            step=step,
+            text=text,
+            tool_calls=calls,
+            usage_before=before,
+            usage_after=after,
+            text_ref=PayloadRef.from_json(text_ref) if text_ref is not None else None,
+        )
+        self.ctx.add(completed)
 
     def _cost(self, bound: BoundModel, input_tokens: int, output_tokens: int) -> int:
         # Models without a price entry cost 0: the cost budget only binds priced models.
@@ -239,9 +248,9 @@ class ModelStep:
     def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:
         return _DeltaSink(self, step, attempt)
 
-    def _publish_delta(self, data: dict[str, Any]) -> None:
+    def _publish_delta(self, delta: ModelTextDelta) -> None:
         """Live only (R8.1: deltas are best-effort and never persisted one by one)."""
-        self.ctx.publish_live(ev.MODEL_TEXT_DELTA, data)
+        self.ctx.publish_live(delta)
 
 
 class _DeltaSink:
@@ -255,4 +264,4 @@ class _DeltaSink:
 
     def __call__(self, text: str) -> None:
         self.sent = True
-        self.owner._publish_delta({"step": self.step, "attempt": self.attempt, "text": text})
+        self.owner._publish_delta(ModelTextDelta(step=self.step, attempt=self.attempt, text=text))

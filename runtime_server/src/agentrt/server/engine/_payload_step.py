@@ -147,12 +147,10 @@ async def hydrate_input(ctx: RunContext) -> None:
     ref = state.input_ref
     assert ref is not None
     payloads = ctx.ports.payloads
-    stored = await payloads.find(
-        run_id=ctx.run_id, payload_id=str(ref["payload_id"]), tenant_id=ctx.tenant_id
-    )
+    stored = await payloads.find(run_id=ctx.run_id, payload_id=ref.payload_id, tenant_id=ctx.tenant_id)
     if stored is None:
         raise UnreadableRecord(
-            f"run {ctx.run_id}: its input payload {ref['payload_id']} is missing",
+            f"run {ctx.run_id}: its input payload {ref.payload_id} is missing",
             metadata={"run_id": ctx.run_id},
         )
     parts = [part async for part in payloads.chunks(stored, chunk_bytes=1024 * 1024)]

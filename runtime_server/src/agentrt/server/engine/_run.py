@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
+    ApprovalRequested,
     Budgets,
     CallState,
     Event,
@@ -32,7 +33,7 @@ from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.engine._sizes import check_event_sizes
-from agentrt.server.store import StoredEvent
+from agentrt.server.store import StoredEvent, encode_event
 from agentrt.server.tools import CallMetadata
 
 T = TypeVar("T")
@@ -175,9 +176,9 @@ class RunContext:
         state = self.state
         now_ms = ports.now_ms()
         first_seq = state.seq - len(self.buffer) + 1
-        payloads = [(e.type, json.dumps(e.data)) for e in self.buffer]
+        payloads = [encode_event(e) for e in self.buffer]
         check_event_sizes(payloads)
-        types = [e.type for e in self.buffer]
+        types = [t for t, _ in payloads]
         values: dict[str, Any] = {
             "phase": state.phase.value,
             "usage": json.dumps(state.usage.to_json()),
@@ -185,7 +186,7 @@ class RunContext:
             "output": state.output.replace("\x00", "\ufffd"),
             "reason": state.reason.replace("\x00", "\ufffd"),
             "pending_approval": _pending_json(state.pending_approval),
-            "output_ref": json.dumps(state.output_ref) if state.output_ref else None,
+            "output_ref": json.dumps(state.output_ref.to_json()) if state.output_ref else None,
             **self.pending_values,
             **extra_values,
         }
@@ -226,11 +227,12 @@ class RunContext:
         await self.flush(wake_ms=wake_ms, lease_owner=None, lease_expires_ms=None)
         raise Parked()
 
-    def publish_live(self, event_type: str, data: dict[str, Any]) -> None:
+    def publish_live(self, event: Event) -> None:
         """A live-only event (R8.1), placed after the events committed so far."""
+        event_type, payload = encode_event(event)
         self.ports.live.publish(
             self.run_id,
-            [StoredEvent(self.run_id, 0, event_type, json.dumps(data), self.ports.now_ms())],
+            [StoredEvent(self.run_id, 0, event_type, payload, self.ports.now_ms())],
             after_seq=self.state.seq - len(self.buffer),
         )
 
@@ -290,7 +292,5 @@ async def cancellable(handle: RunHandle, make: Callable[[], Awaitable[T]]) -> T:
         handle.io = None
 
 
-def _pending_json(pending: dict[str, Any] | None) -> str | None:
-    if pending is None:
-        return None
-    return json.dumps({k: v for k, v in pending.items() if k != "expire_ms"})
+def _pending_json(pending: ApprovalRequested | None) -> str | None:
+    return encode_event(pending)[1] if pending is not None else None

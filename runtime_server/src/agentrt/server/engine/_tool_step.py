@@ -19,7 +19,16 @@ from agentrt.server.core import (
     CallState,
     Event,
     LeaseLost,
+    OutcomeResolved,
+    PayloadRef,
     Phase,
+    RetryScheduled,
+    ToolCompleted,
+    ToolError,
+    ToolErrorCode,
+    ToolFailed,
+    ToolOutcomeUnknown,
+    ToolStarted,
     end_events,
     loads_bounded,
     nesting_depth,
@@ -27,11 +36,11 @@ from agentrt.server.core import (
     retry_fits,
     rfc3339,
 )
-from agentrt.server.core import events as ev
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import LedgerAnswer, StartRequest
 from agentrt.server.engine._run import RunContext
+from agentrt.server.store import outcome_decision_from_json, tool_error_from_json
 from agentrt.server.tools import ToolOutcome
 
 RECONCILE_MAX_DELAY_S = 60.0
@@ -60,7 +69,7 @@ class ToolStep:
         if policy.allows(call.tool):
             return False
         error = not_allowed_error(call.tool, policy.agent_name)
-        self.record(call, ToolOutcome.failure("NOT_ALLOWED", error["message"]))
+        self.record(call, ToolOutcome.failure("NOT_ALLOWED", error.message))
         return True
 
     async def run_call(self, call: CallState) -> None:
@@ -155,29 +164,27 @@ class ToolStep:
     def _retry_event(
         call: CallState, attempt: int, delay: float, error: dict[str, Any], due_ms: int
     ) -> Event:
-        data = {
-            "call_id": call.call_id,
-            "attempt": attempt,
-            "delay": f"{delay:.3f}s",
-            "reason": f"{error.get('code', '')}: {error.get('message', '')}"[:400],
-            "due_time": rfc3339(due_ms),
-        }
-        return Event(ev.RETRY_SCHEDULED, data)
+        return RetryScheduled(
+            call_id=call.call_id,
+            attempt=attempt,
+            delay=f"{delay:.3f}s",
+            reason=f"{error.get('code', '')}: {error.get('message', '')}"[:400],
+            due_time=rfc3339(due_ms),
+        )
 
     def _attempt_event(self, call: CallState, attempt: int) -> Event:
         """A new attempt of the same call, same key; budgets count the call once."""
-        usage = self.ctx.state.usage.to_json()
-        data = {
-            "step": call.step,
-            "call_id": call.call_id,
-            "tool": call.tool,
-            "arguments_json": call.arguments_json,
-            "idempotency_key": call.idempotency_key,
-            "attempt": attempt,
-            "usage_before": usage,
-            "usage_after": usage,
-        }
-        return Event(ev.TOOL_STARTED, data)
+        usage = self.ctx.state.usage.totals()
+        return ToolStarted(
+            step=call.step,
+            call_id=call.call_id,
+            tool=call.tool,
+            arguments_json=call.arguments_json,
+            idempotency_key=call.idempotency_key,
+            attempt=attempt,
+            usage_before=usage,
+            usage_after=usage,
+        )
 
     def _restart(self, call: CallState) -> None:
         self.ctx.add(self._attempt_event(call, call.attempts + 1))
@@ -197,23 +204,29 @@ class ToolStep:
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed:
             self.ctx.ports.counters.inc("duplicate_suppressed_count")
-        base = {"step": call.step, "call_id": call.call_id, "tool": call.tool}
         if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
-            return Event(ev.TOOL_FAILED, dict(base, error=result_error))
+            return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=result_error)
         if outcome.error is None:
-            data = dict(base, result_json=outcome.result_json or "", replayed=outcome.replayed)
-            if outcome.result_ref is not None:  # stored as a payload: result_json is what the model saw
-                data.update(result_ref=outcome.result_ref, truncated=outcome.truncated)
-            return Event(ev.TOOL_COMPLETED, data)
-        return Event(ev.TOOL_FAILED, dict(base, error=outcome.error))
+            ref = outcome.result_ref  # stored as a payload: result_json is what the model saw
+            return ToolCompleted(
+                step=call.step,
+                call_id=call.call_id,
+                tool=call.tool,
+                result_json=outcome.result_json or "",
+                replayed=outcome.replayed,
+                result_ref=PayloadRef.from_json(ref) if ref is not None else None,
+                truncated=outcome.truncated if ref is not None else False,
+            )
+        error = tool_error_from_json(outcome.error)
+        return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error)
 
-    def _result_error(self, result_json: str) -> dict[str, str] | None:
+    def _result_error(self, result_json: str) -> ToolError | None:
         """A result nesting past the bounds is a tool error: nothing downstream must recurse into it."""
         limit = self.ctx.policy.argument_limits.max_depth
         if nesting_depth(result_json, stop_at=limit) <= limit:
             return None
         message = f"the tool ran, but its result was refused: JSON nests deeper than {limit} levels"
-        return {"code": "TOOL_ERROR_CODE_PERMANENT", "message": message}
+        return ToolError(ToolErrorCode.PERMANENT, message)
 
     def _end_if_fatal(self, call: CallState, outcome: ToolOutcome) -> None:
         d = self.ctx
@@ -286,16 +299,15 @@ class ToolStep:
 
     def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
         self.ctx.ports.counters.inc("unknown_result_count")
-        data: dict[str, Any] = {
-            "step": call.step,
-            "call_id": call.call_id,
-            "tool": call.tool,
-            "idempotency_key": call.idempotency_key,
-            "reason": reason,
-        }
-        if call_deadline_ms:
-            data["call_deadline"] = rfc3339(call_deadline_ms)
-        self.ctx.add(Event(ev.TOOL_OUTCOME_UNKNOWN, data))
+        unknown = ToolOutcomeUnknown(
+            step=call.step,
+            call_id=call.call_id,
+            tool=call.tool,
+            idempotency_key=call.idempotency_key,
+            reason=reason,
+            call_deadline=rfc3339(call_deadline_ms) if call_deadline_ms else None,
+        )
+        self.ctx.add(unknown)
 
     # -- agents as tools ----------------------------------------------------------------------------
 
@@ -397,13 +409,13 @@ class ToolStep:
         if d.state.phase is not Phase.UNKNOWN_OUTCOME or call is None or call.call_id != decision["call_id"]:
             return
         kind = decision["decision"]
-        resolved = {
-            "call_id": call.call_id,
-            "decision": kind,
-            "resolved_by": decision.get("resolved_by", ""),
-            "comment": decision.get("comment", ""),
-        }
-        d.add(Event(ev.OUTCOME_RESOLVED, resolved))
+        resolved = OutcomeResolved(
+            call_id=call.call_id,
+            decision=outcome_decision_from_json(kind),
+            resolved_by=decision.get("resolved_by", ""),
+            comment=decision.get("comment", ""),
+        )
+        d.add(resolved)
         if kind == "OUTCOME_DECISION_SUCCEEDED":
             # A person's result is bounded like a tool's: a large one is stored as a payload.
             self.record(

@@ -13,6 +13,16 @@ from agentrt.server.store._db import (
     normalise_url,
     open_database,
 )
+from agentrt.server.store._event_codec import (
+    UndecodableEvent,
+    approval_decision_from_json,
+    decode_event,
+    encode_event,
+    event_to_json,
+    outcome_decision_from_json,
+    tool_error_from_json,
+    tool_error_to_json,
+)
 from agentrt.server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
 from agentrt.server.store._retention import PruneCounts, Pruner, PruneReport
@@ -36,10 +46,18 @@ __all__ = [
     "Store",
     "StoredEvent",
     "StoredPayload",
+    "UndecodableEvent",
     "UnreadableRecord",
+    "approval_decision_from_json",
     "check_payload_id",
+    "decode_event",
+    "encode_event",
+    "event_to_json",
     "load_cipher",
     "migrate",
     "normalise_url",
     "open_database",
+    "outcome_decision_from_json",
+    "tool_error_from_json",
+    "tool_error_to_json",
 ]

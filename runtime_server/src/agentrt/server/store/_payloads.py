@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, delete, func, insert, select
 
-from agentrt.server.core import InvalidRequest
+from agentrt.server.core import InvalidRequest, PayloadRef
 from agentrt.server.store._crypt import RecordCipher, UnreadableRecord
 from agentrt.server.store._db import Database
 from agentrt.server.store._schema import payloads
@@ -70,27 +70,6 @@ def check_payload_id(run_id: str, payload_id: str) -> None:
 def preview_of(text: str) -> str:
     """The start of a value, at most PREVIEW_CHARS characters."""
     return text[:PREVIEW_CHARS]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PayloadRef:
-    """What an event carries instead of a large value (the proto ``PayloadRef``)."""
-
-    payload_id: str
-    size_bytes: int
-    sha256: str
-    preview: str
-    media_type: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The proto3 JSON shape (field names as in the proto)."""
-        return {
-            "payload_id": self.payload_id,
-            "size_bytes": self.size_bytes,
-            "sha256": self.sha256,
-            "preview": self.preview,
-            "media_type": self.media_type,
-        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

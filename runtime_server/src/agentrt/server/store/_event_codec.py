@@ -1,0 +1,624 @@
+"""Core events <-> their stored JSON: the one place that knows the log's wire shape.
+
+A stored event is a type name plus the proto3 JSON of the matching ``RunEvent`` oneof message
+(so ``api/_convert.py`` turns it into a protobuf without a mapper per type). The core's events
+carry no protobuf names; this module adds them on the way in (a phase as ``RUN_PHASE_COMPLETED``,
+an error code as ``TOOL_ERROR_CODE_TRANSIENT``) and takes them off on the way out.
+
+It sits at the store edge because it defines what the store holds: the driver encodes what it
+commits, and every reader that folds a log (the driver, the API) decodes through it. Keys are
+written in the order and with the omissions the runtime has always used, so what is stored is
+byte-for-byte what it was before events were typed.
+
+Decoding accepts every shape stored so far: missing keys read as proto3 defaults (or as absent,
+for the fields the core types ``X | None``), int64 values as JSON numbers or strings, float
+dollars of older runs (upgraded by ``Usage.from_json``), enum values by name or number, and a
+step kind in the core's word or the enum's name. Version upgraders (``core.upgrade``) work on
+the raw JSON before this. Encoders and decoders are written out per class: this runs for every
+event committed and replayed, and generic reflection showed up in step-loop profiles.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any, TypeVar
+
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server.core import Budgets, Phase, Usage
+from agentrt.server.core import events as ev
+from agentrt.server.store._crypt import UnreadableRecord
+
+__all__ = [
+    "UndecodableEvent",
+    "approval_decision_from_json",
+    "decode_event",
+    "encode_event",
+    "event_to_json",
+    "outcome_decision_from_json",
+    "tool_error_from_json",
+    "tool_error_to_json",
+]
+
+
+class UndecodableEvent(UnreadableRecord):
+    """A stored event has an unknown type or a shape no version of the runtime wrote."""
+
+    reason = "EVENT_UNDECODABLE"
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def _enum_tables(
+    members: type[E], prefix: str, proto_enum: Any | None
+) -> tuple[dict[E, str], dict[object, E]]:
+    """(member -> wire name, wire name or number -> member); a member without a proto value fails here.
+
+    ``proto_enum`` is None for a string field that holds enum names (OutcomeResolved.decision).
+    """
+    to_wire = {m: f"{prefix}{m.name}" for m in members}
+    from_wire: dict[object, E] = {}
+    for member, wire in to_wire.items():
+        from_wire[wire] = member
+        if proto_enum is not None:
+            from_wire[proto_enum.Value(wire)] = member  # ValueError at import when the proto lacks it
+    return to_wire, from_wire
+
+
+_PHASE_WIRE, _PHASE_FROM = _enum_tables(Phase, "RUN_PHASE_", run_pb2.RunPhase)
+_CODE_WIRE, _CODE_FROM = _enum_tables(ev.ToolErrorCode, "TOOL_ERROR_CODE_", tool_pb2.ToolErrorCode)
+_APPROVAL_WIRE, _APPROVAL_FROM = _enum_tables(
+    ev.ApprovalDecision, "APPROVAL_DECISION_", run_pb2.ApprovalDecision
+)
+_OUTCOME_WIRE, _OUTCOME_FROM = _enum_tables(
+    ev.OutcomeDecision, "OUTCOME_DECISION_", runtime_service_pb2.OutcomeDecision
+)
+_STEP_KIND_FROM: dict[object, ev.StepKind] = {
+    **{k.value: k for k in ev.StepKind},
+    **{f"STEP_KIND_{k.name}": k for k in ev.StepKind},  # a log written in the API's JSON shape
+}
+
+
+# -- values ------------------------------------------------------------------------------------------
+
+
+def tool_error_to_json(error: ev.ToolError) -> dict[str, Any]:
+    """Proto3 JSON of ``ToolError``: fields at their default are left out, as protobuf does."""
+    out: dict[str, Any] = {}
+    if error.code is not ev.ToolErrorCode.UNSPECIFIED:
+        out["code"] = _CODE_WIRE[error.code]
+    if error.message:
+        out["message"] = error.message
+    if error.details_json:
+        out["details_json"] = error.details_json
+    return out
+
+
+def tool_error_from_json(data: Mapping[str, Any]) -> ev.ToolError:
+    """A ``ToolError`` from its proto3 JSON (a tool host's, or a stored one); unknown codes read as
+    UNSPECIFIED."""
+    return ev.ToolError(
+        _member(_CODE_FROM, data.get("code"), ev.ToolErrorCode.UNSPECIFIED),
+        str(data.get("message", "")),
+        str(data.get("details_json", "")),
+    )
+
+
+def approval_decision_from_json(value: object) -> ev.ApprovalDecision:
+    """An ``ApprovalDecision`` by name or number; anything else reads as UNSPECIFIED."""
+    return _member(_APPROVAL_FROM, value, ev.ApprovalDecision.UNSPECIFIED)
+
+
+def outcome_decision_from_json(value: object) -> ev.OutcomeDecision:
+    """An ``OutcomeDecision`` by name; anything else reads as UNSPECIFIED."""
+    return _member(_OUTCOME_FROM, value, ev.OutcomeDecision.UNSPECIFIED)
+
+
+def _ref(data: Mapping[str, Any] | None) -> ev.PayloadRef | None:
+    return ev.PayloadRef.from_json(data) if data is not None else None
+
+
+def _usage_or_none(data: Mapping[str, Any] | None) -> Usage | None:
+    # An empty usage (or none) is "absent": a fault that spent nothing unrecorded.
+    return Usage.from_json(data) if data else None
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _member(table: Mapping[object, E], value: object, default: E) -> E:
+    """The member stored as ``value`` (a name or number), or ``default`` for anything else."""
+    return table.get(value, default) if isinstance(value, str | int) else default
+
+
+# -- encoders (keys in the order the runtime has always written them) --------------------------------
+
+
+def _run_started(e: ev.RunStarted) -> dict[str, Any]:
+    out: dict[str, Any] = {"agent_name": e.agent_name, "input": e.input}
+    if e.budgets is not None:
+        out["budgets"] = e.budgets.to_json()
+    if e.deadline is not None:
+        out["deadline"] = e.deadline
+    out["started_by"] = e.started_by
+    if e.session_history:
+        out["session_history"] = [
+            {"run_id": t.run_id, "input": t.input, "output": t.output} for t in e.session_history
+        ]
+    if e.input_ref is not None:
+        out["input_ref"] = e.input_ref.to_json()
+    return out
+
+
+def _step_started(e: ev.StepStarted) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": e.step, "kind": e.kind.value}
+    if e.reason is not None:
+        out["reason"] = e.reason
+    out["usage"] = e.usage.to_json()
+    return out
+
+
+def _model_text_delta(e: ev.ModelTextDelta) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": e.step, "attempt": e.attempt}
+    if e.text or not e.superseded:
+        out["text"] = e.text
+    if e.superseded:
+        out["superseded"] = True
+    return out
+
+
+def _model_completed(e: ev.ModelCompleted) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "step": e.step,
+        "text": e.text,
+        "tool_calls": [
+            {"call_id": c.call_id, "tool": c.tool, "arguments_json": c.arguments_json} for c in e.tool_calls
+        ],
+        "usage_before": e.usage_before.to_json(),
+        "usage_after": e.usage_after.to_json(),
+    }
+    if e.text_ref is not None:
+        out["text_ref"] = e.text_ref.to_json()
+    return out
+
+
+def _tool_started(e: ev.ToolStarted) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "step": e.step,
+        "call_id": e.call_id,
+        "tool": e.tool,
+        "arguments_json": e.arguments_json,
+        "idempotency_key": e.idempotency_key,
+    }
+    if e.attempt is not None:
+        out["attempt"] = e.attempt
+    out["usage_before"] = e.usage_before.to_json()
+    out["usage_after"] = e.usage_after.to_json()
+    if e.tool_version is not None:
+        out["tool_version"] = e.tool_version
+    if e.arguments_ref is not None:
+        out["arguments_ref"] = e.arguments_ref.to_json()
+    return out
+
+
+def _tool_completed(e: ev.ToolCompleted) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "step": e.step,
+        "call_id": e.call_id,
+        "tool": e.tool,
+        "result_json": e.result_json,
+        "replayed": e.replayed,
+    }
+    if e.result_ref is not None:
+        out["result_ref"] = e.result_ref.to_json()
+    if e.result_ref is not None or e.truncated:  # written with a ref, as the runtime always has
+        out["truncated"] = e.truncated
+    return out
+
+
+def _tool_failed(e: ev.ToolFailed) -> dict[str, Any]:
+    return {"step": e.step, "call_id": e.call_id, "tool": e.tool, "error": tool_error_to_json(e.error)}
+
+
+def _approval_requested(e: ev.ApprovalRequested) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "approval_id": e.approval_id,
+        "call_id": e.call_id,
+        "tool": e.tool,
+        "arguments_json": e.arguments_json,
+        "args_hash": e.args_hash,
+        "impact_summary": e.impact_summary,
+        "policy_version": e.policy_version,
+    }
+    if e.expire_time is not None:
+        out["expire_time"] = e.expire_time
+    if e.request_time is not None:
+        out["request_time"] = e.request_time
+    if e.tool_version is not None:
+        out["tool_version"] = e.tool_version
+    return out
+
+
+def _approval_resolved(e: ev.ApprovalResolved) -> dict[str, Any]:
+    return {
+        "approval_id": e.approval_id,
+        "decision": _APPROVAL_WIRE[e.decision],
+        "approver": e.approver,
+        "comment": e.comment,
+    }
+
+
+def _retry_scheduled(e: ev.RetryScheduled) -> dict[str, Any]:
+    out: dict[str, Any] = {"call_id": e.call_id}
+    if e.step is not None:
+        out["step"] = e.step
+    out["attempt"] = e.attempt
+    if e.delay is not None:
+        out["delay"] = e.delay
+    out["reason"] = e.reason
+    if e.due_time is not None:
+        out["due_time"] = e.due_time
+    return out
+
+
+def _run_checkpointed(e: ev.RunCheckpointed) -> dict[str, Any]:
+    return {"through_seq": e.through_seq}
+
+
+def _cancel_requested(e: ev.CancelRequested) -> dict[str, Any]:
+    return {"reason": e.reason, "requested_by": e.requested_by}
+
+
+def _run_completed(e: ev.RunCompleted) -> dict[str, Any]:
+    out: dict[str, Any] = {"output": e.output}
+    if e.output_ref is not None:
+        out["output_ref"] = e.output_ref.to_json()
+    return out
+
+
+def _run_failed(e: ev.RunFailed) -> dict[str, Any]:
+    return {"reason": e.reason, "message": e.message}
+
+
+def _run_cancelled(e: ev.RunCancelled) -> dict[str, Any]:
+    return {"reason": e.reason}
+
+
+def _run_ended(e: ev.RunEnded) -> dict[str, Any]:
+    out: dict[str, Any] = {"phase": _PHASE_WIRE[e.phase]}
+    if e.reason is not None:
+        out["reason"] = e.reason
+    out["partial"] = e.partial
+    out["retryable"] = e.retryable
+    out["usage"] = e.usage.to_json()
+    return out
+
+
+def _tool_outcome_unknown(e: ev.ToolOutcomeUnknown) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "step": e.step,
+        "call_id": e.call_id,
+        "tool": e.tool,
+        "idempotency_key": e.idempotency_key,
+        "reason": e.reason,
+    }
+    if e.call_deadline is not None:
+        out["call_deadline"] = e.call_deadline
+    return out
+
+
+def _handoff(e: ev.Handoff) -> dict[str, Any]:
+    return {
+        "step": e.step,
+        "call_id": e.call_id,
+        "from_agent": e.from_agent,
+        "to_agent": e.to_agent,
+        "reason": e.reason,
+        "usage_after": e.usage_after.to_json(),
+    }
+
+
+def _outcome_resolved(e: ev.OutcomeResolved) -> dict[str, Any]:
+    return {
+        "call_id": e.call_id,
+        "decision": _OUTCOME_WIRE[e.decision],
+        "resolved_by": e.resolved_by,
+        "comment": e.comment,
+    }
+
+
+def _run_fault(e: ev.RunFault) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": e.step, "error_class": e.error_class, "message": e.message}
+    if e.fault_count is not None:
+        out["fault_count"] = e.fault_count
+    out["max_faults"] = e.max_faults
+    if e.usage_spent is not None:
+        out["usage_spent"] = e.usage_spent.to_json()
+    if e.usage_after is not None:
+        out["usage_after"] = e.usage_after.to_json()
+    return out
+
+
+_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
+    ev.RunStarted: _run_started,
+    ev.StepStarted: _step_started,
+    ev.ModelTextDelta: _model_text_delta,
+    ev.ModelCompleted: _model_completed,
+    ev.ToolStarted: _tool_started,
+    ev.ToolCompleted: _tool_completed,
+    ev.ToolFailed: _tool_failed,
+    ev.ApprovalRequested: _approval_requested,
+    ev.ApprovalResolved: _approval_resolved,
+    ev.RetryScheduled: _retry_scheduled,
+    ev.RunCheckpointed: _run_checkpointed,
+    ev.CancelRequested: _cancel_requested,
+    ev.RunCompleted: _run_completed,
+    ev.RunFailed: _run_failed,
+    ev.RunCancelled: _run_cancelled,
+    ev.RunEnded: _run_ended,
+    ev.ToolOutcomeUnknown: _tool_outcome_unknown,
+    ev.Handoff: _handoff,
+    ev.OutcomeResolved: _outcome_resolved,
+    ev.RunFault: _run_fault,
+}
+
+
+def event_to_json(event: ev.Event) -> dict[str, Any]:
+    """The stored payload of ``event`` as a dict (the proto3 JSON of its ``RunEvent`` oneof message)."""
+    return _ENCODERS[type(event)](event)
+
+
+def encode_event(event: ev.Event) -> tuple[str, str]:
+    """``(type name, JSON text)`` of ``event``, as the log stores it."""
+    return event.type_name, json.dumps(_ENCODERS[type(event)](event))
+
+
+# -- decoders ----------------------------------------------------------------------------------------
+
+
+def _d_run_started(d: Mapping[str, Any]) -> ev.RunStarted:
+    budgets = d.get("budgets")
+    return ev.RunStarted(
+        agent_name=d.get("agent_name", ""),
+        input=d.get("input", ""),
+        budgets=Budgets.from_json(budgets) if budgets is not None else None,
+        deadline=d.get("deadline"),
+        started_by=d.get("started_by", ""),
+        session_history=tuple(
+            ev.SessionTurn(t.get("run_id", ""), t.get("input", ""), t.get("output", ""))
+            for t in d.get("session_history", ())
+        ),
+        input_ref=_ref(d.get("input_ref")),
+    )
+
+
+def _d_step_started(d: Mapping[str, Any]) -> ev.StepStarted:
+    # A kind this runtime does not know (or none) steps like a model step, as it always has.
+    return ev.StepStarted(
+        step=int(d.get("step", 0)),
+        kind=_member(_STEP_KIND_FROM, d.get("kind"), ev.StepKind.MODEL),
+        reason=d.get("reason"),
+        usage=Usage.from_json(d.get("usage", _EMPTY)),
+    )
+
+
+def _d_model_text_delta(d: Mapping[str, Any]) -> ev.ModelTextDelta:
+    return ev.ModelTextDelta(
+        step=int(d.get("step", 0)),
+        attempt=int(d.get("attempt", 0)),
+        text=d.get("text", ""),
+        superseded=bool(d.get("superseded", False)),
+    )
+
+
+def _d_model_completed(d: Mapping[str, Any]) -> ev.ModelCompleted:
+    return ev.ModelCompleted(
+        step=int(d.get("step", 0)),
+        text=d.get("text", ""),
+        tool_calls=tuple(
+            ev.ToolCallRequest(c.get("call_id", ""), c.get("tool", ""), c.get("arguments_json", ""))
+            for c in d.get("tool_calls", ())
+        ),
+        usage_before=Usage.from_json(d.get("usage_before", _EMPTY)),
+        usage_after=Usage.from_json(d.get("usage_after", _EMPTY)),
+        text_ref=_ref(d.get("text_ref")),
+    )
+
+
+def _d_tool_started(d: Mapping[str, Any]) -> ev.ToolStarted:
+    attempt = d.get("attempt")
+    return ev.ToolStarted(
+        step=int(d.get("step", 0)),
+        call_id=d.get("call_id", ""),
+        tool=d.get("tool", ""),
+        arguments_json=d.get("arguments_json", ""),
+        idempotency_key=d.get("idempotency_key", ""),
+        attempt=int(attempt) if attempt is not None else None,
+        usage_before=Usage.from_json(d.get("usage_before", _EMPTY)),
+        usage_after=Usage.from_json(d.get("usage_after", _EMPTY)),
+        tool_version=d.get("tool_version"),
+        arguments_ref=_ref(d.get("arguments_ref")),
+    )
+
+
+def _d_tool_completed(d: Mapping[str, Any]) -> ev.ToolCompleted:
+    return ev.ToolCompleted(
+        step=int(d.get("step", 0)),
+        call_id=d.get("call_id", ""),
+        tool=d.get("tool", ""),
+        result_json=d.get("result_json", ""),
+        replayed=bool(d.get("replayed", False)),
+        result_ref=_ref(d.get("result_ref")),
+        truncated=bool(d.get("truncated", False)),
+    )
+
+
+def _d_tool_failed(d: Mapping[str, Any]) -> ev.ToolFailed:
+    return ev.ToolFailed(
+        step=int(d.get("step", 0)),
+        call_id=d.get("call_id", ""),
+        tool=d.get("tool", ""),
+        error=tool_error_from_json(d.get("error", _EMPTY)),
+    )
+
+
+def _d_approval_requested(d: Mapping[str, Any]) -> ev.ApprovalRequested:
+    return ev.ApprovalRequested(
+        approval_id=d.get("approval_id", ""),
+        call_id=d.get("call_id", ""),
+        tool=d.get("tool", ""),
+        arguments_json=d.get("arguments_json", ""),
+        args_hash=d.get("args_hash", ""),
+        impact_summary=d.get("impact_summary", ""),
+        policy_version=d.get("policy_version", ""),
+        expire_time=d.get("expire_time"),
+        request_time=d.get("request_time"),
+        tool_version=d.get("tool_version"),
+    )
+
+
+def _d_approval_resolved(d: Mapping[str, Any]) -> ev.ApprovalResolved:
+    return ev.ApprovalResolved(
+        approval_id=d.get("approval_id", ""),
+        decision=approval_decision_from_json(d.get("decision")),
+        approver=d.get("approver", ""),
+        comment=d.get("comment", ""),
+    )
+
+
+def _d_retry_scheduled(d: Mapping[str, Any]) -> ev.RetryScheduled:
+    step = d.get("step")
+    return ev.RetryScheduled(
+        call_id=d.get("call_id", ""),
+        step=int(step) if step is not None else None,
+        attempt=int(d.get("attempt", 0)),
+        delay=d.get("delay"),
+        reason=d.get("reason", ""),
+        due_time=d.get("due_time"),
+    )
+
+
+def _d_run_checkpointed(d: Mapping[str, Any]) -> ev.RunCheckpointed:
+    return ev.RunCheckpointed(through_seq=int(d.get("through_seq", 0)))
+
+
+def _d_cancel_requested(d: Mapping[str, Any]) -> ev.CancelRequested:
+    return ev.CancelRequested(reason=d.get("reason", ""), requested_by=d.get("requested_by", ""))
+
+
+def _d_run_completed(d: Mapping[str, Any]) -> ev.RunCompleted:
+    return ev.RunCompleted(output=d.get("output", ""), output_ref=_ref(d.get("output_ref")))
+
+
+def _d_run_failed(d: Mapping[str, Any]) -> ev.RunFailed:
+    return ev.RunFailed(reason=d.get("reason", ""), message=d.get("message", ""))
+
+
+def _d_run_cancelled(d: Mapping[str, Any]) -> ev.RunCancelled:
+    return ev.RunCancelled(reason=d.get("reason", ""))
+
+
+def _d_run_ended(d: Mapping[str, Any]) -> ev.RunEnded:
+    phase = _PHASE_FROM.get(d.get("phase")) if isinstance(d.get("phase"), str | int) else None
+    if phase is None:  # RunPhase has no default a run can end in
+        raise ValueError(f"run.ended without a phase it could end in: {str(d.get('phase'))[:40]!r}")
+    return ev.RunEnded(
+        phase=phase,
+        reason=d.get("reason"),
+        partial=bool(d.get("partial", False)),
+        retryable=bool(d.get("retryable", False)),
+        usage=Usage.from_json(d.get("usage", _EMPTY)),
+    )
+
+
+def _d_tool_outcome_unknown(d: Mapping[str, Any]) -> ev.ToolOutcomeUnknown:
+    return ev.ToolOutcomeUnknown(
+        step=int(d.get("step", 0)),
+        call_id=d.get("call_id", ""),
+        tool=d.get("tool", ""),
+        idempotency_key=d.get("idempotency_key", ""),
+        reason=d.get("reason", ""),
+        call_deadline=d.get("call_deadline"),
+    )
+
+
+def _d_handoff(d: Mapping[str, Any]) -> ev.Handoff:
+    return ev.Handoff(
+        step=int(d.get("step", 0)),
+        call_id=d.get("call_id", ""),
+        from_agent=d.get("from_agent", ""),
+        to_agent=d.get("to_agent", ""),
+        reason=d.get("reason", ""),
+        usage_after=Usage.from_json(d.get("usage_after", _EMPTY)),
+    )
+
+
+def _d_outcome_resolved(d: Mapping[str, Any]) -> ev.OutcomeResolved:
+    return ev.OutcomeResolved(
+        call_id=d.get("call_id", ""),
+        decision=outcome_decision_from_json(d.get("decision")),
+        resolved_by=d.get("resolved_by", ""),
+        comment=d.get("comment", ""),
+    )
+
+
+def _d_run_fault(d: Mapping[str, Any]) -> ev.RunFault:
+    fault_count = d.get("fault_count")
+    return ev.RunFault(
+        step=int(d.get("step", 0)),
+        error_class=d.get("error_class", ""),
+        message=d.get("message", ""),
+        fault_count=int(fault_count) if fault_count is not None else None,
+        max_faults=int(d.get("max_faults", 0)),
+        usage_spent=_usage_or_none(d.get("usage_spent")),
+        usage_after=_usage_or_none(d.get("usage_after")),
+    )
+
+
+_DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
+    ev.RUN_STARTED: _d_run_started,
+    ev.STEP_STARTED: _d_step_started,
+    ev.MODEL_TEXT_DELTA: _d_model_text_delta,
+    ev.MODEL_COMPLETED: _d_model_completed,
+    ev.TOOL_STARTED: _d_tool_started,
+    ev.TOOL_COMPLETED: _d_tool_completed,
+    ev.TOOL_FAILED: _d_tool_failed,
+    ev.APPROVAL_REQUESTED: _d_approval_requested,
+    ev.APPROVAL_RESOLVED: _d_approval_resolved,
+    ev.RETRY_SCHEDULED: _d_retry_scheduled,
+    ev.RUN_CHECKPOINTED: _d_run_checkpointed,
+    ev.CANCEL_REQUESTED: _d_cancel_requested,
+    ev.RUN_COMPLETED: _d_run_completed,
+    ev.RUN_FAILED: _d_run_failed,
+    ev.RUN_CANCELLED: _d_run_cancelled,
+    ev.RUN_ENDED: _d_run_ended,
+    ev.TOOL_OUTCOME_UNKNOWN: _d_tool_outcome_unknown,
+    ev.HANDOFF: _d_handoff,
+    ev.OUTCOME_RESOLVED: _d_outcome_resolved,
+    ev.RUN_FAULT: _d_run_fault,
+}
+
+
+def decode_event(type_name: str, payload: str | Mapping[str, Any]) -> ev.Event:
+    """The core event a stored ``(type name, payload)`` records; the payload as JSON text or parsed.
+
+    Raises:
+        UndecodableEvent: the type is unknown, or the payload is not a shape the runtime wrote
+            (not JSON, not an object, a field of the wrong kind, a run.ended without a phase).
+    """
+    decoder = _DECODERS.get(type_name)
+    if decoder is None:
+        raise UndecodableEvent(
+            f"unknown event type {type_name[:60]!r}", metadata={"event_type": type_name[:60]}
+        )
+    try:
+        data = json.loads(payload) if isinstance(payload, str) else payload
+        return decoder(data)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise UndecodableEvent(
+            f"a stored {type_name} event does not decode: {type(exc).__name__}: {str(exc)[:200]}",
+            metadata={"event_type": type_name},
+        ) from None

@@ -1,0 +1,529 @@
+"""The event codec (store/_event_codec.py): typed core events <-> the stored proto3 JSON.
+
+Three properties: every event class survives encode -> decode unchanged; every payload the
+runtime writes survives decode -> encode byte for byte (so logs written before events were typed
+read back, and new ones are written exactly as before); and every shape built from the proto
+descriptors (tests/integration/test_stored_shapes.py) decodes and re-encodes to the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server.api._convert import event_to_proto
+from agentrt.server.core import (
+    ApprovalDecision,
+    ApprovalRequested,
+    ApprovalResolved,
+    Budgets,
+    CancelRequested,
+    Handoff,
+    ModelCompleted,
+    ModelTextDelta,
+    OutcomeDecision,
+    OutcomeResolved,
+    PayloadRef,
+    Phase,
+    RetryScheduled,
+    RunCancelled,
+    RunCheckpointed,
+    RunCompleted,
+    RunEnded,
+    RunFailed,
+    RunFault,
+    RunStarted,
+    SessionTurn,
+    StepKind,
+    StepStarted,
+    ToolCallRequest,
+    ToolCompleted,
+    ToolError,
+    ToolErrorCode,
+    ToolFailed,
+    ToolOutcomeUnknown,
+    ToolStarted,
+    Usage,
+)
+from agentrt.server.core import events as ev
+from agentrt.server.store import (
+    StoredEvent,
+    UndecodableEvent,
+    UnreadableRecord,
+    approval_decision_from_json,
+    decode_event,
+    encode_event,
+    event_to_json,
+    outcome_decision_from_json,
+    tool_error_from_json,
+)
+from tests.integration.test_stored_shapes import _event_bodies
+
+# -- encode -> decode, for every class ------------------------------------------------------------
+
+text = st.text(max_size=12)
+count = st.integers(min_value=0, max_value=2**63 - 1)
+small = st.integers(min_value=0, max_value=2**31 - 1)
+stamp = st.none() | st.just("2026-05-01T12:00:00.125Z") | text
+usage = st.builds(
+    Usage,
+    model_steps=small,
+    tool_calls=small,
+    input_tokens=count,
+    output_tokens=count,
+    cost_micros=count,
+    handoffs=small,
+    calls_per_tool=st.just({}),  # per-tool counts stay internal: events never carry them
+)
+ref = st.builds(PayloadRef, payload_id=text, size_bytes=count, sha256=text, preview=text, media_type=text)
+budgets = st.builds(
+    Budgets,
+    max_model_steps=small,
+    max_tool_calls=small,
+    max_calls_per_tool=st.dictionaries(text, small, max_size=2),
+    timeout_s=st.integers(0, 10**9).map(lambda ms: ms / 1000),  # stored with millisecond precision
+    max_input_tokens=count,
+    max_output_tokens=count,
+    max_cost_micros=count,
+    max_handoffs=small,
+    max_parallel_tool_calls=small,
+)
+error = st.builds(ToolError, st.sampled_from(ToolErrorCode), text, text)
+
+STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
+    RunStarted: st.builds(
+        RunStarted,
+        agent_name=text,
+        input=text,
+        budgets=st.none() | budgets,
+        deadline=stamp,
+        started_by=text,
+        session_history=st.lists(st.builds(SessionTurn, text, text, text), max_size=2).map(tuple),
+        input_ref=st.none() | ref,
+    ),
+    StepStarted: st.builds(
+        StepStarted, step=small, kind=st.sampled_from(StepKind), reason=st.none() | text, usage=usage
+    ),
+    ModelTextDelta: st.builds(ModelTextDelta, step=small, attempt=small, text=text, superseded=st.booleans()),
+    ModelCompleted: st.builds(
+        ModelCompleted,
+        step=small,
+        text=text,
+        tool_calls=st.lists(st.builds(ToolCallRequest, text, text, text), max_size=3).map(tuple),
+        usage_before=usage,
+        usage_after=usage,
+        text_ref=st.none() | ref,
+    ),
+    ToolStarted: st.builds(
+        ToolStarted,
+        step=small,
+        call_id=text,
+        tool=text,
+        arguments_json=text,
+        idempotency_key=text,
+        attempt=st.none() | small,
+        usage_before=usage,
+        usage_after=usage,
+        tool_version=st.none() | text,
+        arguments_ref=st.none() | ref,
+    ),
+    ToolCompleted: st.builds(
+        ToolCompleted,
+        step=small,
+        call_id=text,
+        tool=text,
+        result_json=text,
+        replayed=st.booleans(),
+        result_ref=st.none() | ref,
+        truncated=st.booleans(),
+    ),
+    ToolFailed: st.builds(ToolFailed, step=small, call_id=text, tool=text, error=error),
+    ApprovalRequested: st.builds(
+        ApprovalRequested,
+        approval_id=text,
+        call_id=text,
+        tool=text,
+        arguments_json=text,
+        args_hash=text,
+        impact_summary=text,
+        policy_version=text,
+        expire_time=stamp,
+        request_time=stamp,
+        tool_version=st.none() | text,
+    ),
+    ApprovalResolved: st.builds(
+        ApprovalResolved,
+        approval_id=text,
+        decision=st.sampled_from(ApprovalDecision),
+        approver=text,
+        comment=text,
+    ),
+    RetryScheduled: st.builds(
+        RetryScheduled,
+        call_id=text,
+        step=st.none() | small,
+        attempt=small,
+        delay=st.none() | st.just("0.250s"),
+        reason=text,
+        due_time=stamp,
+    ),
+    RunCheckpointed: st.builds(RunCheckpointed, through_seq=count),
+    CancelRequested: st.builds(CancelRequested, reason=text, requested_by=text),
+    RunCompleted: st.builds(RunCompleted, output=text, output_ref=st.none() | ref),
+    RunFailed: st.builds(RunFailed, reason=text, message=text),
+    RunCancelled: st.builds(RunCancelled, reason=text),
+    RunEnded: st.builds(
+        RunEnded,
+        phase=st.sampled_from(Phase),
+        reason=st.none() | text,
+        partial=st.booleans(),
+        retryable=st.booleans(),
+        usage=usage,
+    ),
+    ToolOutcomeUnknown: st.builds(
+        ToolOutcomeUnknown,
+        step=small,
+        call_id=text,
+        tool=text,
+        idempotency_key=text,
+        reason=text,
+        call_deadline=stamp,
+    ),
+    Handoff: st.builds(
+        Handoff, step=small, call_id=text, from_agent=text, to_agent=text, reason=text, usage_after=usage
+    ),
+    OutcomeResolved: st.builds(
+        OutcomeResolved,
+        call_id=text,
+        decision=st.sampled_from(OutcomeDecision),
+        resolved_by=text,
+        comment=text,
+    ),
+    RunFault: st.builds(
+        RunFault,
+        step=small,
+        error_class=text,
+        message=text,
+        fault_count=st.none() | small,
+        max_faults=small,
+        usage_spent=st.none() | usage,
+        usage_after=st.none() | usage,
+    ),
+}
+
+
+def test_every_event_class_has_a_strategy_and_a_type_name() -> None:
+    assert set(STRATEGIES) == set(ev.EVENT_CLASSES.values())
+    assert set(ev.EVENT_CLASSES) == set(ev.EVENT_TYPES) - {ev.RUN_WAITING}  # made by the API alone
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(*STRATEGIES.values()))
+def test_decode_of_encode_is_the_event(event: ev.Event) -> None:
+    event_type, payload = encode_event(event)
+    assert event_type == event.type_name
+    assert decode_event(event_type, payload) == event
+    assert decode_event(event_type, json.loads(payload)) == event  # a parsed payload reads the same
+
+
+# -- decode -> encode, for what the runtime writes (byte for byte) --------------------------------
+
+_USAGE = (
+    '{{"model_steps": {}, "tool_calls": {}, "input_tokens": {}, "output_tokens": {}, '
+    '"cost_micros": {}, "handoffs": 0}}'
+)
+_U0 = _USAGE.format(0, 0, 0, 0, 0)
+_U1 = _USAGE.format(1, 0, 12, 7, 30)
+_U2 = _USAGE.format(1, 1, 12, 7, 30)
+_REF = '{"payload_id": "p1", "size_bytes": 70000, "sha256": "ab", "preview": "x", "media_type": "text/plain"}'
+
+# Each as the runtime wrote it before events were typed: same keys, same order, same omissions.
+WRITTEN: list[tuple[str, str]] = [
+    (
+        ev.RUN_STARTED,
+        '{"agent_name": "support", "input": "hi", "budgets": {"max_model_steps": 20, "max_tool_calls": 50, '
+        '"timeout": "300.000s", "max_parallel_tool_calls": 1}, "deadline": "2026-05-01T12:05:00.000Z", '
+        '"started_by": "alice"}',
+    ),
+    (
+        ev.RUN_STARTED,
+        '{"agent_name": "a", "input": "view", "budgets": {"max_model_steps": 3, "max_tool_calls": 5, '
+        '"timeout": "30.500s", "max_parallel_tool_calls": 2, "max_calls_per_tool": {"t": 1}, '
+        '"max_cost_micros": 500000}, "deadline": "2026-05-01T12:05:00.000Z", "started_by": "", '
+        '"session_history": [{"run_id": "r0", "input": "before", "output": "answer"}], '
+        f'"input_ref": {_REF}}}',
+    ),
+    (ev.STEP_STARTED, f'{{"step": 1, "kind": "model", "usage": {_U0}}}'),
+    (ev.STEP_STARTED, f'{{"step": 4, "kind": "diagnostic", "reason": "identical_call: t", "usage": {_U1}}}'),
+    (ev.STEP_STARTED, f'{{"step": 5, "kind": "corrective", "reason": "output_invalid: x", "usage": {_U1}}}'),
+    (
+        ev.MODEL_COMPLETED,
+        '{"step": 1, "text": "", "tool_calls": [{"call_id": "c1", "tool": "t", "arguments_json": "{}"}], '
+        f'"usage_before": {_U0}, "usage_after": {_U1}}}',
+    ),
+    (
+        ev.MODEL_COMPLETED,
+        f'{{"step": 3, "text": "done", "tool_calls": [], "usage_before": {_U1}, "usage_after": {_U1}}}',
+    ),
+    (
+        ev.MODEL_COMPLETED,
+        f'{{"step": 3, "text": "view", "tool_calls": [], "usage_before": {_U0}, "usage_after": {_U1}, '
+        f'"text_ref": {_REF}}}',
+    ),
+    (
+        ev.TOOL_STARTED,
+        '{"step": 2, "call_id": "c1", "tool": "t", "arguments_json": "{}", "idempotency_key": "k", '
+        f'"attempt": 1, "usage_before": {_U1}, "usage_after": {_U2}, "tool_version": "1.2"}}',
+    ),
+    (
+        ev.TOOL_STARTED,
+        '{"step": 2, "call_id": "c1", "tool": "t", "arguments_json": "{}", "idempotency_key": "k", '
+        f'"attempt": 2, "usage_before": {_U2}, "usage_after": {_U2}}}',
+    ),
+    (ev.TOOL_COMPLETED, '{"step": 2, "call_id": "c1", "tool": "t", "result_json": "{}", "replayed": false}'),
+    (
+        ev.TOOL_COMPLETED,
+        '{"step": 2, "call_id": "c1", "tool": "t", "result_json": "{\\"truncated\\": true}", '
+        f'"replayed": true, "result_ref": {_REF}, "truncated": true}}',
+    ),
+    (
+        ev.TOOL_COMPLETED,
+        f'{{"step": 2, "call_id": "c1", "tool": "t", "result_json": "[1]", "replayed": false, '
+        f'"result_ref": {_REF}, "truncated": false}}',
+    ),
+    (
+        ev.TOOL_FAILED,
+        '{"step": 2, "call_id": "c1", "tool": "t", "error": {"code": "TOOL_ERROR_CODE_NOT_ALLOWED", '
+        '"message": "tool \'t\' is not available to this agent"}}',
+    ),
+    (
+        ev.TOOL_FAILED,
+        '{"step": 2, "call_id": "c1", "tool": "t", "error": {"code": "TOOL_ERROR_CODE_RESULT_TOO_LARGE", '
+        '"message": "too big", "details_json": "{\\"payload_id\\": \\"p1\\"}"}}',
+    ),
+    # A tool host's UNSPECIFIED error with no message: protobuf's JSON leaves both out.
+    (ev.TOOL_FAILED, '{"step": 2, "call_id": "c1", "tool": "t", "error": {}}'),
+    (
+        ev.HANDOFF,
+        '{"step": 2, "call_id": "c1", "from_agent": "triage", "to_agent": "billing", "reason": "refund", '
+        '"usage_after": {"model_steps": 1, "tool_calls": 0, "input_tokens": 12, "output_tokens": 7, '
+        '"cost_micros": 30, "handoffs": 1}}',
+    ),
+    (
+        ev.APPROVAL_REQUESTED,
+        '{"approval_id": "a1", "call_id": "c1", "tool": "refund.issue", "arguments_json": "{\\"x\\":1}", '
+        '"args_hash": "ff", "impact_summary": "refunds 5", "policy_version": "1", '
+        '"expire_time": "2026-05-01T13:00:00.000Z", "request_time": "2026-05-01T12:00:00.000Z", '
+        '"tool_version": "2.0"}',
+    ),
+    (
+        ev.APPROVAL_REQUESTED,
+        '{"approval_id": "a2", "call_id": "", "tool": "budget.tool_calls", "arguments_json": "{}", '
+        '"args_hash": "ff", "impact_summary": "more", "policy_version": "budget-pause-1", '
+        '"expire_time": "2026-05-01T13:00:00.000Z", "request_time": "2026-05-01T12:00:00.000Z"}',
+    ),
+    (
+        ev.APPROVAL_RESOLVED,
+        '{"approval_id": "a1", "decision": "APPROVAL_DECISION_APPROVE", "approver": "bob", "comment": ""}',
+    ),
+    (
+        ev.APPROVAL_RESOLVED,
+        '{"approval_id": "a1", "decision": "APPROVAL_DECISION_REJECT", "approver": "bob", "comment": "no"}',
+    ),
+    (
+        ev.RETRY_SCHEDULED,
+        '{"call_id": "c1", "attempt": 2, "delay": "0.250s", "reason": "TOOL_ERROR_CODE_TRANSIENT: down", '
+        '"due_time": "2026-05-01T12:00:00.250Z"}',
+    ),
+    (
+        ev.RETRY_SCHEDULED,
+        '{"call_id": "", "step": 3, "attempt": 2, "delay": "1.000s", "reason": "model rate_limited: slow", '
+        '"due_time": "2026-05-01T12:00:01.000Z"}',
+    ),
+    (ev.RUN_CHECKPOINTED, '{"through_seq": 12}'),
+    (ev.CANCEL_REQUESTED, '{"reason": "user", "requested_by": "alice"}'),
+    (ev.RUN_COMPLETED, '{"output": "done"}'),
+    (ev.RUN_COMPLETED, f'{{"output": "view", "output_ref": {_REF}}}'),
+    (ev.RUN_FAILED, '{"reason": "loop_detected", "message": "identical_call: t"}'),
+    (ev.RUN_CANCELLED, '{"reason": "user"}'),
+    *(
+        (
+            ev.RUN_ENDED,
+            f'{{"phase": "RUN_PHASE_{phase}", "reason": "r", "partial": true, "retryable": false, '
+            f'"usage": {_U2}}}',
+        )
+        for phase in ("COMPLETED", "FAILED", "CANCELLED", "EXPIRED")
+    ),
+    (
+        ev.TOOL_OUTCOME_UNKNOWN,
+        '{"step": 2, "call_id": "c1", "tool": "t", "idempotency_key": "k", "reason": "cut off", '
+        '"call_deadline": "2026-05-01T12:00:30.000Z"}',
+    ),
+    (
+        ev.TOOL_OUTCOME_UNKNOWN,
+        '{"step": 2, "call_id": "c1", "tool": "t", "idempotency_key": "k", "reason": "recovered call"}',
+    ),
+    *(
+        (
+            ev.OUTCOME_RESOLVED,
+            f'{{"call_id": "c1", "decision": "OUTCOME_DECISION_{d}", "resolved_by": "bob", "comment": ""}}',
+        )
+        for d in ("SUCCEEDED", "FAILED", "RETRY")
+    ),
+    (
+        ev.RUN_FAULT,
+        '{"step": 2, "error_class": "OSError", "message": "OSError: disk", "fault_count": 1, '
+        f'"max_faults": 3, "usage_spent": {_U0}, "usage_after": {_U2}}}',
+    ),
+    (ev.MODEL_TEXT_DELTA, '{"step": 1, "attempt": 1, "text": "Hel"}'),
+    (ev.MODEL_TEXT_DELTA, '{"step": 1, "attempt": 1, "superseded": true}'),
+]
+
+
+@pytest.mark.parametrize(("event_type", "payload"), WRITTEN)
+def test_what_the_runtime_writes_decodes_and_encodes_back_byte_for_byte(
+    event_type: str, payload: str
+) -> None:
+    event = decode_event(event_type, payload)
+    assert type(event).type_name == event_type
+    assert encode_event(event) == (event_type, payload)
+
+
+def test_every_stored_type_has_a_written_sample() -> None:
+    assert {t for t, _ in WRITTEN} == set(ev.EVENT_CLASSES)
+
+
+@pytest.mark.parametrize(("event_type", "payload"), WRITTEN)
+def test_what_the_runtime_writes_folds_the_same_through_the_api(event_type: str, payload: str) -> None:
+    # The API converts the re-encoded payload to the very message it made of the stored one.
+    stored = StoredEvent("r", 1, event_type, payload, 1000)
+    again = StoredEvent("r", 1, *encode_event(decode_event(event_type, payload)), 1000)
+    assert event_to_proto(again) == event_to_proto(stored)
+
+
+# -- every shape built from the proto descriptors ------------------------------------------------
+
+# Values no runtime writes and the typed event cannot hold: a decision outside OutcomeDecision
+# (the API accepts only its names) and a Duration finer than the milliseconds budgets keep.
+_LOSSY = {ev.OUTCOME_RESOLVED, ev.RUN_STARTED}
+_SHAPES = [(t, payload) for t, _, payload in _event_bodies()]
+
+
+@pytest.mark.parametrize(
+    ("event_type", "payload"),
+    [(t, payload) for t, payload in _SHAPES if payload != "{}"],
+    ids=lambda value: value if value in ev.EVENT_TYPES else "",
+)
+def test_every_proto_shape_decodes_and_re_encodes_to_the_same_message(event_type: str, payload: str) -> None:
+    event = decode_event(event_type, payload)
+    assert decode_event(*encode_event(event)) == event
+    if event_type not in _LOSSY:
+        again = event_to_proto(StoredEvent("r", 1, *encode_event(event), 1000))
+        assert again == event_to_proto(StoredEvent("r", 1, event_type, payload, 1000))
+
+
+@pytest.mark.parametrize("event_type", [t for t, payload in _SHAPES if payload == "{}"])
+def test_an_empty_payload_decodes_to_the_defaults(event_type: str) -> None:
+    if event_type == ev.RUN_ENDED:  # RunPhase has no default a run can end in
+        with pytest.raises(UndecodableEvent, match="without a phase"):
+            decode_event(event_type, "{}")
+        return
+    event = decode_event(event_type, "{}")
+    assert decode_event(*encode_event(event)) == event
+
+
+def test_the_lossy_fields_are_only_what_no_runtime_writes() -> None:
+    full = {t: payload for t, _, payload in _event_bodies() if payload != "{}"}
+    resolved = decode_event(ev.OUTCOME_RESOLVED, full[ev.OUTCOME_RESOLVED])
+    assert isinstance(resolved, OutcomeResolved) and resolved.decision is OutcomeDecision.UNSPECIFIED
+    started = decode_event(ev.RUN_STARTED, full[ev.RUN_STARTED])
+    assert isinstance(started, RunStarted) and started.budgets is not None
+    assert started.budgets.max_input_tokens == 2**63 - 1  # int64 as a proto3 JSON string reads as int
+
+
+# -- what decoding accepts, and what it refuses ---------------------------------------------------
+
+
+def test_omitted_keys_read_as_absent_or_as_proto_defaults() -> None:
+    started = decode_event(ev.TOOL_STARTED, {"step": 2, "call_id": "c1"})
+    assert started == ToolStarted(step=2, call_id="c1")  # attempt, tool_version absent
+    assert decode_event(ev.STEP_STARTED, {"step": 1, "kind": "diagnostic", "loop": "x"}) == StepStarted(
+        step=1, kind=StepKind.DIAGNOSTIC
+    )  # a v1 log's "loop" is the upgrader's business; unknown keys are ignored
+    fault = decode_event(ev.RUN_FAULT, {"step": 1, "usage_after": {}})
+    assert isinstance(fault, RunFault) and fault.usage_after is None and fault.fault_count is None
+
+
+def test_older_and_api_shaped_values_read_as_the_core_words() -> None:
+    kinds = [decode_event(ev.STEP_STARTED, {"step": 1, "kind": k}) for k in ("STEP_KIND_CORRECTIVE", "x", 3)]
+    assert [k.kind for k in kinds if isinstance(k, StepStarted)] == [
+        StepKind.CORRECTIVE,
+        StepKind.MODEL,  # a kind newer than this runtime steps like a model step, as it always has
+        StepKind.MODEL,
+    ]
+    ended = decode_event(ev.RUN_ENDED, {"phase": run_pb2.RUN_PHASE_FAILED, "usage": {"cost_usd": 0.5}})
+    assert isinstance(ended, RunEnded) and ended.phase is Phase.FAILED
+    assert ended.usage.cost_micros == 500_000  # float dollars of a run stored before money was exact
+    counted = decode_event(ev.RUN_CHECKPOINTED, {"through_seq": "9007199254740993"})
+    assert counted == RunCheckpointed(through_seq=9007199254740993)
+
+
+def test_tool_errors_read_by_name_number_or_not_at_all() -> None:
+    assert tool_error_from_json({}) == ToolError(ToolErrorCode.UNSPECIFIED)
+    assert tool_error_from_json({"code": 3, "message": "m"}) == ToolError(ToolErrorCode.TRANSIENT, "m")
+    assert tool_error_from_json({"code": 99}).code is ToolErrorCode.UNSPECIFIED  # a newer tool host
+    assert tool_error_from_json({"code": ["x"]}).code is ToolErrorCode.UNSPECIFIED
+    assert approval_decision_from_json("APPROVAL_DECISION_APPROVE") is ApprovalDecision.APPROVE
+    assert approval_decision_from_json(None) is ApprovalDecision.UNSPECIFIED
+    assert outcome_decision_from_json("OUTCOME_DECISION_RETRY") is OutcomeDecision.RETRY
+    assert outcome_decision_from_json("SUCCEEDED") is OutcomeDecision.UNSPECIFIED
+
+
+@pytest.mark.parametrize(
+    ("event_type", "payload", "why"),
+    [
+        ("run.paused", "{}", "unknown event type"),
+        (ev.RUN_WAITING, "{}", "unknown event type"),  # stream-only: never in a log
+        (ev.TOOL_STARTED, "{not json", "JSONDecodeError"),
+        (ev.TOOL_STARTED, "[1, 2]", "AttributeError"),
+        (ev.MODEL_COMPLETED, '{"step": 1, "tool_calls": 5}', "TypeError"),
+        (ev.STEP_STARTED, '{"step": "one"}', "ValueError"),
+        (ev.RUN_ENDED, '{"reason": "r"}', "without a phase"),
+        (ev.RUN_ENDED, '{"phase": "RUN_PHASE_UNSPECIFIED"}', "without a phase"),
+        (ev.RUN_ENDED, '{"phase": ["RUN_PHASE_FAILED"]}', "without a phase"),
+    ],
+)
+def test_a_payload_no_runtime_wrote_is_refused_as_undecodable(
+    event_type: str, payload: str, why: str
+) -> None:
+    with pytest.raises(UndecodableEvent, match=why) as info:
+        decode_event(event_type, payload)
+    assert isinstance(info.value, UnreadableRecord)  # the API reports it as INTERNAL, like a sealed value
+    assert info.value.reason == "EVENT_UNDECODABLE" and info.value.metadata["event_type"] == event_type
+
+
+# -- the core's enums against the proto's ---------------------------------------------------------
+
+
+def test_every_core_enum_member_has_its_proto_value_and_back() -> None:
+    def wire(event: ev.Event, key: str) -> Any:
+        return event_to_json(event)[key]
+
+    phases = {wire(RunEnded(phase=p), "phase") for p in Phase}
+    assert phases == set(run_pb2.RunPhase.keys()) - {"RUN_PHASE_UNSPECIFIED"}
+    codes = {
+        wire(ToolFailed(step=1, call_id="c", error=ToolError(c)), "error").get("code") for c in ToolErrorCode
+    }
+    assert codes == (set(tool_pb2.ToolErrorCode.keys()) - {"TOOL_ERROR_CODE_UNSPECIFIED"}) | {None}
+    approvals = {wire(ApprovalResolved(approval_id="a", decision=d), "decision") for d in ApprovalDecision}
+    assert approvals == set(run_pb2.ApprovalDecision.keys())
+    outcomes = {wire(OutcomeResolved(call_id="c", decision=d), "decision") for d in OutcomeDecision}
+    assert outcomes == set(runtime_service_pb2.OutcomeDecision.keys())
+    kinds = {f"STEP_KIND_{wire(StepStarted(step=1, kind=k), 'kind').upper()}" for k in StepKind}
+    assert kinds == set(run_pb2.StepKind.keys()) - {"STEP_KIND_UNSPECIFIED"}
