@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
 import agentrt.client as clients
 from agentrt.client import event_to_json, event_type, format_event, format_run, format_run_line, run_to_json
@@ -181,6 +181,20 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
             )
         },
         'handoff  triage -> refunds reason="money"',
+    ),
+    "variables_set": (
+        {
+            "variables_set": run_pb2.VariablesSet(
+                call_id="c1",
+                tool="orders.lookup",
+                variables={
+                    "order_id": struct_pb2.Value(string_value="A100"),
+                    "verified": struct_pb2.Value(bool_value=True),
+                },
+                removed=["old"],
+            )
+        },
+        'variables.set  orders.lookup call=c1 order_id="A100" verified=true -old',
     ),
     "tool_outcome_unknown": (
         {

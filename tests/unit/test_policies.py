@@ -15,7 +15,12 @@ from agentrt.server.policies import (
 
 def test_policy_hooks_are_documented_with_their_parameters() -> None:
     names = sorted(n for n in dir(hookspecs) if n.startswith("agentrt_"))
-    assert names == ["agentrt_approval_policy", "agentrt_output_guardrail", "agentrt_postcondition"]
+    assert names == [
+        "agentrt_approval_policy",
+        "agentrt_output_guardrail",
+        "agentrt_postcondition",
+        "agentrt_recheck_approved",
+    ]
     for name in names:
         spec = getattr(hookspecs, name)
         doc = inspect.getdoc(spec) or ""
@@ -23,6 +28,7 @@ def test_policy_hooks_are_documented_with_their_parameters() -> None:
             assert f":param {param}:" in doc, (name, param)
         assert ":return:" in doc
     assert "Stops at the" in (inspect.getdoc(hookspecs.agentrt_approval_policy) or "")
+    assert "Stops at the first veto" in (inspect.getdoc(hookspecs.agentrt_recheck_approved) or "")
 
 
 def test_the_shipped_refund_policy_and_the_tool_flag_fallback() -> None:

@@ -25,6 +25,7 @@ from agentrt.server.core import (
     Budgets,
     CancelRequested,
     Handoff,
+    IntentDuplicate,
     ModelCompleted,
     ModelTextDelta,
     OutcomeDecision,
@@ -50,6 +51,7 @@ from agentrt.server.core import (
     ToolOutcomeUnknown,
     ToolStarted,
     Usage,
+    VariablesSet,
 )
 from agentrt.server.core import events as ev
 from agentrt.server.store import (
@@ -95,6 +97,14 @@ budgets = st.builds(
     max_parallel_tool_calls=small,
 )
 error = st.builds(ToolError, st.sampled_from(ToolErrorCode), text, text)
+variable_values = st.dictionaries(
+    text,
+    text | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False),
+    max_size=3,
+)
+duplicate = st.builds(
+    IntentDuplicate, intent_key=text, idempotency_key=text, run_id=text, call_id=text, first_time=stamp
+)
 
 STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     RunStarted: st.builds(
@@ -142,6 +152,8 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         replayed=st.booleans(),
         result_ref=st.none() | ref,
         truncated=st.booleans(),
+        deduplicated=st.booleans(),
+        duplicate_of=st.none() | duplicate,
     ),
     ToolFailed: st.builds(ToolFailed, step=small, call_id=text, tool=text, error=error),
     ApprovalRequested: st.builds(
@@ -156,6 +168,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         expire_time=stamp,
         request_time=stamp,
         tool_version=st.none() | text,
+        variables=variable_values,
     ),
     ApprovalResolved: st.builds(
         ApprovalResolved,
@@ -163,6 +176,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         decision=st.sampled_from(ApprovalDecision),
         approver=text,
         comment=text,
+        override_intent=st.booleans(),
     ),
     RetryScheduled: st.builds(
         RetryScheduled,
@@ -214,6 +228,15 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         max_faults=small,
         usage_spent=st.none() | usage,
         usage_after=st.none() | usage,
+    ),
+    VariablesSet: st.builds(
+        VariablesSet,
+        step=small,
+        call_id=text,
+        tool=text,
+        variables=variable_values,
+        removed=st.lists(text, max_size=2).map(tuple),
+        refused_reason=text,
     ),
 }
 
@@ -383,6 +406,33 @@ WRITTEN: list[tuple[str, str]] = [
     ),
     (ev.MODEL_TEXT_DELTA, '{"step": 1, "attempt": 1, "text": "Hel"}'),
     (ev.MODEL_TEXT_DELTA, '{"step": 1, "attempt": 1, "superseded": true}'),
+    (
+        ev.TOOL_COMPLETED,
+        '{"step": 4, "call_id": "c2", "tool": "refund.issue", "result_json": "{}", "replayed": false, '
+        '"deduplicated": true, "duplicate_of": {"intent_key": "ab", "idempotency_key": "k1", "run_id": "r", '
+        '"call_id": "c1", "first_time": "2026-05-01T12:00:00.125Z"}}',
+    ),
+    (
+        ev.APPROVAL_REQUESTED,
+        '{"approval_id": "a1", "call_id": "c1", "tool": "refund.issue", "arguments_json": "{}", '
+        '"args_hash": "ff", "impact_summary": "refunds 5", "policy_version": "1", '
+        '"expire_time": "2026-05-01T13:00:00.000Z", "request_time": "2026-05-01T12:00:00.000Z", '
+        '"variables": {"order_id": "A100", "verified": true, "amount": 12.5}}',
+    ),
+    (
+        ev.APPROVAL_RESOLVED,
+        '{"approval_id": "a1", "decision": "APPROVAL_DECISION_APPROVE", "approver": "bob", "comment": "", '
+        '"override_intent": true}',
+    ),
+    (
+        ev.VARIABLES_SET,
+        '{"step": 2, "call_id": "c1", "tool": "orders.lookup", "variables": {"order_id": "A100", '
+        '"order_status": "delivered"}, "removed": ["old"]}',
+    ),
+    (
+        ev.VARIABLES_SET,
+        '{"step": 2, "call_id": "c1", "tool": "t", "refused_reason": "variables refused: too many"}',
+    ),
 ]
 
 

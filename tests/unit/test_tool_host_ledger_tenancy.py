@@ -109,7 +109,7 @@ def test_a_first_schema_ledger_is_migrated_in_place_under_tenant_empty(path: Pat
     try:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert tables == {"operations", "fencing"}
+        assert tables == {"operations", "fencing", "intents"}
     finally:
         db.close()
 

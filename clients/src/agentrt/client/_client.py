@@ -105,7 +105,13 @@ def _outcome_request(
 
 
 def _resolve_request(
-    run_id: str, approval_id: str, approve: bool, args_hash: str, expected_revision: int, comment: str
+    run_id: str,
+    approval_id: str,
+    approve: bool,
+    args_hash: str,
+    expected_revision: int,
+    comment: str,
+    override_intent: bool = False,
 ) -> runtime_service_pb2.ResolveApprovalRequest:
     decision = run_pb2.APPROVAL_DECISION_APPROVE if approve else run_pb2.APPROVAL_DECISION_REJECT
     return runtime_service_pb2.ResolveApprovalRequest(
@@ -115,6 +121,7 @@ def _resolve_request(
         args_hash=args_hash,
         expected_revision=expected_revision,
         comment=comment,
+        override_intent=override_intent,
     )
 
 
@@ -403,6 +410,7 @@ class AsyncClient:
         args_hash: str,
         expected_revision: int,
         comment: str = "",
+        override_intent: bool = False,
     ) -> run_pb2.Run:
         """Approves or rejects a call waiting for a person.
 
@@ -413,6 +421,8 @@ class AsyncClient:
             args_hash: The ``args_hash`` of the arguments the approver saw.
             expected_revision: The run revision the approver saw.
             comment: Free text.
+            override_intent: Run the approved call even if it repeats the business intent of an
+                earlier call (its tool host would otherwise answer with that call's result).
 
         Returns:
             The run after the decision was recorded.
@@ -420,7 +430,9 @@ class AsyncClient:
         Raises:
             RPCError: e.g. FAILED_PRECONDITION or ABORTED when the run moved on.
         """
-        request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
+        request = _resolve_request(
+            run_id, approval_id, approve, args_hash, expected_revision, comment, override_intent
+        )
         response = await self._unary(
             self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata)
         )

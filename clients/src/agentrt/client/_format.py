@@ -148,6 +148,8 @@ def _tool_started(e: run_pb2.ToolStarted) -> str:
 
 def _tool_completed(e: run_pb2.ToolCompleted) -> str:
     replayed = " (replayed)" if e.replayed else ""
+    if e.deduplicated:
+        replayed += f" (deduplicated: same intent as call {e.duplicate_of.call_id or '?'})"
     return f"{e.tool} -> {_clip(_json_text(e.result_json))}{replayed}"
 
 
@@ -233,6 +235,15 @@ def _outcome_resolved(e: run_pb2.OutcomeResolved) -> str:
     return f"call={e.call_id} {decision} by={e.resolved_by}{comment}"
 
 
+def _variables_set(e: run_pb2.VariablesSet) -> str:
+    if e.refused_reason:
+        return f"{e.tool} call={e.call_id} refused: {_quote(e.refused_reason)}"
+    values = json_format.MessageToDict(e, preserving_proto_field_name=True).get("variables", {})
+    parts = [f"{name}={_clip(json.dumps(values[name], ensure_ascii=False))}" for name in sorted(values)]
+    parts += [f"-{name}" for name in e.removed]
+    return f"{e.tool} call={e.call_id} " + " ".join(parts)
+
+
 def _handoff(e: run_pb2.Handoff) -> str:
     reason = f" reason={_quote(e.reason)}" if e.reason else ""
     return f"{e.from_agent} -> {e.to_agent}{reason}"
@@ -260,6 +271,7 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "outcome_resolved": _outcome_resolved,
     "run_fault": _run_fault,
     "run_waiting": _run_waiting,
+    "variables_set": _variables_set,
 }
 
 

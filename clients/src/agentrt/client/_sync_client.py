@@ -213,9 +213,12 @@ class Client:
         args_hash: str,
         expected_revision: int,
         comment: str = "",
+        override_intent: bool = False,
     ) -> run_pb2.Run:
         """Approves or rejects a call waiting for a person; see :meth:`AsyncClient.resolve_approval`."""
-        request = _resolve_request(run_id, approval_id, approve, args_hash, expected_revision, comment)
+        request = _resolve_request(
+            run_id, approval_id, approve, args_hash, expected_revision, comment, override_intent
+        )
         try:
             return self._stub.ResolveApproval(request, timeout=self.timeout, metadata=self._metadata).run
         except grpc.RpcError as exc:

@@ -38,7 +38,7 @@ from agentrt.toolhost._errors import (
 from agentrt.toolhost._host import SERVICE_NAME, ToolHost
 from agentrt.toolhost._ledger_retention import LedgerRetention
 from agentrt.toolhost._plugins import collect_tools, get_plugin_manager, load_plugin
-from agentrt.toolhost._sdk import SideEffect, Tool, ToolFunction, canonical_json, tool
+from agentrt.toolhost._sdk import Intent, IntentScope, SideEffect, Tool, ToolFunction, canonical_json, tool
 from agentrt.toolhost._validate import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
 from agentrt.toolhost.hookspecs import hookimpl, hookspec
 
@@ -48,6 +48,8 @@ __all__ = [
     "CancellationSignal",
     "DuplicateToolError",
     "ErrorCode",
+    "Intent",
+    "IntentScope",
     "InvalidInput",
     "JsonBoundsError",
     "LedgerRetention",

@@ -30,6 +30,10 @@ class GrantedCall:
 
     tenant: str
     fencing_token: int | None
+    # From the grant (a header alone is not believed): the run's session, and an approved override
+    # of an earlier call's intent.
+    session_id: str = ""
+    intent_override: bool = False
 
 
 def grant_of(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
@@ -110,7 +114,12 @@ class CallGate:
             if not same
         ]
         self._require("InvokeTool", mismatched)
-        return GrantedCall(tenant=granted.tenant, fencing_token=granted.fencing_token)
+        return GrantedCall(
+            tenant=granted.tenant,
+            fencing_token=granted.fencing_token,
+            session_id=granted.session_id,
+            intent_override=granted.intent_override,
+        )
 
     def get_operation(self, *, grant: str, idempotency_key: str) -> str:
         """Check a GetOperation call; returns the tenant whose ledger entry it may read.

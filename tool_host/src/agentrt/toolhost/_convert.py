@@ -10,14 +10,17 @@ from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.toolhost._errors import ErrorCode
 from agentrt.toolhost._ledger import OperationRecord, OperationStatus
 from agentrt.toolhost._outcome import Failure
-from agentrt.toolhost._sdk import SideEffect, Tool
+from agentrt.toolhost._sdk import Intent, IntentScope, SideEffect, Tool
 
 __all__ = [
     "ERROR_CODES",
+    "INTENT_SCOPES",
     "OPERATION_STATUSES",
     "SIDE_EFFECTS",
     "failure_to_proto",
+    "intent_to_proto",
     "operation_to_proto",
+    "timestamp_ns",
     "tool_to_spec",
 ]
 
@@ -25,6 +28,12 @@ SIDE_EFFECTS: dict[SideEffect, tool_pb2.SideEffect] = {
     SideEffect.READ_ONLY: tool_pb2.SIDE_EFFECT_READ_ONLY,
     SideEffect.WRITE: tool_pb2.SIDE_EFFECT_WRITE,
     SideEffect.DESTRUCTIVE: tool_pb2.SIDE_EFFECT_DESTRUCTIVE,
+}
+
+INTENT_SCOPES: dict[IntentScope, tool_pb2.IntentScope] = {
+    IntentScope.RUN: tool_pb2.INTENT_SCOPE_RUN,
+    IntentScope.SESSION: tool_pb2.INTENT_SCOPE_SESSION,
+    IntentScope.TENANT: tool_pb2.INTENT_SCOPE_TENANT,
 }
 
 ERROR_CODES: dict[ErrorCode, tool_pb2.ToolErrorCode] = {
@@ -63,7 +72,16 @@ def tool_to_spec(tool: Tool) -> tool_pb2.ToolSpec:
         requires_approval=tool.requires_approval,
         default_timeout=timeout,
         max_concurrent_calls=tool.max_concurrent_calls,
+        intent_key=intent_to_proto(tool.intent) if tool.intent is not None else None,
     )
+
+
+def intent_to_proto(intent: Intent) -> tool_pb2.IntentKey:
+    """Return the ``IntentKey`` a tool's spec lists."""
+    key = tool_pb2.IntentKey(arguments=list(intent.arguments), scope=INTENT_SCOPES[intent.scope])
+    if intent.window is not None:
+        key.window.FromNanoseconds(round(intent.window * 1e9))
+    return key
 
 
 def failure_to_proto(failure: Failure) -> tool_pb2.ToolError:
@@ -73,7 +91,8 @@ def failure_to_proto(failure: Failure) -> tool_pb2.ToolError:
     )
 
 
-def _timestamp(ns: int) -> timestamp_pb2.Timestamp:
+def timestamp_ns(ns: int) -> timestamp_pb2.Timestamp:
+    """Return the ``Timestamp`` of epoch nanoseconds."""
     stamp = timestamp_pb2.Timestamp()
     stamp.FromNanoseconds(ns)
     return stamp
@@ -87,8 +106,8 @@ def operation_to_proto(record: OperationRecord) -> tool_pb2.Operation:
         input_hash=record.input_hash,
         status=OPERATION_STATUSES[record.status],
         run_id=record.run_id,
-        create_time=_timestamp(record.create_time_ns),
-        update_time=_timestamp(record.update_time_ns),
+        create_time=timestamp_ns(record.create_time_ns),
+        update_time=timestamp_ns(record.update_time_ns),
     )
     if record.outcome is not None:
         if record.outcome.result_json is not None:

@@ -18,6 +18,8 @@ trusted set before the runtime signs with it. The claims bind everything the hos
 ``iat``     issued at, epoch seconds
 ``exp``     expiry, epoch seconds
 ``aud``     always ``agentrt-toolhost``
+``ses``     session id of the run (optional; scopes session-wide intent keys)
+``ovr``     true when a person approved running the call over an earlier call's intent (optional)
 ==========  =========================================================
 
 A host verifies signature, expiry and every binding before any ledger write or plugin code.
@@ -101,6 +103,8 @@ class CallGrant:
     tool: str
     args_hash: str
     expires_at: int  # epoch seconds
+    session_id: str = ""
+    intent_override: bool = False
 
 
 def arguments_hash(arguments_json: str) -> str:
@@ -245,8 +249,14 @@ class GrantSigner:
         tool: str,
         arguments_json: str,
         ttl_s: float | None = None,
+        session_id: str = "",
+        intent_override: bool = False,
     ) -> str:
-        """A grant for one call, valid ``ttl_s`` (default: the signer's) from now."""
+        """A grant for one call, valid ``ttl_s`` (default: the signer's) from now.
+
+        ``session_id`` and ``intent_override`` are claimed only when set, so a grant without them
+        is the same as before they existed.
+        """
         key, kid = self._current()
         now = int(self._clock())
         claims = {
@@ -261,6 +271,10 @@ class GrantSigner:
             "exp": now + max(1, round(self._ttl if ttl_s is None else ttl_s)),
             "aud": AUDIENCE,
         }
+        if session_id:
+            claims["ses"] = session_id
+        if intent_override:
+            claims["ovr"] = True
         header = _b64encode(json.dumps({"alg": _ALGORITHM, "kid": kid, "typ": "JWT"}, separators=(",", ":")))
         body = _b64encode(json.dumps(claims, separators=(",", ":")))
         signing_input = f"{header}.{body}"
@@ -333,6 +347,9 @@ class GrantVerifier:
         strings = ("ten", "run", "call", "key", "tool", "ahash")
         if not all(isinstance(claims[name], str) for name in strings):
             raise GrantError("the call grant's bindings are malformed", reason="GRANT_INVALID")
+        session_id, override = claims.get("ses", ""), claims.get("ovr", False)
+        if not isinstance(session_id, str) or not isinstance(override, bool):
+            raise GrantError("the call grant's bindings are malformed", reason="GRANT_INVALID")
         return CallGrant(
             tenant=claims["ten"],
             run_id=claims["run"],
@@ -342,4 +359,6 @@ class GrantVerifier:
             tool=claims["tool"],
             args_hash=claims["ahash"],
             expires_at=int(claims["exp"]),
+            session_id=session_id,
+            intent_override=override,
         )

@@ -217,6 +217,10 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction on the ledger's connection (the intent claims use it)."""
+        return self._transaction()
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         self._db.execute("BEGIN IMMEDIATE")

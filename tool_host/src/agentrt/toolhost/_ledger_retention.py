@@ -12,6 +12,8 @@ when the runtime allows longer runs or approvals. What is pruned:
 - Never a RUNNING entry: one that outlived its host life is the only evidence of a write whose
   outcome is unknown (R4.4), and it stays until the runtime or a person settles it.
 - Fencing tokens of runs with no entry left, not updated for the keep time.
+- Intent claims (``_intents.py``) older than the keep time whose claiming entry is gone: an intent
+  without a window is deduplicated for as long as the ledger keeps its first call.
 
 Pruning runs on its own SQLite connection in a worker thread, in batches of short transactions,
 so calls keep being served meanwhile.
@@ -54,6 +56,7 @@ class LedgerPruneCounts:
 
     operations: int = 0
     fences: int = 0
+    intents: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,6 +102,12 @@ _DELETE_FENCES = (
     " LIMIT ?)"
 )
 
+_DELETE_INTENTS = (
+    "DELETE FROM intents WHERE rowid IN (SELECT rowid FROM intents i WHERE i.claim_time_ns < ?"
+    " AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.tenant = i.tenant"
+    " AND o.idempotency_key = i.idempotency_key) LIMIT ?)"
+)
+
 
 def prune_ledger(path: Path, *, cutoff_ns: int, batch_size: int = _BATCH) -> LedgerPruneCounts:
     """Prune the ledger file at ``path`` (see the module doc), one short transaction per batch.
@@ -116,14 +125,14 @@ def prune_ledger(path: Path, *, cutoff_ns: int, batch_size: int = _BATCH) -> Led
         db.execute("PRAGMA busy_timeout=5000")
         # Makes each batch an index range scan; an older host opening the file ignores it.
         db.execute("CREATE INDEX IF NOT EXISTS ix_operations_update_time ON operations (update_time_ns)")
-        counts = [0, 0]
-        for index, statement in enumerate((_DELETE_OPERATIONS, _DELETE_FENCES)):
+        counts = [0, 0, 0]
+        for index, statement in enumerate((_DELETE_OPERATIONS, _DELETE_FENCES, _DELETE_INTENTS)):
             while True:
                 deleted = db.execute(statement, (cutoff_ns, batch_size)).rowcount
                 counts[index] += deleted
                 if deleted < batch_size:
                     break
-        return LedgerPruneCounts(operations=counts[0], fences=counts[1])
+        return LedgerPruneCounts(operations=counts[0], fences=counts[1], intents=counts[2])
     finally:
         db.close()
 

@@ -5,6 +5,7 @@ The schema version is SQLite's ``PRAGMA user_version``:
 ====  ==========================================================================
 0     the first schema: keys and fencing tokens were global to the host
 1     both tables are scoped by tenant; rows from version 0 belong to tenant ""
+2     adds ``intents``: which call first claimed a business intent in its scope
 ====  ==========================================================================
 
 A migration runs in one ``BEGIN IMMEDIATE`` transaction, so two host processes opening
@@ -17,7 +18,7 @@ import sqlite3
 
 __all__ = ["SCHEMA_VERSION", "LedgerVersionError", "open_schema"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _OPERATIONS = """
 CREATE TABLE {table} (
@@ -53,6 +54,19 @@ CREATE TABLE {table} (
 )
 """
 _FENCING_V0_COLUMNS = "run_id, token, update_time_ns"
+# One row per business intent in its scope (see _intents.py): the call that claimed it, by key.
+_INTENTS = """
+CREATE TABLE intents (
+    tenant          TEXT NOT NULL,
+    scope           TEXT NOT NULL,
+    scope_id        TEXT NOT NULL,
+    intent_key      TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    owner           TEXT NOT NULL,
+    claim_time_ns   INTEGER NOT NULL,
+    PRIMARY KEY (tenant, scope, scope_id, intent_key)
+)
+"""
 
 
 class LedgerVersionError(Exception):
@@ -86,7 +100,9 @@ def open_schema(db: sqlite3.Connection) -> None:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             _create_or_migrate(db, tables, "operations", _OPERATIONS, _OPERATIONS_V0_COLUMNS)
             _create_or_migrate(db, tables, "fencing", _FENCING, _FENCING_V0_COLUMNS)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if version < 2:
+            db.execute(_INTENTS)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         db.execute("ROLLBACK")
         raise

@@ -20,7 +20,7 @@ from agentrt.toolhost._context import ToolContext
 from agentrt.toolhost._errors import InvalidInput, PermanentError
 from agentrt.toolhost._validate import JsonBoundsError, loads_bounded
 
-__all__ = ["SideEffect", "Tool", "ToolFunction", "canonical_json", "tool"]
+__all__ = ["Intent", "IntentScope", "SideEffect", "Tool", "ToolFunction", "canonical_json", "tool"]
 
 ToolFunction = Callable[[Any, ToolContext], Any]
 """``def f(args: Model, ctx: ToolContext) -> JSON-able`` or the ``async def`` equivalent."""
@@ -34,6 +34,45 @@ class SideEffect(enum.Enum):
     READ_ONLY = "READ_ONLY"
     WRITE = "WRITE"
     DESTRUCTIVE = "DESTRUCTIVE"
+
+
+class IntentScope(enum.Enum):
+    """Where a tool's business intent must be unique (mirrors ``agentrt.toolhost.v1.IntentScope``)."""
+
+    RUN = "RUN"
+    SESSION = "SESSION"  # a run without a session is its own scope
+    TENANT = "TENANT"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Intent:
+    """A tool's business intent key (S004 §10.2): what a call does in the world, beyond its key.
+
+    Two calls of the tool whose ``arguments`` have the same values, within ``scope`` (and
+    ``window`` seconds of the first), are the same intent: the host runs the first and answers
+    the second with the first's recorded result, marked deduplicated. Only a call a person
+    approved with ``override_intent`` runs again.
+
+    Example: ``Intent(arguments=("order_id",), scope=IntentScope.SESSION)`` for refunds.
+
+    Attributes:
+        arguments: Names of top-level arguments whose values make the intent (at least one).
+        scope: Run, session or tenant.
+        window: Seconds a repeat counts as a duplicate after the first call; None: forever
+            (in practice, as long as the ledger keeps the first call's entry).
+    """
+
+    arguments: tuple[str, ...]
+    scope: IntentScope = IntentScope.RUN
+    window: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.arguments, str):
+            raise ValueError("intent arguments must be a sequence of argument names, not a string")
+        if not self.arguments or len(set(self.arguments)) != len(self.arguments):
+            raise ValueError("an intent names one or more distinct arguments")
+        if self.window is not None and not (self.window > 0 and math.isfinite(self.window)):
+            raise ValueError("an intent window must be a positive number of seconds (or None)")
 
 
 def canonical_json(value: Any) -> str:
@@ -65,6 +104,7 @@ class Tool:
         timeout: Seconds a call may take when the caller's deadline allows more.
         version: Contract version; bump it when the input schema changes.
         max_concurrent_calls: Calls a runtime process sends at once (0: no limit); more wait.
+        intent: The business intent key, or None (calls are deduplicated by idempotency key only).
         fn: The function, sync (runs in a worker thread) or async (runs on the host's loop).
         args_model: The pydantic model of the arguments; its JSON schema is the input schema.
     """
@@ -79,6 +119,7 @@ class Tool:
     timeout: float = 30.0
     version: str = "1"
     max_concurrent_calls: int = 0
+    intent: Intent | None = None
     fn: ToolFunction = dataclasses.field(repr=False, compare=False)
     args_model: type[pydantic.BaseModel] = dataclasses.field(compare=False)
 
@@ -91,6 +132,11 @@ class Tool:
             raise ValueError(f"tool {self.name!r}: version must not be empty")
         if not 0 <= self.max_concurrent_calls < 2**32:
             raise ValueError(f"tool {self.name!r}: max_concurrent_calls must be 0 (no limit) or more")
+        if self.intent is not None:
+            fields = self.args_model.model_fields
+            unknown = [name for name in self.intent.arguments if name not in fields]
+            if unknown:
+                raise ValueError(f"tool {self.name!r}: the intent names unknown arguments {unknown}")
 
     @property
     def is_async(self) -> bool:
@@ -210,6 +256,7 @@ def tool(
     timeout: float = 30.0,
     version: str = "1",
     max_concurrent_calls: int = 0,
+    intent: Intent | None = None,
     args_model: type[pydantic.BaseModel] | None = None,
 ) -> Callable[[ToolFunction], Tool]:
     """Declare a tool; the decorated function becomes a :class:`Tool`.
@@ -235,6 +282,8 @@ def tool(
         version: Contract version; bump it when the input schema changes.
         max_concurrent_calls: Calls a runtime process sends at once, across all runs (0: no limit);
             calls past it wait for a slot. Declare what the tool's backend can take.
+        intent: The business intent key (:class:`Intent`): a repeat of the same intent in its
+            scope is answered with the first call's result instead of running again.
         args_model: The arguments model, when it cannot be read from the annotation.
 
     Returns:
@@ -242,7 +291,8 @@ def tool(
 
     Raises:
         TypeError: The function's signature or annotation does not fit.
-        ValueError: A bad name, timeout, version or max_concurrent_calls.
+        ValueError: A bad name, timeout, version or max_concurrent_calls, or an intent naming
+            arguments the model does not have.
     """
 
     def decorate(fn: ToolFunction) -> Tool:
@@ -257,6 +307,7 @@ def tool(
             timeout=float(timeout),
             version=version,
             max_concurrent_calls=max_concurrent_calls,
+            intent=intent,
             fn=fn,
             args_model=args_model if args_model is not None else _args_model_of(fn),
         )

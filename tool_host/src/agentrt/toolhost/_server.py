@@ -23,9 +23,10 @@ from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.toolhost._authorize import CallGate, grant_of
 from agentrt.toolhost._context import ToolContext
-from agentrt.toolhost._convert import failure_to_proto, operation_to_proto, tool_to_spec
+from agentrt.toolhost._convert import failure_to_proto, operation_to_proto, timestamp_ns, tool_to_spec
 from agentrt.toolhost._errors import ErrorCode, InvalidInput
 from agentrt.toolhost._grants import GRANT_HEADER, MAX_FENCING_TOKEN
+from agentrt.toolhost._intents import Duplicate, IntentCall, Intents, Pending, intent_of
 from agentrt.toolhost._ledger import (
     Conflict,
     Fenced,
@@ -65,6 +66,8 @@ CALL_ID = "x-agentrt-call-id"
 ATTEMPT = "x-agentrt-attempt"
 FENCING_TOKEN = "x-agentrt-fencing-token"
 MAX_RESULT_BYTES = "x-agentrt-max-result-bytes"  # the caller's maximum for a result
+SESSION_ID = "x-agentrt-session-id"  # the run's session: scopes session-wide intents
+INTENT_OVERRIDE = "x-agentrt-intent-override"  # "1": a person approved repeating an earlier intent
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024  # without the header
 TRACEPARENT = "traceparent"
 
@@ -86,6 +89,8 @@ class CallMetadata:
     grant: str = dataclasses.field(default="", repr=False)
     tenant: str = ""
     max_result_bytes: int | None = None
+    session_id: str = ""
+    intent_override: bool = False
 
 
 def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMetadata:
@@ -114,6 +119,7 @@ def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMe
     attempt = _non_negative_int(values, ATTEMPT)
     fencing_token = _non_negative_int(values, FENCING_TOKEN)
     max_result_bytes = _non_negative_int(values, MAX_RESULT_BYTES)
+    check_field(values.get(SESSION_ID, ""), SESSION_ID)
     return CallMetadata(
         idempotency_key=key,
         run_id=values.get(RUN_ID, ""),
@@ -123,6 +129,8 @@ def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMe
         traceparent=values.get(TRACEPARENT) or None,
         grant=values.get(GRANT_HEADER, ""),
         max_result_bytes=max_result_bytes or None,
+        session_id=values.get(SESSION_ID, ""),
+        intent_override=values.get(INTENT_OVERRIDE, "") == "1",
     )
 
 
@@ -235,6 +243,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         self._reserve = deadline_reserve
         self._specs = [tool_to_spec(self._tools[name]) for name in sorted(self._tools)]
         self.operations = Operations(ledger=ledger, counters=counters, cancel_grace=cancel_grace)
+        self.intents = Intents(ledger)
 
     async def ListTools(self, request: pb.ListToolsRequest, context: ServicerContext) -> pb.ListToolsResponse:
         """Lists the tools, sorted by name."""
@@ -271,7 +280,13 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             call_id=meta.call_id,
             fencing_token=meta.fencing_token,
         )
-        return dataclasses.replace(meta, tenant=granted.tenant, fencing_token=granted.fencing_token)
+        return dataclasses.replace(
+            meta,
+            tenant=granted.tenant,
+            fencing_token=granted.fencing_token,
+            session_id=granted.session_id,
+            intent_override=granted.intent_override,
+        )
 
     async def _invoke_logged(
         self, request: pb.InvokeToolRequest, meta: CallMetadata, context: ServicerContext
@@ -329,6 +344,12 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         reply_by = None if reply_within is None else now + reply_within
 
         fencing_token = meta.fencing_token
+        intent = intent_of(tool, raw, run_id=meta.run_id, session_id=meta.session_id)
+        if intent is not None:
+            refused = await self._check_intent(intent, meta, deadline)
+            if refused is not None:
+                return refused
+            fencing_token = None  # checked (and remembered) before the intent
         while True:
             # The first begin also checks the fencing token, in the same transaction; the call
             # is fenced or not once, as it arrives, not again after waiting for a duplicate.
@@ -399,6 +420,61 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     return self._outcome_unknown(meta)
                 case _:
                     assert_never(decision)
+
+    async def _check_intent(
+        self, intent: IntentCall, meta: CallMetadata, deadline: float
+    ) -> pb.InvokeToolResponse | None:
+        """None when the call may run its intent (claimed now); else the answer instead of running.
+
+        The fencing token is checked first, so a stale caller hears FENCED, not an earlier result.
+        No await may come between a claim and the ledger's begin that follows it (see _intents.py).
+        """
+        if meta.fencing_token is not None and meta.run_id:
+            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token, tenant=meta.tenant)
+            if higher is not None:
+                return self._fenced_error(meta, higher)
+        while True:
+            decision = self.intents.claim(
+                intent,
+                tenant=meta.tenant,
+                idempotency_key=meta.idempotency_key,
+                override=meta.intent_override,
+            )
+            match decision:
+                case Duplicate(first=first):
+                    self._counters["duplicate_suppressed"] += 1
+                    self._counters["intent_duplicate"] += 1
+                    assert first.outcome is not None
+                    response = _response(first.outcome)
+                    response.deduplicated = True
+                    response.duplicate_of.CopyFrom(
+                        tool_pb2.IntentDuplicate(
+                            intent_key=intent.key,
+                            idempotency_key=first.idempotency_key,
+                            run_id=first.run_id,
+                            call_id=first.call_id,
+                            first_time=timestamp_ns(first.create_time_ns),
+                        )
+                    )
+                    return response
+                case Pending(first_key=first_key):
+                    running = self.operations.get(first_key, tenant=meta.tenant)
+                    if running is not None and await self.operations.wait(
+                        running, within=deadline - time.monotonic()
+                    ):
+                        continue  # the earlier call of this process ended: decide again
+                    self._counters["intent_pending"] += 1
+                    # Not run, and never will be under this key until asked again: a plain retry.
+                    return _error(
+                        ErrorCode.TRANSIENT,
+                        "an earlier call with the same intent is still running or its outcome is not "
+                        "known yet; this call did not run",
+                        {"intent_key": intent.key, "duplicate_of": first_key},
+                    )
+                case _:
+                    if decision.overridden:
+                        self._counters["intent_override"] += 1
+                    return None
 
     def _refuse(
         self, meta: CallMetadata, counter: str, response: pb.InvokeToolResponse

@@ -151,7 +151,16 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
     run.fault_count = record.fault_count or 0  # None on a record create_run built (server default)
     if record.pruned_ms is not None:
         run.prune_time.CopyFrom(_timestamp(record.pruned_ms))
+    if record.variables:
+        for name, value in json.loads(record.variables).items():
+            run.variables[name].CopyFrom(_value(value))
     return run
+
+
+def _value(value: Any) -> struct_pb2.Value:
+    message = struct_pb2.Value()
+    json_format.ParseDict(value, message)
+    return message
 
 
 def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:

@@ -422,12 +422,14 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     reason="APPROVAL_EXPIRED",
                     metadata={"run_id": record.run_id, "approval_id": request.approval_id},
                 )
-            payload = {
+            payload: dict[str, Any] = {
                 "approval_id": request.approval_id,
                 "decision": run_pb2.ApprovalDecision.Name(request.decision),
                 "approver": approver,
                 "comment": request.comment[:400],
             }
+            if request.override_intent and request.decision == run_pb2.APPROVAL_DECISION_APPROVE:
+                payload["override_intent"] = True
             record = await self._decide(
                 record, "approval_decision", payload, request.expected_revision, context
             )

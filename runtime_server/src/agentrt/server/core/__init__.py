@@ -56,6 +56,7 @@ from agentrt.server.core._events import (
     CancelRequested,
     Event,
     Handoff,
+    IntentDuplicate,
     ModelCompleted,
     ModelTextDelta,
     OutcomeDecision,
@@ -79,6 +80,8 @@ from agentrt.server.core._events import (
     ToolFailed,
     ToolOutcomeUnknown,
     ToolStarted,
+    VariablesSet,
+    VariableValue,
 )
 from agentrt.server.core._faults import (
     FAULT_PARK_S,
@@ -127,16 +130,25 @@ from agentrt.server.core._upgrade import (
     compatible_tool_versions,
     upgrade,
 )
+from agentrt.server.core._variables import (
+    MAX_VARIABLES,
+    SET_VARIABLES,
+    VariableChange,
+    variables_json,
+    variables_requested,
+)
 
 __all__ = [
     "ACTIVE_PHASES",
     "BUDGET_PREFIX",
     "DEFAULT_JSON_LIMITS",
     "FAULT_PARK_S",
+    "MAX_VARIABLES",
     "MICROS_PER_USD",
     "NOT_ALLOWED_CODE",
     "RESULT_JSON_LIMITS",
     "RULES",
+    "SET_VARIABLES",
     "STATE_VERSION",
     "TERMINAL_PHASES",
     "UPGRADERS",
@@ -161,6 +173,7 @@ __all__ = [
     "Idle",
     "IllegalTransition",
     "IncompatibleVersion",
+    "IntentDuplicate",
     "InvalidRequest",
     "InvokeTool",
     "InvokeTools",
@@ -209,6 +222,9 @@ __all__ = [
     "Trigger",
     "Unauthenticated",
     "Usage",
+    "VariableChange",
+    "VariableValue",
+    "VariablesSet",
     "WaitUntil",
     "args_hash",
     "backoff_delay_s",
@@ -241,4 +257,6 @@ __all__ = [
     "upgrade_money_json",
     "usage_plus",
     "usd_to_micros",
+    "variables_json",
+    "variables_requested",
 ]

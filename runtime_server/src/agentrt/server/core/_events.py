@@ -43,6 +43,7 @@ TOOL_OUTCOME_UNKNOWN = "tool.outcome.unknown"
 HANDOFF = "handoff"
 OUTCOME_RESOLVED = "outcome.resolved"
 RUN_FAULT = "run.fault"
+VARIABLES_SET = "variables.set"
 RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
 
 EVENT_TYPES: tuple[str, ...] = (
@@ -67,6 +68,7 @@ EVENT_TYPES: tuple[str, ...] = (
     OUTCOME_RESOLVED,
     RUN_FAULT,
     RUN_WAITING,
+    VARIABLES_SET,
 )
 
 
@@ -175,6 +177,20 @@ class ToolCallRequest:
     arguments_json: str
 
 
+VariableValue = str | float | bool  # a run variable's value (an int is a float that happens to be whole)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntentDuplicate:
+    """The earlier call a deduplicated call was answered with (the tool host's ``IntentDuplicate``)."""
+
+    intent_key: str = ""
+    idempotency_key: str = ""
+    run_id: str = ""
+    call_id: str = ""
+    first_time: str | None = None  # RFC 3339
+
+
 @dataclass(frozen=True, slots=True)
 class SessionTurn:
     """One earlier turn of the run's session, shown to the model before the input."""
@@ -262,6 +278,9 @@ class ToolCompleted:
     replayed: bool = False
     result_ref: PayloadRef | None = None
     truncated: bool = False
+    # The host answered with an earlier call's result: the call repeated its business intent.
+    deduplicated: bool = False
+    duplicate_of: IntentDuplicate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,6 +307,7 @@ class ApprovalRequested:
     expire_time: str | None = None  # RFC 3339
     request_time: str | None = None  # RFC 3339
     tool_version: str | None = None
+    variables: Mapping[str, VariableValue] = field(default_factory=dict)  # the run's, when asked
 
     @property
     def expire_ms(self) -> int:
@@ -308,6 +328,7 @@ class ApprovalResolved:
     decision: ApprovalDecision = ApprovalDecision.UNSPECIFIED
     approver: str = ""
     comment: str = ""
+    override_intent: bool = False  # run the call even if it repeats an earlier call's intent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -422,6 +443,20 @@ class RunFault:
     usage_after: Usage | None = None  # absent: the fault spent nothing unrecorded
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VariablesSet:
+    """A tool result set or removed run variables; or asked to and was refused (nothing changed)."""
+
+    type_name: ClassVar[str] = VARIABLES_SET
+
+    step: int = 0
+    call_id: str = ""
+    tool: str = ""
+    variables: Mapping[str, VariableValue] = field(default_factory=dict)
+    removed: tuple[str, ...] = ()
+    refused_reason: str = ""
+
+
 Event = (
     RunStarted
     | StepStarted
@@ -443,6 +478,7 @@ Event = (
     | Handoff
     | OutcomeResolved
     | RunFault
+    | VariablesSet
 )
 
 # Every event class, by its stored type name (run.waiting is made and sent by the API alone).
@@ -469,5 +505,6 @@ EVENT_CLASSES: Mapping[str, type[Event]] = {
         Handoff,
         OutcomeResolved,
         RunFault,
+        VariablesSet,
     )
 }

@@ -13,11 +13,16 @@ from dataclasses import dataclass, field
 from agentrt.server.core import _events as ev
 from agentrt.server.core._budgets import Usage
 from agentrt.server.core._errors import IllegalTransition
+from agentrt.server.core._json import loads_bounded
 from agentrt.server.core._loops import LoopTracker
 from agentrt.server.core._phases import Phase, Trigger, transition
 from agentrt.server.core._timefmt import parse_rfc3339_ms
 
 CORRECTIVE_NOTE = "[agentrt] Your final answer was not accepted: {}. Answer again, correcting it."
+DUPLICATE_NOTE = (
+    "[agentrt] Not run again: this call repeats the intent of an earlier call ({}), which already "
+    "did it. Its recorded result follows; do not ask for it again."
+)
 DIAGNOSTIC_NOTE = (
     "[agentrt] A loop was detected ({}). Do not call tools again: answer now with what you know "
     "and say what blocked you."
@@ -40,6 +45,7 @@ class CallState:
     retry_attempt: int = 0  # attempt a scheduled retry will make
     retry_due_ms: int = 0
     approved: bool = False  # a person approved this call
+    override_intent: bool = False  # ... and let it run even if it repeats an earlier call's intent
     tool_version: str = ""  # contract version when the call started (or was put to a person)
     unknown: bool = False  # the latest attempt's outcome is not known
     call_deadline_ms: int = 0  # of the attempt whose outcome is unknown
@@ -92,6 +98,7 @@ class RunState:
     input_ref: ev.PayloadRef | None = None  # the input's payload: ``input`` is a view until hydrated
     answer_ref: ev.PayloadRef | None = None  # the answer's payload when its text is a payload
     output_ref: ev.PayloadRef | None = None  # the output's payload, set by run.completed
+    variables: dict[str, ev.VariableValue] = field(default_factory=dict)  # set by variables.set
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -176,9 +183,8 @@ class RunState:
                 call = self._call(event.call_id)
                 call.result_json = event.result_json
                 self.loops.on_result(call.tool, call.result_json)
-                self.history.append(
-                    HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
-                )
+                content = _duplicate_content(event) if event.deduplicated else call.result_json
+                self.history.append(HistoryEntry(role="tool", content=content, tool_call_id=call.call_id))
             case ev.ToolFailed():
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
@@ -255,8 +261,15 @@ class RunState:
                     raise ValueError(f"approval {event.approval_id!r} is not the pending one")
                 self._move(Trigger.RESOLVE_APPROVAL)
                 if event.decision is ev.ApprovalDecision.APPROVE and pending.call_id:
-                    self._call(pending.call_id).approved = True
+                    call = self._call(pending.call_id)
+                    call.approved = True
+                    call.override_intent = event.override_intent
                 self.pending_approval = None
+            case ev.VariablesSet():
+                if not event.refused_reason:  # a refusal changes nothing
+                    for name in event.removed:
+                        self.variables.pop(name, None)
+                    self.variables.update(event.variables)
             case _:
                 raise ValueError(f"unknown event {type(event).__name__}")
 
@@ -289,6 +302,17 @@ class RunState:
             recorded.handoffs,
             self.usage.calls_per_tool,
         )
+
+
+def _duplicate_content(event: ev.ToolCompleted) -> str:
+    """What the model sees for a deduplicated result: that it was not run, and the earlier result."""
+    first = event.duplicate_of or ev.IntentDuplicate()
+    where = f"call {first.call_id or '?'}" + (f" at {first.first_time}" if first.first_time else "")
+    try:
+        result: object = loads_bounded(event.result_json)
+    except ValueError:  # a truncated view, or past the bounds: shown as text
+        result = event.result_json
+    return json.dumps({"deduplicated": True, "note": DUPLICATE_NOTE.format(where), "result": result})
 
 
 def replay(run_id: str, events: list[ev.Event]) -> RunState:

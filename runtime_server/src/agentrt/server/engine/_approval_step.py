@@ -5,16 +5,23 @@ tool host's impact preview, the policy version and an expiry, then gives its lea
 back. ResolveApproval queues a signal; the next owner applies it: approve runs the
 very same call (same idempotency key), reject shows the model a rejection and the
 tool never runs. Waiting does not spend the run's wall-clock budget.
+
+Right before an approved call first runs, the policy hook ``agentrt_recheck_approved`` may veto
+it (:func:`recheck_approved`): the approver saw the world as it was, and it may have moved on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
+import logging
 import math
 import uuid
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
     BUDGET_PREFIX,
     ApprovalRequested,
@@ -31,11 +38,17 @@ from agentrt.server.core import (
     loads_bounded,
     rfc3339,
 )
+from agentrt.server.engine._control import Cancelled
 from agentrt.server.engine._run import RunContext
-from agentrt.server.policies import ApprovalRequirement
+from agentrt.server.policies import ApprovalRequirement, ReadToolError
 from agentrt.server.store import approval_decision_from_json
+from agentrt.server.tools import CallMetadata
 
 PREVIEW_TIMEOUT_S = 5.0
+RECHECK_TIMEOUT_S = 30.0  # the whole re-check, its reads included
+READ_TIMEOUT_S = 10.0  # one read a re-check makes
+
+log = logging.getLogger("agentrt.engine")
 
 
 class ApprovalStep:
@@ -86,6 +99,7 @@ class ApprovalStep:
             expire_time=rfc3339(expire_ms),
             request_time=rfc3339(now_ms),
             tool_version=spec.version if spec is not None and spec.version else None,
+            variables=dict(d.state.variables),  # what the run knew when the person was asked
         )
         d.add(asked)
         await d.park(expire_ms)
@@ -127,6 +141,7 @@ class ApprovalStep:
                 decision=approval_decision_from_json(decision["decision"]),
                 approver=decision.get("approver", ""),
                 comment=decision.get("comment", ""),
+                override_intent=approve and bool(decision.get("override_intent", False)),
             )
         )
         # The wait for a person does not count against the run's wall-clock budget.
@@ -149,6 +164,77 @@ class ApprovalStep:
             message = f"rejected by {who}" + (f": {decision['comment']}" if decision.get("comment") else "")
             error = ToolError(ToolErrorCode.PERMANENT, message)
             d.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error))
+
+
+async def recheck_approved(ctx: RunContext, call: CallState) -> ToolError | None:
+    """The policies' veto of an approved call about to run for the first time, or None to run it.
+
+    The hooks run in a worker thread (they block, and may read through tools). A hook that raises
+    or does not answer within :data:`RECHECK_TIMEOUT_S` vetoes: an approved effect never runs
+    unchecked. A cancel request cuts the wait (Cancelled).
+    """
+    ports = ctx.ports
+    read_tool = _read_tool(ctx, call, asyncio.get_running_loop())
+
+    def ask() -> str | None:
+        return ports.policies.recheck_approved(
+            tool=call.tool,
+            arguments_json=call.arguments_json,
+            agent_name=ctx.agent.name,
+            options=ctx.agent.config.approvals.options,
+            run_variables=dict(ctx.state.variables),
+            read_tool=read_tool,
+        )
+
+    try:
+        reason = await ctx.io(lambda: asyncio.wait_for(asyncio.to_thread(ask), RECHECK_TIMEOUT_S))
+    except TimeoutError:
+        reason = f"the re-check did not answer within {RECHECK_TIMEOUT_S:g}s"
+    except Cancelled:
+        raise
+    except Exception as exc:  # a plugin's bug or a failed read: never run the call unchecked
+        log.warning("re-check of %s (run %s) failed", call.tool, ctx.run_id, exc_info=True)
+        reason = f"the re-check failed: {type(exc).__name__}: {exc}"[:400]
+    if reason is None:
+        return None
+    ports.counters.inc("recheck_veto_count")
+    return ToolError(ToolErrorCode.PERMANENT, f"vetoed: {reason}"[:1000], '{"vetoed": true}')
+
+
+def _read_tool(
+    ctx: RunContext, call: CallState, loop: asyncio.AbstractEventLoop
+) -> Callable[[str, Mapping[str, Any]], Any]:
+    """``read_tool(name, arguments)`` for a re-check: one READ_ONLY call for the run, from a thread."""
+
+    def read(name: str, arguments: Mapping[str, Any]) -> Any:
+        spec = ctx.ports.tools.spec(name)
+        if spec is None or spec.side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY:
+            raise ReadToolError(f"{name!r} is not a read-only tool a tool host serves")
+        arguments_json = canonical_json(dict(arguments))
+        # A fresh key: the ledger must not answer a read with what it recorded for an earlier one.
+        metadata = dataclasses.replace(
+            ctx.call_metadata(call),
+            idempotency_key=f"recheck-{uuid.uuid4().hex}",
+            call_id=f"{call.call_id}:recheck",
+            attempt=1,
+            intent_override=False,
+        )
+        outcome = asyncio.run_coroutine_threadsafe(_invoke(ctx, name, arguments_json, metadata), loop).result(
+            timeout=READ_TIMEOUT_S + 1
+        )
+        if outcome.error is not None:
+            code = str(outcome.error.get("code", "")).removeprefix("TOOL_ERROR_CODE_")
+            raise ReadToolError(f"{name} failed: {code}: {outcome.error.get('message', '')}")
+        try:
+            return loads_bounded(outcome.result_json or "null")
+        except ValueError as exc:
+            raise ReadToolError(f"{name} returned a result that is not JSON: {exc}") from None
+
+    return read
+
+
+async def _invoke(ctx: RunContext, name: str, arguments_json: str, metadata: CallMetadata) -> Any:
+    return await ctx.ports.tools.invoke(name, arguments_json, metadata=metadata, timeout_s=READ_TIMEOUT_S)
 
 
 _BUDGET_FIELDS = {

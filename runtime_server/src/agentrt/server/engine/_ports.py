@@ -140,7 +140,7 @@ class PayloadPort(Protocol):
 
 
 class PolicyPort(Protocol):
-    """The policy plugins: approvals, output guardrails and postconditions."""
+    """The policy plugins: approvals, re-checks of approved calls, output guardrails, postconditions."""
 
     def approval(
         self, *, tool: str, arguments_json: str, agent_name: str, options: Mapping[str, Any], flagged: bool
@@ -150,6 +150,19 @@ class PolicyPort(Protocol):
         self, *, agent_name: str, input: str, output: str, options: Mapping[str, Any]
     ) -> list[Any]:
         """Each plugin's answer: falsy for a pass, a reason for a failure. May raise."""
+        ...
+
+    def recheck_approved(
+        self,
+        *,
+        tool: str,
+        arguments_json: str,
+        agent_name: str,
+        options: Mapping[str, Any],
+        run_variables: Mapping[str, str | float | bool],
+        read_tool: Callable[[str, Mapping[str, Any]], Any],
+    ) -> str | None:
+        """A veto's reason, or None. Blocking (run it in a thread); may raise."""
         ...
 
     def postcondition(

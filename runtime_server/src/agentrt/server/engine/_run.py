@@ -154,6 +154,8 @@ class RunContext:
             fencing_token=self.handle.generation,
             tenant_id=self.tenant_id,
             max_result_bytes=self.settings.payloads.max_tool_result_bytes,
+            session_id=self.handle.session_id,
+            intent_override=call.approved and call.override_intent,
         )
 
     # -- committing ---------------------------------------------------------------------------------

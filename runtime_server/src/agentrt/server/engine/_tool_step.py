@@ -18,6 +18,7 @@ from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
     CallState,
     Event,
+    IntentDuplicate,
     LeaseLost,
     OutcomeResolved,
     PayloadRef,
@@ -29,13 +30,17 @@ from agentrt.server.core import (
     ToolFailed,
     ToolOutcomeUnknown,
     ToolStarted,
+    VariablesSet,
     end_events,
     loads_bounded,
     nesting_depth,
     not_allowed_error,
     retry_fits,
     rfc3339,
+    variables_json,
+    variables_requested,
 )
+from agentrt.server.engine._approval_step import recheck_approved
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import LedgerAnswer, StartRequest
@@ -92,6 +97,11 @@ class ToolStep:
             # Never reached the tool host's ledger: send it now, under the same key.
             self._restart(call)
             await d.flush()
+            never_sent = True
+        else:
+            never_sent = call.attempts == 1
+        if call.approved and never_sent and await self._vetoed(call):
+            return
         timeout = d.timeout(self._spec_timeout(spec))
         if timeout <= 0:
             d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
@@ -131,6 +141,17 @@ class ToolStep:
         if retryable and self._schedule_retry(call, error, expected_call_s=ports.clock() - started):
             return
         self.record(call, await bound_tool_outcome(d, outcome))
+
+    async def _vetoed(self, call: CallState) -> bool:
+        """Re-check an approved call before it first reaches its tool host; True when vetoed (recorded)."""
+        try:
+            veto = await recheck_approved(self.ctx, call)
+        except Cancelled:
+            veto = ToolError(ToolErrorCode.CANCELLED, "cancelled before it ran")
+        if veto is None:
+            return False
+        self.ctx.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=veto))
+        return True
 
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
         ctx, ports = self.ctx, self.ctx.ports
@@ -192,8 +213,33 @@ class ToolStep:
 
     def record(self, call: CallState, outcome: ToolOutcome) -> None:
         self._check_fence(outcome)
-        self.ctx.add(self._result_event(call, outcome))
+        self._add_result(call, outcome)
         self._end_if_fatal(call, outcome)
+
+    def _add_result(self, call: CallState, outcome: ToolOutcome) -> None:
+        """The result event, and the run variables the result sets (S004 §1.2), if any."""
+        d = self.ctx
+        result = self._result_event(call, outcome)
+        d.add(result)
+        if not isinstance(result, ToolCompleted) or result.truncated:
+            return  # a truncated view is not the whole result: its variables are not read
+        change = variables_requested(result.result_json, d.state.variables)
+        if change is None:
+            return
+        d.add(
+            VariablesSet(
+                step=call.step,
+                call_id=call.call_id,
+                tool=call.tool,
+                variables=dict(change.variables),
+                removed=change.removed,
+                refused_reason=change.refused_reason,
+            )
+        )
+        if change.refused_reason:
+            d.ports.counters.inc("variables_refused_count")
+        else:
+            d.pending_values["variables"] = variables_json(d.state.variables)
 
     def _check_fence(self, outcome: ToolOutcome) -> None:
         if (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_FENCED":
@@ -202,7 +248,7 @@ class ToolStep:
             )
 
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
-        if outcome.replayed:
+        if outcome.replayed or outcome.deduplicated:
             self.ctx.ports.counters.inc("duplicate_suppressed_count")
         if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
             return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=result_error)
@@ -216,6 +262,8 @@ class ToolStep:
                 replayed=outcome.replayed,
                 result_ref=PayloadRef.from_json(ref) if ref is not None else None,
                 truncated=outcome.truncated if ref is not None else False,
+                deduplicated=outcome.deduplicated,
+                duplicate_of=_duplicate_of(outcome.duplicate_of) if outcome.deduplicated else None,
             )
         error = tool_error_from_json(outcome.error)
         return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error)
@@ -263,7 +311,7 @@ class ToolStep:
                     d.add(retry_event)
                     continue
                 self._check_fence(outcome)
-                d.add(self._result_event(call, outcome))
+                self._add_result(call, outcome)
         for call in calls:
             outcome = settled[call.call_id][-1][1]
             self._end_if_fatal(call, outcome)
@@ -426,3 +474,15 @@ class ToolStep:
             self.record(call, ToolOutcome.failure("PERMANENT", message))
         else:
             self._restart(call)
+
+
+def _duplicate_of(first: dict[str, Any] | None) -> IntentDuplicate:
+    """The earlier call, from the proto3 JSON of the tool host's ``IntentDuplicate``."""
+    first = first or {}
+    return IntentDuplicate(
+        intent_key=str(first.get("intent_key", "")),
+        idempotency_key=str(first.get("idempotency_key", "")),
+        run_id=str(first.get("run_id", "")),
+        call_id=str(first.get("call_id", "")),
+        first_time=first.get("first_time"),
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pluggy
@@ -39,12 +39,7 @@ class Policies:
     def approval(
         self, *, tool: str, arguments_json: str, agent_name: str, options: Mapping[str, Any], flagged: bool
     ) -> ApprovalRequirement:
-        try:
-            arguments = loads_bounded(arguments_json or "{}")
-        except ValueError:  # not JSON, or past the bounds: the decider refuses the call anyway
-            arguments = {}
-        if not isinstance(arguments, dict):
-            arguments = {}
+        arguments = _arguments(arguments_json)
         answer: ApprovalRequirement | None = self.pm.hook.agentrt_approval_policy(
             tool=tool, arguments=arguments, agent_name=agent_name, options=options
         )
@@ -79,3 +74,32 @@ class Policies:
             agent_name=agent_name, input=input, output=output, options=options, tool_results=tool_results
         )
         return answers
+
+    def recheck_approved(
+        self,
+        *,
+        tool: str,
+        arguments_json: str,
+        agent_name: str,
+        options: Mapping[str, Any],
+        run_variables: Mapping[str, str | float | bool],
+        read_tool: Callable[[str, Mapping[str, Any]], Any],
+    ) -> str | None:
+        """The first plugin's veto of an approved call (its reason), or None. Blocking; may raise."""
+        veto: str | None = self.pm.hook.agentrt_recheck_approved(
+            tool=tool,
+            arguments=_arguments(arguments_json),
+            agent_name=agent_name,
+            options=options,
+            run_variables=dict(run_variables),
+            read_tool=read_tool,
+        )
+        return str(veto) if veto else None
+
+
+def _arguments(arguments_json: str) -> dict[str, Any]:
+    try:
+        arguments = loads_bounded(arguments_json or "{}")
+    except ValueError:  # not JSON, or past the bounds: the decider refuses the call anyway
+        return {}
+    return arguments if isinstance(arguments, dict) else {}

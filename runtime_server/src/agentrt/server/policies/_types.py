@@ -12,3 +12,7 @@ class ApprovalRequirement:
     required: bool
     reason: str = ""
     policy_version: str = "1"
+
+
+class ReadToolError(Exception):
+    """A re-check's ``read_tool`` could not read: not a read-only tool, a tool error, no answer."""

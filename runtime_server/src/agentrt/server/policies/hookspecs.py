@@ -6,7 +6,7 @@ which loads the same entry-point group, does not reject them as unknown hooks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -67,4 +67,35 @@ def agentrt_postcondition(
     :param tool_results: The run's tool results in order: ``{"tool", "call_id", "ok", "result_json"}``.
     :param options: The agent's ``output.options`` from the runtime config.
     :return: Which condition does not hold, or None.
+    """
+
+
+@hookspec(firstresult=True)
+def agentrt_recheck_approved(
+    tool: str,
+    arguments: Mapping[str, Any],
+    agent_name: str,
+    options: Mapping[str, Any],
+    run_variables: Mapping[str, str | float | bool],
+    read_tool: Callable[[str, Mapping[str, Any]], Any],
+) -> str | None:
+    """Re-check an approved call right before it runs; veto it when the world moved on (S000).
+
+    A person approved the call as they saw it; by the time it runs the resource may have
+    changed (an order cancelled or refunded meanwhile), a permission been withdrawn, an
+    identity expired. Called in a worker thread, once, right before the first attempt of a
+    call a person approved. Stops at the first veto. A veto means the call never runs: the
+    model sees ``tool.failed`` PERMANENT ``"vetoed: <reason>"``. A hook that raises vetoes
+    too (``"vetoed: the re-check failed: ..."``): an approved effect is not run unchecked.
+
+    :param tool: Tool name, e.g. ``refund.issue``.
+    :param arguments: The call's arguments (parsed JSON object; do not mutate).
+    :param agent_name: The agent making the call.
+    :param options: The agent's ``approvals.options`` from the runtime config.
+    :param run_variables: The run's variables now (business facts tools set; never secrets).
+    :param read_tool: ``read_tool(name, arguments)`` calls a READ_ONLY tool the run's tool hosts
+        serve, for the run (its tenant, its grants), and returns its parsed result. Raises
+        :class:`~agentrt.server.policies.ReadToolError` when the tool is not read-only, fails
+        or does not answer in time.
+    :return: Why the call must not run, or None to let it run.
     """

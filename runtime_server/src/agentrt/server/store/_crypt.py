@@ -24,7 +24,7 @@ __all__ = ["SEALED_RUN_COLUMNS", "RecordCipher", "UnreadableRecord", "load_ciphe
 
 log = logging.getLogger("agentrt.store")
 
-SEALED_RUN_COLUMNS = ("agent_spec", "input", "output", "metadata", "pending_approval")
+SEALED_RUN_COLUMNS = ("agent_spec", "input", "output", "metadata", "pending_approval", "variables")
 _SEALED_PREFIX = "enc:v1:"
 # Free text may start with anything; every other sealed column holds JSON, which never starts
 # with the sealed prefix, so there a prefixed value read without a cipher was surely sealed.
@@ -36,6 +36,7 @@ _UNREADABLE_PLACEHOLDERS: dict[str, Any] = {
     "output": "",
     "metadata": "{}",
     "pending_approval": None,
+    "variables": None,
 }
 
 

@@ -129,6 +129,39 @@ def _usage_or_none(data: Mapping[str, Any] | None) -> Usage | None:
 _EMPTY: Mapping[str, Any] = {}
 
 
+def _duplicate_to_json(d: ev.IntentDuplicate) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("intent_key", "idempotency_key", "run_id", "call_id"):
+        if value := getattr(d, name):
+            out[name] = value
+    if d.first_time is not None:
+        out["first_time"] = d.first_time
+    return out
+
+
+def _duplicate(data: Mapping[str, Any] | None) -> ev.IntentDuplicate | None:
+    if data is None:
+        return None
+    return ev.IntentDuplicate(
+        intent_key=str(data.get("intent_key", "")),
+        idempotency_key=str(data.get("idempotency_key", "")),
+        run_id=str(data.get("run_id", "")),
+        call_id=str(data.get("call_id", "")),
+        first_time=data.get("first_time"),
+    )
+
+
+def _variables(data: Mapping[str, Any] | None) -> dict[str, ev.VariableValue]:
+    """Run variables as stored (proto3 JSON of a map of Value: plain JSON), kept as they are.
+
+    The runtime writes strings, numbers and booleans only (core/_variables.py); a reader keeps
+    whatever a log holds, so that every stored shape converts back to the message it was.
+    """
+    if not isinstance(data, Mapping):
+        return {}
+    return {str(k): v for k, v in data.items()}
+
+
 def _member(table: Mapping[object, E], value: object, default: E) -> E:
     """The member stored as ``value`` (a name or number), or ``default`` for anything else."""
     return table.get(value, default) if isinstance(value, str | int) else default
@@ -216,6 +249,10 @@ def _tool_completed(e: ev.ToolCompleted) -> dict[str, Any]:
         out["result_ref"] = e.result_ref.to_json()
     if e.result_ref is not None or e.truncated:  # written with a ref, as the runtime always has
         out["truncated"] = e.truncated
+    if e.deduplicated:
+        out["deduplicated"] = True
+    if e.duplicate_of is not None:
+        out["duplicate_of"] = _duplicate_to_json(e.duplicate_of)
     return out
 
 
@@ -239,16 +276,21 @@ def _approval_requested(e: ev.ApprovalRequested) -> dict[str, Any]:
         out["request_time"] = e.request_time
     if e.tool_version is not None:
         out["tool_version"] = e.tool_version
+    if e.variables:
+        out["variables"] = dict(e.variables)
     return out
 
 
 def _approval_resolved(e: ev.ApprovalResolved) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "approval_id": e.approval_id,
         "decision": _APPROVAL_WIRE[e.decision],
         "approver": e.approver,
         "comment": e.comment,
     }
+    if e.override_intent:
+        out["override_intent"] = True
+    return out
 
 
 def _retry_scheduled(e: ev.RetryScheduled) -> dict[str, Any]:
@@ -342,6 +384,17 @@ def _run_fault(e: ev.RunFault) -> dict[str, Any]:
     return out
 
 
+def _variables_set(e: ev.VariablesSet) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": e.step, "call_id": e.call_id, "tool": e.tool}
+    if e.variables:
+        out["variables"] = dict(e.variables)
+    if e.removed:
+        out["removed"] = list(e.removed)
+    if e.refused_reason:
+        out["refused_reason"] = e.refused_reason
+    return out
+
+
 _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.RunStarted: _run_started,
     ev.StepStarted: _step_started,
@@ -363,6 +416,7 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.Handoff: _handoff,
     ev.OutcomeResolved: _outcome_resolved,
     ev.RunFault: _run_fault,
+    ev.VariablesSet: _variables_set,
 }
 
 
@@ -453,6 +507,8 @@ def _d_tool_completed(d: Mapping[str, Any]) -> ev.ToolCompleted:
         replayed=bool(d.get("replayed", False)),
         result_ref=_ref(d.get("result_ref")),
         truncated=bool(d.get("truncated", False)),
+        deduplicated=bool(d.get("deduplicated", False)),
+        duplicate_of=_duplicate(d.get("duplicate_of")),
     )
 
 
@@ -477,6 +533,7 @@ def _d_approval_requested(d: Mapping[str, Any]) -> ev.ApprovalRequested:
         expire_time=d.get("expire_time"),
         request_time=d.get("request_time"),
         tool_version=d.get("tool_version"),
+        variables=_variables(d.get("variables")),
     )
 
 
@@ -486,6 +543,7 @@ def _d_approval_resolved(d: Mapping[str, Any]) -> ev.ApprovalResolved:
         decision=approval_decision_from_json(d.get("decision")),
         approver=d.get("approver", ""),
         comment=d.get("comment", ""),
+        override_intent=bool(d.get("override_intent", False)),
     )
 
 
@@ -578,6 +636,17 @@ def _d_run_fault(d: Mapping[str, Any]) -> ev.RunFault:
     )
 
 
+def _d_variables_set(d: Mapping[str, Any]) -> ev.VariablesSet:
+    return ev.VariablesSet(
+        step=int(d.get("step", 0)),
+        call_id=d.get("call_id", ""),
+        tool=d.get("tool", ""),
+        variables=_variables(d.get("variables")),
+        removed=tuple(str(name) for name in d.get("removed", ())),
+        refused_reason=d.get("refused_reason", ""),
+    )
+
+
 _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.RUN_STARTED: _d_run_started,
     ev.STEP_STARTED: _d_step_started,
@@ -599,6 +668,7 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.HANDOFF: _d_handoff,
     ev.OUTCOME_RESOLVED: _d_outcome_resolved,
     ev.RUN_FAULT: _d_run_fault,
+    ev.VARIABLES_SET: _d_variables_set,
 }
 
 

@@ -45,6 +45,7 @@ class RunRecord:
     input_ref: str | None = None  # JSON PayloadRef
     output_ref: str | None = None  # JSON PayloadRef
     pruned_ms: int | None = None
+    variables: str | None = None  # JSON object of the run variables, when any was set
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

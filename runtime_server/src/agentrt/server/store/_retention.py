@@ -227,6 +227,7 @@ class Pruner:
                 input_ref=None,
                 output_ref=None,
                 pending_approval=None,
+                variables=None,
             )
             .returning(runs.c.run_id, runs.c.tenant_id)
             .execution_options(synchronize_session=False)

@@ -70,6 +70,7 @@ runs = Table(
     Column("input_ref", Text, nullable=True),  # JSON PayloadRef when the input is stored as a payload
     Column("output_ref", Text, nullable=True),  # JSON PayloadRef when the output is stored as a payload
     Column("pruned_ms", BigInteger, nullable=True),  # retention removed events and payloads: a tombstone
+    Column("variables", Text, nullable=True),  # JSON object: the run variables tools set (S004 §1.2)
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),

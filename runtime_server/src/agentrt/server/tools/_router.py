@@ -48,6 +48,8 @@ class CallMetadata:
     tenant_id: str = ""
     traceparent: str = ""
     max_result_bytes: int = 0  # the host refuses a larger result itself (0: its own default)
+    session_id: str = ""  # the run's session: scopes session-wide intent keys
+    intent_override: bool = False  # a person approved repeating an earlier call's intent
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
         pairs: tuple[tuple[str, str], ...] = (
@@ -59,6 +61,10 @@ class CallMetadata:
         )
         if self.max_result_bytes:
             pairs = (*pairs, ("x-agentrt-max-result-bytes", str(self.max_result_bytes)))
+        if self.session_id:
+            pairs = (*pairs, ("x-agentrt-session-id", self.session_id))
+        if self.intent_override:
+            pairs = (*pairs, ("x-agentrt-intent-override", "1"))
         return (*pairs, ("traceparent", self.traceparent)) if self.traceparent else pairs
 
 
@@ -76,6 +82,10 @@ class ToolOutcome:
     # whether result_json is a truncated view of it.
     result_ref: dict[str, Any] | None = None
     truncated: bool = False
+    # The host answered with an earlier call's result (same business intent); proto3 JSON of
+    # IntentDuplicate, naming that call.
+    deduplicated: bool = False
+    duplicate_of: dict[str, Any] | None = None
 
     @classmethod
     def failure(cls, code: str, message: str, *, in_doubt: bool = False) -> ToolOutcome:
@@ -189,6 +199,8 @@ class ToolRouter:
             fencing_token=metadata.fencing_token,
             tool=tool,
             arguments_json=arguments_json,
+            session_id=metadata.session_id,
+            intent_override=metadata.intent_override,
         )
         return (*pairs, (GRANT_HEADER, grant))
 
@@ -242,6 +254,9 @@ class ToolRouter:
         if reply.WhichOneof("outcome") == "error":
             error = json_format.MessageToDict(reply.error, preserving_proto_field_name=True)
             return ToolOutcome(None, error, reply.replayed)
+        if reply.deduplicated:
+            first = json_format.MessageToDict(reply.duplicate_of, preserving_proto_field_name=True)
+            return ToolOutcome(reply.result_json, None, reply.replayed, deduplicated=True, duplicate_of=first)
         return ToolOutcome(reply.result_json, None, reply.replayed)
 
     async def get_operation(

@@ -161,20 +161,22 @@ class CancelRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class ResolveApprovalRequest(_message.Message):
-    __slots__ = ("run_id", "approval_id", "decision", "args_hash", "expected_revision", "comment")
+    __slots__ = ("run_id", "approval_id", "decision", "args_hash", "expected_revision", "comment", "override_intent")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     ARGS_HASH_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
     COMMENT_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDE_INTENT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     approval_id: str
     decision: _run_pb2.ApprovalDecision
     args_hash: str
     expected_revision: int
     comment: str
-    def __init__(self, run_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., decision: _Optional[_Union[_run_pb2.ApprovalDecision, str]] = ..., args_hash: _Optional[str] = ..., expected_revision: _Optional[int] = ..., comment: _Optional[str] = ...) -> None: ...
+    override_intent: bool
+    def __init__(self, run_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., decision: _Optional[_Union[_run_pb2.ApprovalDecision, str]] = ..., args_hash: _Optional[str] = ..., expected_revision: _Optional[int] = ..., comment: _Optional[str] = ..., override_intent: _Optional[bool] = ...) -> None: ...
 
 class ResolveApprovalResponse(_message.Message):
     __slots__ = ("run",)

@@ -26,14 +26,18 @@ class InvokeToolRequest(_message.Message):
     def __init__(self, tool: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
 class InvokeToolResponse(_message.Message):
-    __slots__ = ("result_json", "error", "replayed")
+    __slots__ = ("result_json", "error", "replayed", "deduplicated", "duplicate_of")
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_OF_FIELD_NUMBER: _ClassVar[int]
     result_json: str
     error: _tool_pb2.ToolError
     replayed: bool
-    def __init__(self, result_json: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    deduplicated: bool
+    duplicate_of: _tool_pb2.IntentDuplicate
+    def __init__(self, result_json: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ..., replayed: _Optional[bool] = ..., deduplicated: _Optional[bool] = ..., duplicate_of: _Optional[_Union[_tool_pb2.IntentDuplicate, _Mapping]] = ...) -> None: ...
 
 class GetOperationRequest(_message.Message):
     __slots__ = ("idempotency_key",)

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61gentrt/toolhost/v1/tool.proto\x12\x13\x61gentrt.toolhost.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc2\x02\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x19\n\x11input_schema_json\x18\x04 \x01(\t\x12\x34\n\x0bside_effect\x18\x05 \x01(\x0e\x32\x1f.agentrt.toolhost.v1.SideEffect\x12\x12\n\nidempotent\x18\x06 \x01(\x08\x12\x16\n\x0esupports_query\x18\x07 \x01(\x08\x12\x18\n\x10\x63oncurrency_safe\x18\x08 \x01(\x08\x12\x19\n\x11requires_approval\x18\t \x01(\x08\x12\x32\n\x0f\x64\x65\x66\x61ult_timeout\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14max_concurrent_calls\x18\x0b \x01(\r\"d\n\tToolError\x12\x30\n\x04\x63ode\x18\x01 \x01(\x0e\x32\".agentrt.toolhost.v1.ToolErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x65tails_json\x18\x03 \x01(\t\"\xb2\x02\n\tOperation\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x12\n\ninput_hash\x18\x03 \x01(\t\x12\x34\n\x06status\x18\x04 \x01(\x0e\x32$.agentrt.toolhost.v1.OperationStatus\x12\x13\n\x0bresult_json\x18\x05 \x01(\t\x12-\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.ToolError\x12\x0e\n\x06run_id\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp*x\n\nSideEffect\x12\x1b\n\x17SIDE_EFFECT_UNSPECIFIED\x10\x00\x12\x19\n\x15SIDE_EFFECT_READ_ONLY\x10\x01\x12\x15\n\x11SIDE_EFFECT_WRITE\x10\x02\x12\x1b\n\x17SIDE_EFFECT_DESTRUCTIVE\x10\x03*\xf9\x02\n\rToolErrorCode\x12\x1f\n\x1bTOOL_ERROR_CODE_UNSPECIFIED\x10\x00\x12!\n\x1dTOOL_ERROR_CODE_INVALID_INPUT\x10\x01\x12 \n\x1cTOOL_ERROR_CODE_UNAUTHORIZED\x10\x02\x12\x1d\n\x19TOOL_ERROR_CODE_TRANSIENT\x10\x03\x12\x1d\n\x19TOOL_ERROR_CODE_PERMANENT\x10\x04\x12\x1d\n\x19TOOL_ERROR_CODE_CANCELLED\x10\x05\x12 \n\x1cTOOL_ERROR_CODE_UNKNOWN_TOOL\x10\x06\x12 \n\x1cTOOL_ERROR_CODE_KEY_CONFLICT\x10\x07\x12\x1a\n\x16TOOL_ERROR_CODE_FENCED\x10\x08\x12\x1f\n\x1bTOOL_ERROR_CODE_NOT_ALLOWED\x10\t\x12$\n TOOL_ERROR_CODE_RESULT_TOO_LARGE\x10\n*\x8e\x01\n\x0fOperationStatus\x12 \n\x1cOPERATION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18OPERATION_STATUS_RUNNING\x10\x01\x12\x1e\n\x1aOPERATION_STATUS_SUCCEEDED\x10\x02\x12\x1b\n\x17OPERATION_STATUS_FAILED\x10\x03\x42\xb2\x01\n\x17\x64\x65v.agentrt.toolhost.v1B\tToolProtoP\x01Z@github.com/agentrt/agentrt/gen/go/agentrt/toolhost/v1;toolhostv1\xa2\x02\x03\x41TX\xaa\x02\x13\x41gentrt.Toolhost.V1\xca\x02\x13\x41gentrt\\Toolhost\\V1\xea\x02\x15\x41gentrt::Toolhost::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61gentrt/toolhost/v1/tool.proto\x12\x13\x61gentrt.toolhost.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf6\x02\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x19\n\x11input_schema_json\x18\x04 \x01(\t\x12\x34\n\x0bside_effect\x18\x05 \x01(\x0e\x32\x1f.agentrt.toolhost.v1.SideEffect\x12\x12\n\nidempotent\x18\x06 \x01(\x08\x12\x16\n\x0esupports_query\x18\x07 \x01(\x08\x12\x18\n\x10\x63oncurrency_safe\x18\x08 \x01(\x08\x12\x19\n\x11requires_approval\x18\t \x01(\x08\x12\x32\n\x0f\x64\x65\x66\x61ult_timeout\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14max_concurrent_calls\x18\x0b \x01(\r\x12\x32\n\nintent_key\x18\x14 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.IntentKey\"z\n\tIntentKey\x12\x11\n\targuments\x18\x01 \x03(\t\x12/\n\x05scope\x18\x02 \x01(\x0e\x32 .agentrt.toolhost.v1.IntentScope\x12)\n\x06window\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x8f\x01\n\x0fIntentDuplicate\x12\x12\n\nintent_key\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x04 \x01(\t\x12.\n\nfirst_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"d\n\tToolError\x12\x30\n\x04\x63ode\x18\x01 \x01(\x0e\x32\".agentrt.toolhost.v1.ToolErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x14\n\x0c\x64\x65tails_json\x18\x03 \x01(\t\"\xb2\x02\n\tOperation\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x12\n\ninput_hash\x18\x03 \x01(\t\x12\x34\n\x06status\x18\x04 \x01(\x0e\x32$.agentrt.toolhost.v1.OperationStatus\x12\x13\n\x0bresult_json\x18\x05 \x01(\t\x12-\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.ToolError\x12\x0e\n\x06run_id\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp*x\n\nSideEffect\x12\x1b\n\x17SIDE_EFFECT_UNSPECIFIED\x10\x00\x12\x19\n\x15SIDE_EFFECT_READ_ONLY\x10\x01\x12\x15\n\x11SIDE_EFFECT_WRITE\x10\x02\x12\x1b\n\x17SIDE_EFFECT_DESTRUCTIVE\x10\x03*t\n\x0bIntentScope\x12\x1c\n\x18INTENT_SCOPE_UNSPECIFIED\x10\x00\x12\x14\n\x10INTENT_SCOPE_RUN\x10\x01\x12\x18\n\x14INTENT_SCOPE_SESSION\x10\x02\x12\x17\n\x13INTENT_SCOPE_TENANT\x10\x03*\xf9\x02\n\rToolErrorCode\x12\x1f\n\x1bTOOL_ERROR_CODE_UNSPECIFIED\x10\x00\x12!\n\x1dTOOL_ERROR_CODE_INVALID_INPUT\x10\x01\x12 \n\x1cTOOL_ERROR_CODE_UNAUTHORIZED\x10\x02\x12\x1d\n\x19TOOL_ERROR_CODE_TRANSIENT\x10\x03\x12\x1d\n\x19TOOL_ERROR_CODE_PERMANENT\x10\x04\x12\x1d\n\x19TOOL_ERROR_CODE_CANCELLED\x10\x05\x12 \n\x1cTOOL_ERROR_CODE_UNKNOWN_TOOL\x10\x06\x12 \n\x1cTOOL_ERROR_CODE_KEY_CONFLICT\x10\x07\x12\x1a\n\x16TOOL_ERROR_CODE_FENCED\x10\x08\x12\x1f\n\x1bTOOL_ERROR_CODE_NOT_ALLOWED\x10\t\x12$\n TOOL_ERROR_CODE_RESULT_TOO_LARGE\x10\n*\x8e\x01\n\x0fOperationStatus\x12 \n\x1cOPERATION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18OPERATION_STATUS_RUNNING\x10\x01\x12\x1e\n\x1aOPERATION_STATUS_SUCCEEDED\x10\x02\x12\x1b\n\x17OPERATION_STATUS_FAILED\x10\x03\x42\xb2\x01\n\x17\x64\x65v.agentrt.toolhost.v1B\tToolProtoP\x01Z@github.com/agentrt/agentrt/gen/go/agentrt/toolhost/v1;toolhostv1\xa2\x02\x03\x41TX\xaa\x02\x13\x41gentrt.Toolhost.V1\xca\x02\x13\x41gentrt\\Toolhost\\V1\xea\x02\x15\x41gentrt::Toolhost::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,16 +34,22 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentrt.proto.toolhost.v1.t
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\027dev.agentrt.toolhost.v1B\tToolProtoP\001Z@github.com/agentrt/agentrt/gen/go/agentrt/toolhost/v1;toolhostv1\242\002\003ATX\252\002\023Agentrt.Toolhost.V1\312\002\023Agentrt\\Toolhost\\V1\352\002\025Agentrt::Toolhost::V1'
-  _globals['_SIDEEFFECT']._serialized_start=856
-  _globals['_SIDEEFFECT']._serialized_end=976
-  _globals['_TOOLERRORCODE']._serialized_start=979
-  _globals['_TOOLERRORCODE']._serialized_end=1356
-  _globals['_OPERATIONSTATUS']._serialized_start=1359
-  _globals['_OPERATIONSTATUS']._serialized_end=1501
+  _globals['_SIDEEFFECT']._serialized_start=1178
+  _globals['_SIDEEFFECT']._serialized_end=1298
+  _globals['_INTENTSCOPE']._serialized_start=1300
+  _globals['_INTENTSCOPE']._serialized_end=1416
+  _globals['_TOOLERRORCODE']._serialized_start=1419
+  _globals['_TOOLERRORCODE']._serialized_end=1796
+  _globals['_OPERATIONSTATUS']._serialized_start=1799
+  _globals['_OPERATIONSTATUS']._serialized_end=1941
   _globals['_TOOLSPEC']._serialized_start=121
-  _globals['_TOOLSPEC']._serialized_end=443
-  _globals['_TOOLERROR']._serialized_start=445
-  _globals['_TOOLERROR']._serialized_end=545
-  _globals['_OPERATION']._serialized_start=548
-  _globals['_OPERATION']._serialized_end=854
+  _globals['_TOOLSPEC']._serialized_end=495
+  _globals['_INTENTKEY']._serialized_start=497
+  _globals['_INTENTKEY']._serialized_end=619
+  _globals['_INTENTDUPLICATE']._serialized_start=622
+  _globals['_INTENTDUPLICATE']._serialized_end=765
+  _globals['_TOOLERROR']._serialized_start=767
+  _globals['_TOOLERROR']._serialized_end=867
+  _globals['_OPERATION']._serialized_start=870
+  _globals['_OPERATION']._serialized_end=1176
 # @@protoc_insertion_point(module_scope)

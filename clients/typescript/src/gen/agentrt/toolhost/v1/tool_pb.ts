@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/toolhost/v1/tool.proto.
  */
 export const file_agentrt_toolhost_v1_tool: GenFile = /*@__PURE__*/
-  fileDesc("Ch5hZ2VudHJ0L3Rvb2xob3N0L3YxL3Rvb2wucHJvdG8SE2FnZW50cnQudG9vbGhvc3QudjEiwgIKCFRvb2xTcGVjEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIZChFpbnB1dF9zY2hlbWFfanNvbhgEIAEoCRI0CgtzaWRlX2VmZmVjdBgFIAEoDjIfLmFnZW50cnQudG9vbGhvc3QudjEuU2lkZUVmZmVjdBISCgppZGVtcG90ZW50GAYgASgIEhYKDnN1cHBvcnRzX3F1ZXJ5GAcgASgIEhgKEGNvbmN1cnJlbmN5X3NhZmUYCCABKAgSGQoRcmVxdWlyZXNfYXBwcm92YWwYCSABKAgSMgoPZGVmYXVsdF90aW1lb3V0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhwKFG1heF9jb25jdXJyZW50X2NhbGxzGAsgASgNImQKCVRvb2xFcnJvchIwCgRjb2RlGAEgASgOMiIuYWdlbnRydC50b29saG9zdC52MS5Ub29sRXJyb3JDb2RlEg8KB21lc3NhZ2UYAiABKAkSFAoMZGV0YWlsc19qc29uGAMgASgJIrICCglPcGVyYXRpb24SFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEgwKBHRvb2wYAiABKAkSEgoKaW5wdXRfaGFzaBgDIAEoCRI0CgZzdGF0dXMYBCABKA4yJC5hZ2VudHJ0LnRvb2xob3N0LnYxLk9wZXJhdGlvblN0YXR1cxITCgtyZXN1bHRfanNvbhgFIAEoCRItCgVlcnJvchgGIAEoCzIeLmFnZW50cnQudG9vbGhvc3QudjEuVG9vbEVycm9yEg4KBnJ1bl9pZBgHIAEoCRIvCgtjcmVhdGVfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKngKClNpZGVFZmZlY3QSGwoXU0lERV9FRkZFQ1RfVU5TUEVDSUZJRUQQABIZChVTSURFX0VGRkVDVF9SRUFEX09OTFkQARIVChFTSURFX0VGRkVDVF9XUklURRACEhsKF1NJREVfRUZGRUNUX0RFU1RSVUNUSVZFEAMq+QIKDVRvb2xFcnJvckNvZGUSHwobVE9PTF9FUlJPUl9DT0RFX1VOU1BFQ0lGSUVEEAASIQodVE9PTF9FUlJPUl9DT0RFX0lOVkFMSURfSU5QVVQQARIgChxUT09MX0VSUk9SX0NPREVfVU5BVVRIT1JJWkVEEAISHQoZVE9PTF9FUlJPUl9DT0RFX1RSQU5TSUVOVBADEh0KGVRPT0xfRVJST1JfQ09ERV9QRVJNQU5FTlQQBBIdChlUT09MX0VSUk9SX0NPREVfQ0FOQ0VMTEVEEAUSIAocVE9PTF9FUlJPUl9DT0RFX1VOS05PV05fVE9PTBAGEiAKHFRPT0xfRVJST1JfQ09ERV9LRVlfQ09ORkxJQ1QQBxIaChZUT09MX0VSUk9SX0NPREVfRkVOQ0VEEAgSHwobVE9PTF9FUlJPUl9DT0RFX05PVF9BTExPV0VEEAkSJAogVE9PTF9FUlJPUl9DT0RFX1JFU1VMVF9UT09fTEFSR0UQCiqOAQoPT3BlcmF0aW9uU3RhdHVzEiAKHE9QRVJBVElPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIcChhPUEVSQVRJT05fU1RBVFVTX1JVTk5JTkcQARIeChpPUEVSQVRJT05fU1RBVFVTX1NVQ0NFRURFRBACEhsKF09QRVJBVElPTl9TVEFUVVNfRkFJTEVEEANCsgEKF2Rldi5hZ2VudHJ0LnRvb2xob3N0LnYxQglUb29sUHJvdG9QAVpAZ2l0aHViLmNvbS9hZ2VudHJ0L2FnZW50cnQvZ2VuL2dvL2FnZW50cnQvdG9vbGhvc3QvdjE7dG9vbGhvc3R2MaICA0FUWKoCE0FnZW50cnQuVG9vbGhvc3QuVjHKAhNBZ2VudHJ0XFRvb2xob3N0XFYx6gIVQWdlbnRydDo6VG9vbGhvc3Q6OlYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Ch5hZ2VudHJ0L3Rvb2xob3N0L3YxL3Rvb2wucHJvdG8SE2FnZW50cnQudG9vbGhvc3QudjEi9gIKCFRvb2xTcGVjEgwKBG5hbWUYASABKAkSDwoHdmVyc2lvbhgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRIZChFpbnB1dF9zY2hlbWFfanNvbhgEIAEoCRI0CgtzaWRlX2VmZmVjdBgFIAEoDjIfLmFnZW50cnQudG9vbGhvc3QudjEuU2lkZUVmZmVjdBISCgppZGVtcG90ZW50GAYgASgIEhYKDnN1cHBvcnRzX3F1ZXJ5GAcgASgIEhgKEGNvbmN1cnJlbmN5X3NhZmUYCCABKAgSGQoRcmVxdWlyZXNfYXBwcm92YWwYCSABKAgSMgoPZGVmYXVsdF90aW1lb3V0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhwKFG1heF9jb25jdXJyZW50X2NhbGxzGAsgASgNEjIKCmludGVudF9rZXkYFCABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLkludGVudEtleSJ6CglJbnRlbnRLZXkSEQoJYXJndW1lbnRzGAEgAygJEi8KBXNjb3BlGAIgASgOMiAuYWdlbnRydC50b29saG9zdC52MS5JbnRlbnRTY29wZRIpCgZ3aW5kb3cYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ijwEKD0ludGVudER1cGxpY2F0ZRISCgppbnRlbnRfa2V5GAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIOCgZydW5faWQYAyABKAkSDwoHY2FsbF9pZBgEIAEoCRIuCgpmaXJzdF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJkCglUb29sRXJyb3ISMAoEY29kZRgBIAEoDjIiLmFnZW50cnQudG9vbGhvc3QudjEuVG9vbEVycm9yQ29kZRIPCgdtZXNzYWdlGAIgASgJEhQKDGRldGFpbHNfanNvbhgDIAEoCSKyAgoJT3BlcmF0aW9uEhcKD2lkZW1wb3RlbmN5X2tleRgBIAEoCRIMCgR0b29sGAIgASgJEhIKCmlucHV0X2hhc2gYAyABKAkSNAoGc3RhdHVzGAQgASgOMiQuYWdlbnRydC50b29saG9zdC52MS5PcGVyYXRpb25TdGF0dXMSEwoLcmVzdWx0X2pzb24YBSABKAkSLQoFZXJyb3IYBiABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xFcnJvchIOCgZydW5faWQYByABKAkSLwoLY3JlYXRlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCp4CgpTaWRlRWZmZWN0EhsKF1NJREVfRUZGRUNUX1VOU1BFQ0lGSUVEEAASGQoVU0lERV9FRkZFQ1RfUkVBRF9PTkxZEAESFQoRU0lERV9FRkZFQ1RfV1JJVEUQAhIbChdTSURFX0VGRkVDVF9ERVNUUlVDVElWRRADKnQKC0ludGVudFNjb3BlEhwKGElOVEVOVF9TQ09QRV9VTlNQRUNJRklFRBAAEhQKEElOVEVOVF9TQ09QRV9SVU4QARIYChRJTlRFTlRfU0NPUEVfU0VTU0lPThACEhcKE0lOVEVOVF9TQ09QRV9URU5BTlQQAyr5AgoNVG9vbEVycm9yQ29kZRIfChtUT09MX0VSUk9SX0NPREVfVU5TUEVDSUZJRUQQABIhCh1UT09MX0VSUk9SX0NPREVfSU5WQUxJRF9JTlBVVBABEiAKHFRPT0xfRVJST1JfQ09ERV9VTkFVVEhPUklaRUQQAhIdChlUT09MX0VSUk9SX0NPREVfVFJBTlNJRU5UEAMSHQoZVE9PTF9FUlJPUl9DT0RFX1BFUk1BTkVOVBAEEh0KGVRPT0xfRVJST1JfQ09ERV9DQU5DRUxMRUQQBRIgChxUT09MX0VSUk9SX0NPREVfVU5LTk9XTl9UT09MEAYSIAocVE9PTF9FUlJPUl9DT0RFX0tFWV9DT05GTElDVBAHEhoKFlRPT0xfRVJST1JfQ09ERV9GRU5DRUQQCBIfChtUT09MX0VSUk9SX0NPREVfTk9UX0FMTE9XRUQQCRIkCiBUT09MX0VSUk9SX0NPREVfUkVTVUxUX1RPT19MQVJHRRAKKo4BCg9PcGVyYXRpb25TdGF0dXMSIAocT1BFUkFUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEhwKGE9QRVJBVElPTl9TVEFUVVNfUlVOTklORxABEh4KGk9QRVJBVElPTl9TVEFUVVNfU1VDQ0VFREVEEAISGwoXT1BFUkFUSU9OX1NUQVRVU19GQUlMRUQQA0KyAQoXZGV2LmFnZW50cnQudG9vbGhvc3QudjFCCVRvb2xQcm90b1ABWkBnaXRodWIuY29tL2FnZW50cnQvYWdlbnRydC9nZW4vZ28vYWdlbnRydC90b29saG9zdC92MTt0b29saG9zdHYxogIDQVRYqgITQWdlbnRydC5Ub29saG9zdC5WMcoCE0FnZW50cnRcVG9vbGhvc3RcVjHqAhVBZ2VudHJ0OjpUb29saG9zdDo6VjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Describes one tool a host serves.
@@ -97,6 +97,16 @@ export type ToolSpec = Message<"agentrt.toolhost.v1.ToolSpec"> & {
    * @generated from field: uint32 max_concurrent_calls = 11;
    */
   maxConcurrentCalls: number;
+
+  /**
+   * The call's business intent (S004 §10.2), when the tool declares one: the host refuses to run a
+   * second call with the same intent in scope and answers with the first call's recorded result.
+   * (Field numbers of this change start at 20, away from the next free ones, so parallel additions
+   * merge without renumbering.)
+   *
+   * @generated from field: agentrt.toolhost.v1.IntentKey intent_key = 20;
+   */
+  intentKey?: IntentKey | undefined;
 };
 
 /**
@@ -105,6 +115,91 @@ export type ToolSpec = Message<"agentrt.toolhost.v1.ToolSpec"> & {
  */
 export const ToolSpecSchema: GenMessage<ToolSpec> = /*@__PURE__*/
   messageDesc(file_agentrt_toolhost_v1_tool, 0);
+
+/**
+ * A tool's business intent: the arguments that name what a call does in the world (e.g. the
+ * order a refund is for), unique within a scope and, optionally, a time window.
+ *
+ * @generated from message agentrt.toolhost.v1.IntentKey
+ */
+export type IntentKey = Message<"agentrt.toolhost.v1.IntentKey"> & {
+  /**
+   * Names of top-level arguments whose values, with the tool name, make the intent.
+   *
+   * @generated from field: repeated string arguments = 1;
+   */
+  arguments: string[];
+
+  /**
+   * Where the intent must be unique.
+   *
+   * @generated from field: agentrt.toolhost.v1.IntentScope scope = 2;
+   */
+  scope: IntentScope;
+
+  /**
+   * How long after the first call a repeat counts as a duplicate; unset means forever.
+   *
+   * @generated from field: google.protobuf.Duration window = 3;
+   */
+  window?: Duration | undefined;
+};
+
+/**
+ * Describes the message agentrt.toolhost.v1.IntentKey.
+ * Use `create(IntentKeySchema)` to create a new message.
+ */
+export const IntentKeySchema: GenMessage<IntentKey> = /*@__PURE__*/
+  messageDesc(file_agentrt_toolhost_v1_tool, 1);
+
+/**
+ * The earlier call whose recorded result a deduplicated call was answered with.
+ *
+ * @generated from message agentrt.toolhost.v1.IntentDuplicate
+ */
+export type IntentDuplicate = Message<"agentrt.toolhost.v1.IntentDuplicate"> & {
+  /**
+   * sha256 (hex) of the tool name and the intent argument values.
+   *
+   * @generated from field: string intent_key = 1;
+   */
+  intentKey: string;
+
+  /**
+   * The earlier call's idempotency key.
+   *
+   * @generated from field: string idempotency_key = 2;
+   */
+  idempotencyKey: string;
+
+  /**
+   * The run that made the earlier call.
+   *
+   * @generated from field: string run_id = 3;
+   */
+  runId: string;
+
+  /**
+   * The earlier call's id within its run.
+   *
+   * @generated from field: string call_id = 4;
+   */
+  callId: string;
+
+  /**
+   * When the earlier call first ran.
+   *
+   * @generated from field: google.protobuf.Timestamp first_time = 5;
+   */
+  firstTime?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message agentrt.toolhost.v1.IntentDuplicate.
+ * Use `create(IntentDuplicateSchema)` to create a new message.
+ */
+export const IntentDuplicateSchema: GenMessage<IntentDuplicate> = /*@__PURE__*/
+  messageDesc(file_agentrt_toolhost_v1_tool, 2);
 
 /**
  * A typed tool failure.
@@ -139,7 +234,7 @@ export type ToolError = Message<"agentrt.toolhost.v1.ToolError"> & {
  * Use `create(ToolErrorSchema)` to create a new message.
  */
 export const ToolErrorSchema: GenMessage<ToolError> = /*@__PURE__*/
-  messageDesc(file_agentrt_toolhost_v1_tool, 1);
+  messageDesc(file_agentrt_toolhost_v1_tool, 3);
 
 /**
  * One entry of a host's operation ledger, keyed by idempotency key.
@@ -216,7 +311,7 @@ export type Operation = Message<"agentrt.toolhost.v1.Operation"> & {
  * Use `create(OperationSchema)` to create a new message.
  */
 export const OperationSchema: GenMessage<Operation> = /*@__PURE__*/
-  messageDesc(file_agentrt_toolhost_v1_tool, 2);
+  messageDesc(file_agentrt_toolhost_v1_tool, 4);
 
 /**
  * What a tool does to the world; decides how the runtime retries and recovers it.
@@ -258,6 +353,47 @@ export enum SideEffect {
  */
 export const SideEffectSchema: GenEnum<SideEffect> = /*@__PURE__*/
   enumDesc(file_agentrt_toolhost_v1_tool, 0);
+
+/**
+ * Where a tool's business intent must be unique.
+ *
+ * @generated from enum agentrt.toolhost.v1.IntentScope
+ */
+export enum IntentScope {
+  /**
+   * The tool declares no intent key.
+   *
+   * @generated from enum value: INTENT_SCOPE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Within one run.
+   *
+   * @generated from enum value: INTENT_SCOPE_RUN = 1;
+   */
+  RUN = 1,
+
+  /**
+   * Within one session (the run's, from its call grant); a run without a session is its own scope.
+   *
+   * @generated from enum value: INTENT_SCOPE_SESSION = 2;
+   */
+  SESSION = 2,
+
+  /**
+   * Within the tenant the call grant names.
+   *
+   * @generated from enum value: INTENT_SCOPE_TENANT = 3;
+   */
+  TENANT = 3,
+}
+
+/**
+ * Describes the enum agentrt.toolhost.v1.IntentScope.
+ */
+export const IntentScopeSchema: GenEnum<IntentScope> = /*@__PURE__*/
+  enumDesc(file_agentrt_toolhost_v1_tool, 1);
 
 /**
  * Typed failure classes; the runtime's retry and recovery policy keys on these.
@@ -348,7 +484,7 @@ export enum ToolErrorCode {
  * Describes the enum agentrt.toolhost.v1.ToolErrorCode.
  */
 export const ToolErrorCodeSchema: GenEnum<ToolErrorCode> = /*@__PURE__*/
-  enumDesc(file_agentrt_toolhost_v1_tool, 1);
+  enumDesc(file_agentrt_toolhost_v1_tool, 2);
 
 /**
  * Lifecycle of one invocation in a host's operation ledger.
@@ -389,5 +525,5 @@ export enum OperationStatus {
  * Describes the enum agentrt.toolhost.v1.OperationStatus.
  */
 export const OperationStatusSchema: GenEnum<OperationStatus> = /*@__PURE__*/
-  enumDesc(file_agentrt_toolhost_v1_tool, 2);
+  enumDesc(file_agentrt_toolhost_v1_tool, 3);
 
