@@ -38,13 +38,24 @@ from agentrt.toolhost._errors import (
 from agentrt.toolhost._host import SERVICE_NAME, ToolHost
 from agentrt.toolhost._ledger_retention import LedgerRetention
 from agentrt.toolhost._plugins import collect_tools, get_plugin_manager, load_plugin
-from agentrt.toolhost._sdk import Intent, IntentScope, SideEffect, Tool, ToolFunction, canonical_json, tool
+from agentrt.toolhost._sdk import (
+    SET_VARIABLES,
+    Intent,
+    IntentScope,
+    SideEffect,
+    Tool,
+    ToolFunction,
+    canonical_json,
+    tool,
+    with_variables,
+)
 from agentrt.toolhost._validate import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
 from agentrt.toolhost.hookspecs import hookimpl, hookspec
 
 __all__ = [
     "MAX_JSON_DEPTH",
     "SERVICE_NAME",
+    "SET_VARIABLES",
     "CancellationSignal",
     "DuplicateToolError",
     "ErrorCode",
@@ -74,4 +85,5 @@ __all__ = [
     "loads_bounded",
     "main",
     "tool",
+    "with_variables",
 ]

@@ -10,7 +10,7 @@ import json
 import math
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pydantic
@@ -20,7 +20,20 @@ from agentrt.toolhost._context import ToolContext
 from agentrt.toolhost._errors import InvalidInput, PermanentError
 from agentrt.toolhost._validate import JsonBoundsError, loads_bounded
 
-__all__ = ["Intent", "IntentScope", "SideEffect", "Tool", "ToolFunction", "canonical_json", "tool"]
+__all__ = [
+    "SET_VARIABLES",
+    "Intent",
+    "IntentScope",
+    "SideEffect",
+    "Tool",
+    "ToolFunction",
+    "canonical_json",
+    "tool",
+    "with_variables",
+]
+
+SET_VARIABLES = "_set_variables"
+"""The reserved member of a result object through which a tool sets run variables."""
 
 ToolFunction = Callable[[Any, ToolContext], Any]
 """``def f(args: Model, ctx: ToolContext) -> JSON-able`` or the ``async def`` equivalent."""
@@ -73,6 +86,22 @@ class Intent:
             raise ValueError("an intent names one or more distinct arguments")
         if self.window is not None and not (self.window > 0 and math.isfinite(self.window)):
             raise ValueError("an intent window must be a positive number of seconds (or None)")
+
+
+def with_variables(
+    result: Mapping[str, Any], variables: Mapping[str, str | float | bool | None]
+) -> dict[str, Any]:
+    """Return ``result`` with run variables to set, in its reserved ``_set_variables`` member.
+
+    Run variables are business facts the run carries (an order id, that an identity was
+    verified); later steps, approvals and re-checks read them. Values are strings, numbers or
+    booleans; None removes a variable. Never put a secret there: variables are shown to approvers
+    and in GetRun, and the runtime refuses names and values that look like credentials.
+
+    The member is part of the result the ledger records, so a replayed or deduplicated answer
+    sets the same variables again.
+    """
+    return {**result, SET_VARIABLES: dict(variables)}
 
 
 def canonical_json(value: Any) -> str:

@@ -2,10 +2,12 @@
 
 Tools:
 
-- ``orders.lookup`` (READ_ONLY, idempotent): an order of the built-in table A100..A105;
-  an unknown id is a PERMANENT error.
+- ``orders.lookup`` (READ_ONLY, idempotent): an order of the built-in table A100..A105 with its
+  status now and what was refunded; an unknown id is a PERMANENT error. Sets the run variables
+  ``order_id`` and ``order_status``.
+- ``orders.cancel`` (WRITE, idempotent): marks an order cancelled in ``<data_dir>/orders.sqlite``.
 - ``refund.issue`` (WRITE, supports_query): a refund row in ``<data_dir>/refunds.sqlite``,
-  unique per idempotency key.
+  unique per idempotency key; its intent key is ``order_id``, session-wide.
 - ``sleep.wait`` (READ_ONLY, async): sleeps, honouring cancellation and deadlines; logs to
   ``<data_dir>/sleep_events.log``.
 - ``noop.echo`` (READ_ONLY, idempotent): returns its arguments.
@@ -19,14 +21,25 @@ from typing import Any
 from agentrt.toolhost import Tool, ToolHostConfig, hookimpl
 
 from ._echo import EchoArgs, echo
-from ._orders import ORDERS, LookupArgs, Order, lookup_order
-from ._refunds import REFUNDS_FILE, RefundArgs, count_refunds, describe_refund, issue_refund, query_refund
+from ._lookup import LookupArgs, lookup_order
+from ._orders import ORDERS, ORDERS_FILE, CancelArgs, Order, cancel_order, order_status, set_order_status
+from ._refunds import (
+    REFUNDS_FILE,
+    RefundArgs,
+    count_refunds,
+    describe_refund,
+    issue_refund,
+    query_refund,
+    refunded_amount,
+)
 from ._sleep import SLEEP_LOG_FILE, SleepArgs, sleep_wait
 
 __all__ = [
     "ORDERS",
+    "ORDERS_FILE",
     "REFUNDS_FILE",
     "SLEEP_LOG_FILE",
+    "CancelArgs",
     "EchoArgs",
     "LookupArgs",
     "Order",
@@ -35,12 +48,16 @@ __all__ = [
     "agentrt_preview_tool",
     "agentrt_query_operation",
     "agentrt_register_tools",
+    "cancel_order",
     "count_refunds",
     "describe_refund",
     "echo",
     "issue_refund",
     "lookup_order",
+    "order_status",
     "query_refund",
+    "refunded_amount",
+    "set_order_status",
     "sleep_wait",
 ]
 
@@ -48,7 +65,7 @@ __all__ = [
 @hookimpl
 def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
     """The demo tools; they keep their files under ``config.data_dir`` (via ``ctx.data_dir``)."""
-    return [lookup_order, issue_refund, sleep_wait, echo]
+    return [lookup_order, cancel_order, issue_refund, sleep_wait, echo]
 
 
 @hookimpl

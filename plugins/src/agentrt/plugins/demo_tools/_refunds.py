@@ -3,6 +3,11 @@
 The refund ledger (``<data_dir>/refunds.sqlite``) has a UNIQUE idempotency key,
 so even a second effect attempt with the same key (say, after the host lost its
 operation ledger) cannot refund twice.
+
+``order_id`` is the tool's intent key, session-wide: when a model asks again (in a later step
+or a later turn of the session) to refund an order it already refunded, the tool host answers
+with the first refund instead of running the tool, and the model is told it was a duplicate.
+Only a person approving the call with ``override_intent`` refunds the same order again.
 """
 
 from __future__ import annotations
@@ -17,11 +22,26 @@ from typing import Any
 
 import pydantic
 
-from agentrt.toolhost import InvalidInput, PermanentError, SideEffect, ToolContext, tool
+from agentrt.toolhost import (
+    Intent,
+    IntentScope,
+    InvalidInput,
+    PermanentError,
+    SideEffect,
+    ToolContext,
+    tool,
+)
 
 from ._orders import ORDERS
 
-__all__ = ["REFUNDS_FILE", "RefundArgs", "count_refunds", "describe_refund", "issue_refund"]
+__all__ = [
+    "REFUNDS_FILE",
+    "RefundArgs",
+    "count_refunds",
+    "describe_refund",
+    "issue_refund",
+    "refunded_amount",
+]
 
 REFUNDS_FILE = "refunds.sqlite"
 
@@ -76,6 +96,7 @@ def _cents(amount: float) -> int:
     idempotent=False,
     supports_query=True,
     timeout=10.0,
+    intent=Intent(arguments=("order_id",), scope=IntentScope.SESSION),
 )
 def issue_refund(args: RefundArgs, ctx: ToolContext) -> dict[str, Any]:
     """Record the refund under the call's idempotency key and return it."""
@@ -152,6 +173,18 @@ def query_refund(idempotency_key: str, data_dir: Path) -> dict[str, Any]:
         "status": "issued",
     }
     return {"status": "succeeded", "result": result}
+
+
+def refunded_amount(data_dir: Path, order_id: str) -> float:
+    """What the refunds of an order add up to so far (0 when none)."""
+    path = data_dir / REFUNDS_FILE
+    if not path.exists():
+        return 0.0
+    with _connect(path) as db:
+        (cents,) = db.execute(
+            "SELECT COALESCE(SUM(amount_cents), 0) FROM refunds WHERE order_id = ?", (order_id,)
+        ).fetchone()
+    return int(cents) / 100
 
 
 def count_refunds(path: Path | str) -> int:

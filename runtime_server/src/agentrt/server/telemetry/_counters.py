@@ -18,6 +18,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     "partial_run_count",
     "lease_lost_count",
     "run_fault_count",  # run.fault events written: exceptions contained while driving a run
+    "recheck_veto_count",  # approved calls a re-check vetoed before they ran
+    "variables_refused_count",  # tool results whose run variables were refused (too many, secret-like)
 )
 
 
