@@ -23,6 +23,7 @@ EXPECTED = [
     "model.completed",
     "tool.started",
     "tool.completed",
+    "variables.set",  # orders.lookup sets the run variables order_id and order_status
     "step.started",
     "model.completed",
     "tool.started",

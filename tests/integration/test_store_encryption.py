@@ -397,7 +397,14 @@ async def test_sealed_records_read_without_a_key_file_fail_clearly(db_url: str, 
 
 
 def test_sealed_columns_are_the_payload_columns_of_runs() -> None:
-    assert set(SEALED_RUN_COLUMNS) == {"agent_spec", "input", "output", "metadata", "pending_approval"}
+    assert set(SEALED_RUN_COLUMNS) == {
+        "agent_spec",
+        "input",
+        "output",
+        "metadata",
+        "pending_approval",
+        "variables",
+    }
 
 
 @pytest.mark.parametrize(

@@ -124,10 +124,20 @@ REFUND = {"order_id": "A102", "amount": 1.5, "reason": "damaged box"}
 
 async def test_list_tools(stub: ToolHostServiceStub) -> None:
     specs = {s.name: s for s in (await stub.ListTools(ListToolsRequest(), timeout=5)).tools}
-    assert list(specs) == ["noop.echo", "orders.lookup", "refund.issue", "sleep.wait", "text.upper"]
+    assert list(specs) == [
+        "noop.echo",
+        "orders.cancel",
+        "orders.lookup",
+        "refund.issue",
+        "sleep.wait",
+        "text.upper",
+    ]
     refund = specs["refund.issue"]
     assert refund.side_effect == tool_pb2.SIDE_EFFECT_WRITE
     assert (refund.idempotent, refund.supports_query) == (False, True)
+    assert list(refund.intent_key.arguments) == ["order_id"]
+    assert refund.intent_key.scope == tool_pb2.INTENT_SCOPE_SESSION
+    assert not refund.intent_key.HasField("window")
     assert set(json.loads(refund.input_schema_json)["required"]) == {"order_id", "amount", "reason"}
     lookup = specs["orders.lookup"]
     assert lookup.side_effect == tool_pb2.SIDE_EFFECT_READ_ONLY

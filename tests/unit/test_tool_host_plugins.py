@@ -189,7 +189,7 @@ def test_a_plugin_given_twice_registers_once() -> None:
     pm = get_plugin_manager(
         plugins=["agentrt.plugins.demo_tools", "agentrt.plugins.demo_tools"], entrypoints=True
     )
-    assert len(collect_tools(pm, CONFIG)) == 4
+    assert len(collect_tools(pm, CONFIG)) == 5
 
 
 def test_an_unknown_module_is_a_plugin_error() -> None:
