@@ -159,7 +159,10 @@ async def test_a_repeat_of_the_intent_in_the_same_run_is_answered_with_the_first
     assert not (await call(stub, "refund.run", order="A101")).deduplicated
     assert not (await call(stub, "refund.run", order=None)).deduplicated
     assert not (await call(stub, "refund.run", order=None)).deduplicated
-    assert EFFECTS["refund.run"] == 5
+    # A call from no run has no run scope: its idempotency key is its only dedup.
+    assert not (await call(stub, "refund.run", run="")).deduplicated
+    assert not (await call(stub, "refund.run", run="")).deduplicated
+    assert EFFECTS["refund.run"] == 7
 
 
 async def test_a_retry_of_the_same_key_is_a_replay_not_a_duplicate(stub: ToolHostServiceStub) -> None:
@@ -167,6 +170,17 @@ async def test_a_retry_of_the_same_key_is_a_replay_not_a_duplicate(stub: ToolHos
     again = await call(stub, "refund.run", key="k-same")
     assert again.replayed and not again.deduplicated and again.result_json == first.result_json
     assert EFFECTS["refund.run"] == 1
+
+
+async def test_a_key_the_ledger_knows_is_answered_by_the_ledger_first(stub: ToolHostServiceStub) -> None:
+    first = await call(stub, "refund.run", key="k1")
+    overridden = await call(stub, "refund.run", key="k2", override=True)  # the claim moves to k2
+    again = await call(stub, "refund.run", key="k1")  # a retry of k1 replays k1, not k2
+    assert again.replayed and not again.deduplicated and again.result_json == first.result_json
+    assert again.result_json != overridden.result_json
+    conflict = await call(stub, "refund.run", key="k1", amount=2.0)  # same key, other arguments
+    assert conflict.error.message.startswith("the idempotency key was used before")
+    assert EFFECTS["refund.run"] == 2
 
 
 async def test_session_scope_spans_the_runs_of_a_session_and_falls_back_to_the_run(

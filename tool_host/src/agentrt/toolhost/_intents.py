@@ -79,7 +79,8 @@ def intent_of(tool: Tool, arguments: Any, *, run_id: str, session_id: str) -> In
 
     A call that leaves an intent argument out (or null) names no intent: it is deduplicated by
     its idempotency key only. A session-scoped intent of a run without a session is scoped to
-    the run.
+    the run; a run- or session-scoped intent of a call from no run (no run id: a direct caller,
+    not the runtime) has no scope and names no intent.
     """
     intent = tool.intent
     if intent is None or not isinstance(arguments, dict):
@@ -91,6 +92,8 @@ def intent_of(tool: Tool, arguments: Any, *, run_id: str, session_id: str) -> In
     scope = intent.scope
     if scope is IntentScope.SESSION and not session_id:
         scope = IntentScope.RUN
+    if scope is IntentScope.RUN and not run_id:
+        return None
     scope_id = {IntentScope.RUN: run_id, IntentScope.SESSION: session_id, IntentScope.TENANT: ""}[scope]
     return IntentCall(key=key, scope=scope, scope_id=scope_id, window_s=intent.window)
 

@@ -346,7 +346,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         fencing_token = meta.fencing_token
         intent = intent_of(tool, raw, run_id=meta.run_id, session_id=meta.session_id)
         if intent is not None:
-            refused = await self._check_intent(intent, meta, deadline)
+            refused = await self._check_intent(intent, meta, deadline, tool=tool.name, input_hash=input_hash)
             if refused is not None:
                 return refused
             fencing_token = None  # checked (and remembered) before the intent
@@ -422,17 +422,26 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     assert_never(decision)
 
     async def _check_intent(
-        self, intent: IntentCall, meta: CallMetadata, deadline: float
+        self, intent: IntentCall, meta: CallMetadata, deadline: float, *, tool: str, input_hash: str
     ) -> pb.InvokeToolResponse | None:
         """None when the call may run its intent (claimed now); else the answer instead of running.
 
         The fencing token is checked first, so a stale caller hears FENCED, not an earlier result.
-        No await may come between a claim and the ledger's begin that follows it (see _intents.py).
+        A key the ledger knows is its own business first (a replay, a conflict, a call in flight):
+        only a call that would run (a new key, or a retry after a retryable failure) meets the
+        intent. No await may come between a claim and the ledger's begin that follows it.
         """
         if meta.fencing_token is not None and meta.run_id:
             higher = self._ledger.check_fence(meta.run_id, meta.fencing_token, tenant=meta.tenant)
             if higher is not None:
                 return self._fenced_error(meta, higher)
+        known = self._ledger.get(meta.idempotency_key, tenant=meta.tenant)
+        if known is not None and not (
+            (known.tool, known.input_hash) == (tool, input_hash)
+            and known.outcome is not None
+            and known.outcome.retryable
+        ):
+            return None
         while True:
             decision = self.intents.claim(
                 intent,
