@@ -40,7 +40,7 @@ def test_the_core_writes_only_kinds_it_declares() -> None:
     # Hunts for a step.started written with a literal kind the API would not map.
     for path in (ROOT / "runtime_server").rglob("*.py"):
         text = path.read_text()
-        assert not re.search(r"""["']kind["']\s*:\s*["']""", text), f"{path}: write kinds as ev.STEP_*"
+        assert not re.search(r"""["']kind["']\s*:\s*["']""", text), f"{path}: write kinds as StepKind"
 
 
 @pytest.mark.parametrize(
