@@ -18,13 +18,13 @@ from contextlib import aclosing
 from typing import Any
 
 from agentrt.server.api._streams import Follower
-from agentrt.server.core import ResourceExhausted
+from agentrt.server.core import OverLimit
 from agentrt.server.store import StoredEvent
 
 log = logging.getLogger("agentrt.api")
 
 
-class FollowerStalled(ResourceExhausted):
+class FollowerStalled(OverLimit):
     """A stream reader left its buffer full for longer than ``streams.stall_timeout_s``."""
 
     reason = "FOLLOWER_STALLED"

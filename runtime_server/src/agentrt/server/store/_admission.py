@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, select, text
 
-from agentrt.server.core import TERMINAL_PHASES, Phase, ResourceExhausted
+from agentrt.server.core import TERMINAL_PHASES, OverLimit, Phase
 from agentrt.server.store._schema import runs
 
 __all__ = ["GLOBAL_EXACT_WITHIN", "Admission"]
@@ -73,7 +73,7 @@ class Admission:
         """Refuse the run when a limit is reached.
 
         Raises:
-            ResourceExhausted: ``TOO_MANY_ACTIVE_RUNS`` or ``TOO_MANY_QUEUED_RUNS`` (metadata
+            OverLimit: ``TOO_MANY_ACTIVE_RUNS`` or ``TOO_MANY_QUEUED_RUNS`` (metadata
                 ``scope`` tenant or global, and ``limit``), with ``retry_after_s``.
         """
         tenant = runs.c.tenant_id == self.tenant_id
@@ -95,7 +95,7 @@ class Admission:
 
     def _refuse(self, reason: str, what: str, scope: str, limit: int) -> None:
         whose = "of this tenant" if scope == "tenant" else "on this server"
-        raise ResourceExhausted(
+        raise OverLimit(
             f"too many {what} {whose} (limit {limit}); retry later",
             reason=reason,
             retry_after_s=self.retry_after_s,

@@ -115,7 +115,7 @@ class Store:
             The run and whether this call created it.
 
         Raises:
-            ResourceExhausted: Over an admission limit; nothing was written.
+            OverLimit: Over an admission limit; nothing was written.
         """
 
         def existing(conn: Connection) -> RunRecord | None:
@@ -167,7 +167,7 @@ class Store:
             return found, False
 
     async def check_admission(self, admission: Admission) -> None:
-        """Raise ResourceExhausted when a new run would be over a limit now (reads only)."""
+        """Raise OverLimit when a new run would be over a limit now (reads only)."""
         await self.db.transaction(admission.check)
 
     async def find_by_request_key(self, tenant_id: str, request_key: str) -> RunRecord | None:
