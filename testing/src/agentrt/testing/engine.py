@@ -320,7 +320,9 @@ class FakeTools:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no fake serves {tool!r}")
         key = metadata.idempotency_key
         done = self.ledger.get(key)
-        if isinstance(done, ToolOutcome):  # a tool host replays a recorded outcome for the same key
+        retryable = ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
+        if isinstance(done, ToolOutcome) and (done.error or {}).get("code") not in retryable:
+            # A tool host replays a final outcome for the same key (and runs a retryable one again).
             return dataclasses.replace(done, replayed=True)
         self.calls.append(ToolCallSeen(tool, arguments_json, metadata))
         self.ledger[key] = "running"

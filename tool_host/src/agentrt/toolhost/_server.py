@@ -487,6 +487,8 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             )
             self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
             return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
+        if tool is None or not tool.supports_query:
+            return record  # no plugin answers for this tool: another's hook must not guess for it
         answer = await asyncio.to_thread(
             self._pm.hook.agentrt_query_operation,
             tool=record.tool,
