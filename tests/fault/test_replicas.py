@@ -208,17 +208,20 @@ def test_kill_9_of_the_owner_during_a_slow_write_executes_it_once_and_never_says
     assert "CANCELLED" not in told[-1]["content"] and "refund A100" in told[-1]["content"]
 
 
+@pytest.mark.parametrize("tool", ["slow.write", "slow.write_blocking"])
 def test_cancel_run_on_the_owner_commits_cancel_requested_at_once_with_a_slow_write_in_flight(
-    tmp_path: Path, refund_host: ToolHostProcess, pg_url: str
+    tmp_path: Path, refund_host: ToolHostProcess, pg_url: str, tool: str
 ) -> None:
-    with serve_fake_openai(SLOW_WRITE_THEN_DONE) as (_, model_url):
-        env = runtime_env(db_url=pg_url, tool_host=refund_host.address, model_url=model_url, tools=SLOW_TOOLS)
+    """slow.write stops when its host is asked to; slow.write_blocking (a sync body) cannot."""
+    script = {1: {"tool": tool, "arguments": {"seconds": 3.0, "note": "refund A100"}}, 2: {"text": "x"}}
+    with serve_fake_openai(script) as (_, model_url):
+        env = runtime_env(db_url=pg_url, tool_host=refund_host.address, model_url=model_url, tools=(tool,))
         replicas = [start_runtime(tmp_path, env) for _ in range(3)]
         owner = replicas[0]
         try:
             with Client(owner.address) as client:
                 run_id = client.start_run("refund", "Please refund A100").run_id
-            key = key_of_started(owner.address, run_id, "slow.write")
+            key = key_of_started(owner.address, run_id, tool)
             wait_running_on_host(refund_host.data_dir, key)
             with Client(owner.address) as client:
                 asked_at = time.time()
@@ -231,15 +234,20 @@ def test_cancel_run_on_the_owner_commits_cancel_requested_at_once_with_a_slow_wr
     types = [event_type(e) for e in events]
     (requested,) = [e for e in events if e.HasField("cancel_requested")]
     latency_ms = requested.time.ToMilliseconds() - asked_at * 1000
+    effects = count_slow_writes(refund_host.data_dir, key)
     print(
-        f"\nCancelRun to the owner with a 3 s write in flight: cancel.requested committed "
+        f"\nCancelRun to the owner with a 3 s {tool} in flight: cancel.requested committed "
         f"{latency_ms:.0f} ms after the request; run ended {ended_at - asked_at:.2f} s after it; "
-        f"effects={count_slow_writes(refund_host.data_dir, key)}"
+        f"effects={effects}; events={types}"
     )
     assert latency_ms < 200, latency_ms
     assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_CANCELLED, types
-    # The host was asked to stop the write; it stopped before its effect, and said so.
-    (failed,) = [e.tool_failed for e in events if e.HasField("tool_failed")]
-    assert failed.error.code == tool_pb2.TOOL_ERROR_CODE_CANCELLED
-    assert types.index("cancel.requested") < types.index("tool.failed")
-    assert count_slow_writes(refund_host.data_dir, key) == 0
+    # Committed while the write was in flight, before its outcome; the outcome is then the real one.
+    result = types.index("tool.failed" if tool == "slow.write" else "tool.completed")
+    assert types.index("cancel.requested") < result
+    if tool == "slow.write":  # asked to stop, it stopped before its effect, and said so
+        (failed,) = [e.tool_failed for e in events if e.HasField("tool_failed")]
+        assert failed.error.code == tool_pb2.TOOL_ERROR_CODE_CANCELLED
+        assert effects == 0
+    else:  # a sync body cannot be stopped: its effect is recorded, never claimed undone
+        assert "tool.failed" not in types and effects == 1

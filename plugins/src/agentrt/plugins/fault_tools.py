@@ -5,6 +5,7 @@
   explicit cancel before then stops it cleanly (ToolCancelled, no effect).
 - ``slow.write_sync`` (WRITE, sync, 1 s timeout): blocks its thread ``seconds``, then records its
   effect; nothing can stop it once started (what a sync tool is to its host).
+- ``slow.write_blocking``: the same with a 10 s timeout (a slow sync write within its deadline).
 
 Each effect is one line (the call's idempotency key) in ``<data_dir>/slow_writes.log``; count
 them with :func:`count_slow_writes`. Neither write implements the query hook, so the host
@@ -43,6 +44,7 @@ __all__ = [
     "count_slow_writes",
     "flaky_transient",
     "slow_write",
+    "slow_write_blocking",
     "slow_write_sync",
 ]
 
@@ -123,7 +125,15 @@ def slow_write_sync(args: SlowWriteArgs, ctx: ToolContext) -> dict[str, Any]:
     return {"written": args.note, "key": ctx.idempotency_key, "saw_cancel": ctx.is_cancelled()}
 
 
+slow_write_blocking = tool(
+    name="slow.write_blocking",
+    description="A write that blocks its thread for a while, within its deadline; nothing stops it.",
+    side_effect=SideEffect.WRITE,
+    timeout=10.0,
+)(slow_write_sync.fn)
+
+
 @hookimpl
 def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
     """Register the fault-suite tools."""
-    return [flaky_transient, slow_write, slow_write_sync]
+    return [flaky_transient, slow_write, slow_write_sync, slow_write_blocking]
