@@ -106,7 +106,18 @@ class ToolPort(Protocol):
 
     async def query(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
-    ) -> LedgerAnswer: ...
+    ) -> LedgerAnswer:
+        """An outcome the host is unsure of (it stopped the tool where it stood) is ``in_doubt``."""
+        ...
+
+    async def cancel(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, reason: str, timeout_s: float
+    ) -> bool:
+        """Ask the host to stop a running call on purpose (CancelOperation); best effort.
+
+        True when the host was running it and signalled it; never raises for an unreachable host.
+        """
+        ...
 
     async def preview(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float

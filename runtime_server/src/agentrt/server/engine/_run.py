@@ -270,6 +270,24 @@ class RunContext:
         """Wait ``delay_s``; a cancel request cuts the wait (Cancelled)."""
         await cancellable(self.handle, lambda: self.ports.sleep(delay_s))
 
+    async def cancel_arrives_before(self, work: asyncio.Future[Any]) -> bool:
+        """Wait until ``work`` is done or a cancel request arrives; True when the cancel came first.
+
+        Unlike :meth:`io`, the cancel does not cut ``work`` (a write in flight): the caller reacts
+        to it while ``work`` goes on. A shutdown still cancels the wait (and not ``work``).
+        """
+        handle = self.handle
+        if handle.cancel_reason is not None:
+            return not work.done()
+        signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        handle.io = signal  # what signal_cancel cuts
+        try:
+            await asyncio.wait({work, signal}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            handle.io = None
+            signal.cancel()
+        return not work.done() and handle.cancel_reason is not None
+
 
 async def cancellable(handle: RunHandle, make: Callable[[], Awaitable[T]]) -> T:
     """Await ``make()`` as the run's one cancellable call: a cancel request cuts it, shutdown does not.

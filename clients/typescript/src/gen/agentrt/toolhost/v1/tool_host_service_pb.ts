@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/toolhost/v1/tool_host_service.proto.
  */
 export const file_agentrt_toolhost_v1_tool_host_service: GenFile = /*@__PURE__*/
-  fileDesc("CithZ2VudHJ0L3Rvb2xob3N0L3YxL3Rvb2xfaG9zdF9zZXJ2aWNlLnByb3RvEhNhZ2VudHJ0LnRvb2xob3N0LnYxIhIKEExpc3RUb29sc1JlcXVlc3QiQQoRTGlzdFRvb2xzUmVzcG9uc2USLAoFdG9vbHMYASADKAsyHS5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xTcGVjIjkKEUludm9rZVRvb2xSZXF1ZXN0EgwKBHRvb2wYASABKAkSFgoOYXJndW1lbnRzX2pzb24YAiABKAkieQoSSW52b2tlVG9vbFJlc3BvbnNlEhUKC3Jlc3VsdF9qc29uGAEgASgJSAASLwoFZXJyb3IYAiABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xFcnJvckgAEhAKCHJlcGxheWVkGAMgASgIQgkKB291dGNvbWUiLgoTR2V0T3BlcmF0aW9uUmVxdWVzdBIXCg9pZGVtcG90ZW5jeV9rZXkYASABKAkiSQoUR2V0T3BlcmF0aW9uUmVzcG9uc2USMQoJb3BlcmF0aW9uGAEgASgLMh4uYWdlbnRydC50b29saG9zdC52MS5PcGVyYXRpb24iOgoSUHJldmlld1Rvb2xSZXF1ZXN0EgwKBHRvb2wYASABKAkSFgoOYXJndW1lbnRzX2pzb24YAiABKAkiLQoTUHJldmlld1Rvb2xSZXNwb25zZRIWCg5pbXBhY3Rfc3VtbWFyeRgBIAEoCTKTAwoPVG9vbEhvc3RTZXJ2aWNlEloKCUxpc3RUb29scxIlLmFnZW50cnQudG9vbGhvc3QudjEuTGlzdFRvb2xzUmVxdWVzdBomLmFnZW50cnQudG9vbGhvc3QudjEuTGlzdFRvb2xzUmVzcG9uc2USXQoKSW52b2tlVG9vbBImLmFnZW50cnQudG9vbGhvc3QudjEuSW52b2tlVG9vbFJlcXVlc3QaJy5hZ2VudHJ0LnRvb2xob3N0LnYxLkludm9rZVRvb2xSZXNwb25zZRJjCgxHZXRPcGVyYXRpb24SKC5hZ2VudHJ0LnRvb2xob3N0LnYxLkdldE9wZXJhdGlvblJlcXVlc3QaKS5hZ2VudHJ0LnRvb2xob3N0LnYxLkdldE9wZXJhdGlvblJlc3BvbnNlEmAKC1ByZXZpZXdUb29sEicuYWdlbnRydC50b29saG9zdC52MS5QcmV2aWV3VG9vbFJlcXVlc3QaKC5hZ2VudHJ0LnRvb2xob3N0LnYxLlByZXZpZXdUb29sUmVzcG9uc2VCvQEKF2Rldi5hZ2VudHJ0LnRvb2xob3N0LnYxQhRUb29sSG9zdFNlcnZpY2VQcm90b1ABWkBnaXRodWIuY29tL2FnZW50cnQvYWdlbnRydC9nZW4vZ28vYWdlbnRydC90b29saG9zdC92MTt0b29saG9zdHYxogIDQVRYqgITQWdlbnRydC5Ub29saG9zdC5WMcoCE0FnZW50cnRcVG9vbGhvc3RcVjHqAhVBZ2VudHJ0OjpUb29saG9zdDo6VjFiBnByb3RvMw", [file_agentrt_toolhost_v1_tool]);
+  fileDesc("CithZ2VudHJ0L3Rvb2xob3N0L3YxL3Rvb2xfaG9zdF9zZXJ2aWNlLnByb3RvEhNhZ2VudHJ0LnRvb2xob3N0LnYxIhIKEExpc3RUb29sc1JlcXVlc3QiQQoRTGlzdFRvb2xzUmVzcG9uc2USLAoFdG9vbHMYASADKAsyHS5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xTcGVjIjkKEUludm9rZVRvb2xSZXF1ZXN0EgwKBHRvb2wYASABKAkSFgoOYXJndW1lbnRzX2pzb24YAiABKAkieQoSSW52b2tlVG9vbFJlc3BvbnNlEhUKC3Jlc3VsdF9qc29uGAEgASgJSAASLwoFZXJyb3IYAiABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xFcnJvckgAEhAKCHJlcGxheWVkGAMgASgIQgkKB291dGNvbWUiLgoTR2V0T3BlcmF0aW9uUmVxdWVzdBIXCg9pZGVtcG90ZW5jeV9rZXkYASABKAkiSQoUR2V0T3BlcmF0aW9uUmVzcG9uc2USMQoJb3BlcmF0aW9uGAEgASgLMh4uYWdlbnRydC50b29saG9zdC52MS5PcGVyYXRpb24iQQoWQ2FuY2VsT3BlcmF0aW9uUmVxdWVzdBIXCg9pZGVtcG90ZW5jeV9rZXkYASABKAkSDgoGcmVhc29uGAIgASgJIl8KF0NhbmNlbE9wZXJhdGlvblJlc3BvbnNlEjEKCW9wZXJhdGlvbhgBIAEoCzIeLmFnZW50cnQudG9vbGhvc3QudjEuT3BlcmF0aW9uEhEKCXNpZ25hbGxlZBgCIAEoCCI6ChJQcmV2aWV3VG9vbFJlcXVlc3QSDAoEdG9vbBgBIAEoCRIWCg5hcmd1bWVudHNfanNvbhgCIAEoCSItChNQcmV2aWV3VG9vbFJlc3BvbnNlEhYKDmltcGFjdF9zdW1tYXJ5GAEgASgJMoEECg9Ub29sSG9zdFNlcnZpY2USWgoJTGlzdFRvb2xzEiUuYWdlbnRydC50b29saG9zdC52MS5MaXN0VG9vbHNSZXF1ZXN0GiYuYWdlbnRydC50b29saG9zdC52MS5MaXN0VG9vbHNSZXNwb25zZRJdCgpJbnZva2VUb29sEiYuYWdlbnRydC50b29saG9zdC52MS5JbnZva2VUb29sUmVxdWVzdBonLmFnZW50cnQudG9vbGhvc3QudjEuSW52b2tlVG9vbFJlc3BvbnNlEmMKDEdldE9wZXJhdGlvbhIoLmFnZW50cnQudG9vbGhvc3QudjEuR2V0T3BlcmF0aW9uUmVxdWVzdBopLmFnZW50cnQudG9vbGhvc3QudjEuR2V0T3BlcmF0aW9uUmVzcG9uc2USYAoLUHJldmlld1Rvb2wSJy5hZ2VudHJ0LnRvb2xob3N0LnYxLlByZXZpZXdUb29sUmVxdWVzdBooLmFnZW50cnQudG9vbGhvc3QudjEuUHJldmlld1Rvb2xSZXNwb25zZRJsCg9DYW5jZWxPcGVyYXRpb24SKy5hZ2VudHJ0LnRvb2xob3N0LnYxLkNhbmNlbE9wZXJhdGlvblJlcXVlc3QaLC5hZ2VudHJ0LnRvb2xob3N0LnYxLkNhbmNlbE9wZXJhdGlvblJlc3BvbnNlQr0BChdkZXYuYWdlbnRydC50b29saG9zdC52MUIUVG9vbEhvc3RTZXJ2aWNlUHJvdG9QAVpAZ2l0aHViLmNvbS9hZ2VudHJ0L2FnZW50cnQvZ2VuL2dvL2FnZW50cnQvdG9vbGhvc3QvdjE7dG9vbGhvc3R2MaICA0FUWKoCE0FnZW50cnQuVG9vbGhvc3QuVjHKAhNBZ2VudHJ0XFRvb2xob3N0XFYx6gIVQWdlbnRydDo6VG9vbGhvc3Q6OlYxYgZwcm90bzM", [file_agentrt_toolhost_v1_tool]);
 
 /**
  * Request of ListTools.
@@ -165,6 +165,63 @@ export const GetOperationResponseSchema: GenMessage<GetOperationResponse> = /*@_
   messageDesc(file_agentrt_toolhost_v1_tool_host_service, 5);
 
 /**
+ * Request of CancelOperation.
+ *
+ * @generated from message agentrt.toolhost.v1.CancelOperationRequest
+ */
+export type CancelOperationRequest = Message<"agentrt.toolhost.v1.CancelOperationRequest"> & {
+  /**
+   * The idempotency key of the call to stop.
+   *
+   * @generated from field: string idempotency_key = 1;
+   */
+  idempotencyKey: string;
+
+  /**
+   * Why, for the host's log (e.g. the run's cancel reason).
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message agentrt.toolhost.v1.CancelOperationRequest.
+ * Use `create(CancelOperationRequestSchema)` to create a new message.
+ */
+export const CancelOperationRequestSchema: GenMessage<CancelOperationRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 6);
+
+/**
+ * Response of CancelOperation.
+ *
+ * @generated from message agentrt.toolhost.v1.CancelOperationResponse
+ */
+export type CancelOperationResponse = Message<"agentrt.toolhost.v1.CancelOperationResponse"> & {
+  /**
+   * The ledger entry once the tool was signalled; RUNNING until the tool has stopped.
+   *
+   * @generated from field: agentrt.toolhost.v1.Operation operation = 1;
+   */
+  operation?: Operation | undefined;
+
+  /**
+   * True when this host was running the call and signalled it; false when it had
+   * already ended (or an earlier host process ran it).
+   *
+   * @generated from field: bool signalled = 2;
+   */
+  signalled: boolean;
+};
+
+/**
+ * Describes the message agentrt.toolhost.v1.CancelOperationResponse.
+ * Use `create(CancelOperationResponseSchema)` to create a new message.
+ */
+export const CancelOperationResponseSchema: GenMessage<CancelOperationResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 7);
+
+/**
  * Request of PreviewTool.
  *
  * @generated from message agentrt.toolhost.v1.PreviewToolRequest
@@ -190,7 +247,7 @@ export type PreviewToolRequest = Message<"agentrt.toolhost.v1.PreviewToolRequest
  * Use `create(PreviewToolRequestSchema)` to create a new message.
  */
 export const PreviewToolRequestSchema: GenMessage<PreviewToolRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 6);
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 8);
 
 /**
  * Response of PreviewTool.
@@ -211,7 +268,7 @@ export type PreviewToolResponse = Message<"agentrt.toolhost.v1.PreviewToolRespon
  * Use `create(PreviewToolResponseSchema)` to create a new message.
  */
 export const PreviewToolResponseSchema: GenMessage<PreviewToolResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 7);
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 9);
 
 /**
  * A tool host process serving plugin tools to agentrt runtimes.
@@ -223,8 +280,15 @@ export const PreviewToolResponseSchema: GenMessage<PreviewToolResponse> = /*@__P
  * idempotency key, fencing token, tool, argument hash and expiry. A host that
  * has grant keys verifies the grant before any ledger write or plugin code and
  * refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
- * (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
- * cancellation.
+ * (PERMISSION_DENIED). The deadline is the gRPC deadline.
+ *
+ * A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+ * vanishes (its process died, its connection broke) looks the same as one that
+ * cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+ * write (a tool neither read-only nor idempotent) run to completion and records
+ * its outcome, so the caller's successor finds it with GetOperation; only
+ * CancelOperation stops a write. Read-only and idempotent tools are stopped when
+ * their caller goes away (running them again is safe).
  *
  * @generated from service agentrt.toolhost.v1.ToolHostService
  */
@@ -268,6 +332,22 @@ export const ToolHostService: GenService<{
     methodKind: "unary";
     input: typeof PreviewToolRequestSchema;
     output: typeof PreviewToolResponseSchema;
+  },
+  /**
+   * Asks the host to stop a running invocation, by idempotency key: an explicit
+   * cancel (the run was cancelled), unlike a caller that vanished. The tool sees
+   * the signal at once; an async tool still running after the host's cancel
+   * grace is cancelled; a sync tool cannot be interrupted and runs to its end.
+   * Answers at once with the entry as it stands (often still RUNNING): the
+   * InvokeTool call, or GetOperation later, reports the real outcome. NOT_FOUND
+   * when the ledger has no such key.
+   *
+   * @generated from rpc agentrt.toolhost.v1.ToolHostService.CancelOperation
+   */
+  cancelOperation: {
+    methodKind: "unary";
+    input: typeof CancelOperationRequestSchema;
+    output: typeof CancelOperationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_agentrt_toolhost_v1_tool_host_service, 0);
