@@ -54,7 +54,14 @@ from agentrt.server.models import (
     ModelToolCall,
 )
 from agentrt.server.policies import Policies, get_policy_plugin_manager
-from agentrt.server.store import PayloadRef, RunRecord, Signal, StoredEvent, StoredPayload
+from agentrt.server.store import (
+    PayloadRef,
+    RunRecord,
+    Signal,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredPayload,
+)
 from agentrt.server.telemetry import Counters
 from agentrt.server.tools import CallMetadata, ToolOutcome
 
@@ -105,6 +112,8 @@ class MemoryRunLog:
         self.runs: dict[str, RunRecord] = {}
         self.events: dict[str, list[StoredEvent]] = {}
         self.signals: dict[str, list[Signal]] = {}
+        self.checkpoints: dict[str, StoredCheckpoint] = {}  # the latest of each run
+        self.checkpoint_reads = 0
         self._signal_ids = itertools.count(1)
         self.appends = 0
 
@@ -166,6 +175,15 @@ class MemoryRunLog:
         record = self.runs.get(run_id)
         if record is not None and record.lease_owner == owner:
             self.runs[run_id] = dataclasses.replace(record, lease_owner=None, lease_expires_ms=None)
+
+    async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
+        latest = self.checkpoints.get(checkpoint.run_id)
+        if latest is None or latest.through_seq < checkpoint.through_seq:
+            self.checkpoints[checkpoint.run_id] = checkpoint
+
+    async def read_checkpoint(self, run_id: str) -> StoredCheckpoint | None:
+        self.checkpoint_reads += 1
+        return self.checkpoints.get(run_id)
 
     # -- what a test sets up and reads --------------------------------------------------------------
 

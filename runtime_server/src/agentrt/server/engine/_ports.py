@@ -20,7 +20,14 @@ from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.models import ModelRequest, ModelResponse, ModelSpecData
 from agentrt.server.policies import ApprovalRequirement
-from agentrt.server.store import PayloadRef, RunRecord, Signal, StoredEvent, StoredPayload
+from agentrt.server.store import (
+    PayloadRef,
+    RunRecord,
+    Signal,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredPayload,
+)
 from agentrt.server.tools import CallMetadata, ToolOutcome
 
 __all__ = [
@@ -91,6 +98,18 @@ class RunLog(Protocol):
         ...
 
     async def release(self, run_id: str, *, owner: str) -> None: ...
+
+    async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
+        """Keep it as the run's latest checkpoint (its run.checkpointed is committed)."""
+        ...
+
+    async def read_checkpoint(self, run_id: str) -> StoredCheckpoint | None:
+        """The run's latest checkpoint.
+
+        Raises:
+            UnreadableRecord: it is sealed and cannot be opened.
+        """
+        ...
 
 
 class ToolPort(Protocol):

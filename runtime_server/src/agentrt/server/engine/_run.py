@@ -30,6 +30,7 @@ from agentrt.server.core import (
     call_timeout_s,
 )
 from agentrt.server.engine._agents import ResolvedAgent
+from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.engine._sizes import check_event_sizes
@@ -107,6 +108,7 @@ class RunContext:
         budgets: Budgets,
         deadline_s: float,
         pending_values: dict[str, Any] | None = None,
+        agent_config_hash: str = "",
     ):
         self.ports = ports
         self.settings = ports.settings
@@ -118,6 +120,7 @@ class RunContext:
         self.agent = agent
         self.budgets = budgets
         self.deadline_s = deadline_s
+        self.agent_config_hash = agent_config_hash  # of the run's agent snapshot: checkpoints carry it
         self.policy = agent_policy(agent, ports.tools)
         self.buffer: list[Event] = []
         self.pending_values: dict[str, Any] = dict(pending_values or {})
@@ -175,6 +178,15 @@ class RunContext:
         ports = self.ports
         state = self.state
         now_ms = ports.now_ms()
+        checkpoint = due_checkpoint(
+            state,
+            buffered=len(self.buffer),
+            every_events=self.settings.checkpoints.every_events,
+            agent_config_hash=self.agent_config_hash,
+            now_ms=now_ms,
+        )
+        if checkpoint is not None:
+            self.add(checkpoint[1])
         first_seq = state.seq - len(self.buffer) + 1
         payloads = [encode_event(e) for e in self.buffer]
         check_event_sizes(payloads)
@@ -213,6 +225,8 @@ class RunContext:
             self.run_id,
             [StoredEvent(self.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
         )
+        if checkpoint is not None:  # after the commit: it describes committed events only
+            await write_checkpoint(ports, checkpoint[0])
         if state.ended:
             ports.counters.inc("runs_ended")
             if state.any_tool_started and state.phase is not Phase.COMPLETED:
