@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import grpc
@@ -27,7 +28,8 @@ class RouterTools:
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:
-        return await self.router.invoke(tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
+        outcome = await self.router.invoke(tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
+        return dataclasses.replace(outcome, host=self.router.host_of(tool))
 
     async def preview(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
@@ -45,11 +47,12 @@ class RouterTools:
             return "unknown"  # unreachable, deadline, refused: nobody can tell yet
         if operation is None:
             return "not_found"
+        host = self.router.host_of(tool)
         if operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED:
-            return ToolOutcome(operation.result_json, None, True)
+            return ToolOutcome(operation.result_json, None, True, host=host)
         if operation.status == tool_pb2.OPERATION_STATUS_FAILED:
             error = json_format.MessageToDict(operation.error, preserving_proto_field_name=True)
-            return ToolOutcome(None, error)
+            return ToolOutcome(None, error, host=host)
         return "unknown"
 
 

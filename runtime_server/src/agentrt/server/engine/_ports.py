@@ -181,6 +181,17 @@ class PolicyPort(Protocol):
         tool_results: list[dict[str, Any]],
     ) -> list[Any]: ...
 
+    def summarise(
+        self,
+        *,
+        agent_name: str,
+        entries: Sequence[Mapping[str, Any]],
+        max_bytes: int,
+        options: Mapping[str, Any],
+    ) -> str | None:
+        """The first summariser plugin's summary of history left out of a context window, or None."""
+        ...
+
 
 class LiveEvents(Protocol):
     """Readers following runs on this replica (committed events, live-only deltas)."""

@@ -10,6 +10,7 @@ transaction right before each model or tool call (R5.2).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from agentrt.server.core import (
     ApprovalRequested,
     Budgets,
     CallState,
+    ContextWindow,
     Event,
     LeaseLost,
     Phase,
     Policy,
     RunState,
+    StepStarted,
     Usage,
     backoff_delay_s,
     call_timeout_s,
@@ -166,6 +169,16 @@ class RunContext:
             self.state.apply(event)
             self.state.seq += 1
             self.buffer.append(event)
+
+    def record_window(self, started: StepStarted, window: ContextWindow) -> None:
+        """Record how a step's prompt is fitted on its step.started, before that is committed.
+
+        The one change a buffered event may take: ``context`` folds into ``state.window`` only, so
+        the state is what folding the amended event gives.
+        """
+        index = next(i for i, e in enumerate(self.buffer) if e is started)  # the caller found it there
+        self.buffer[index] = dataclasses.replace(started, context=window)
+        self.state.window = window
 
     async def flush(self, **extra_values: Any) -> None:
         """Commit the buffered events and row changes in one fenced transaction.
