@@ -112,7 +112,7 @@ def restore(
         state: RunState = _decode(RunState, data)
     except CheckpointUnusable:
         raise
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         why = f"{type(exc).__name__}: {str(exc)[:200]}"
         raise CheckpointUnusable(f"checkpoint does not decode: {why}") from None
     if state.seq != through_seq:
@@ -189,6 +189,7 @@ def _decode(tp: Any, data: Any) -> Any:
     if origin in (dict, Counter, Mapping):
         if not isinstance(data, dict):
             raise TypeError(f"expected an object for {tp}")
-        made = {_decode(args[0], k): _decode(args[1], v) for k, v in data.items()} if args else dict(data)
-        return Counter(made) if origin is Counter else made
+        if origin is Counter:  # Counter[K]: the counts are ints
+            return Counter({_decode(args[0], k): _decode(int, v) for k, v in data.items()})
+        return {_decode(args[0], k): _decode(args[1], v) for k, v in data.items()} if args else dict(data)
     raise TypeError(f"cannot restore a field of type {tp!r}")
