@@ -286,6 +286,7 @@ class FakeTools:
         self.calls: list[ToolCallSeen] = []
         self.queries: list[str] = []
         self.unreachable = False  # queries fail as if the host were down
+        self.host = "fake-host"  # the host name outcomes carry, as the router stamps its hosts'
 
     def add(
         self,
@@ -335,6 +336,7 @@ class FakeTools:
         except asyncio.CancelledError:
             del self.ledger[metadata.idempotency_key]  # cancelled before its effect
             raise
+        outcome = dataclasses.replace(outcome, host=self.host)
         if (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_TRANSIENT":
             del self.ledger[metadata.idempotency_key]  # not done: the same key may run it again
         else:
