@@ -143,53 +143,87 @@ def _encode(value: Any) -> Any:
     raise TypeError(f"cannot checkpoint a {type(value).__name__}")
 
 
-@cache
 def _hints(cls: type[Any]) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls)  # once per class: _decoder caches what is built from it
 
 
 def _decode(tp: Any, data: Any) -> Any:
+    return _decoder(tp)(data)
+
+
+@cache
+def _decoder(tp: Any) -> Callable[[Any], Any]:
+    """A function that restores a value of type ``tp`` from its JSON; made once per type."""
     if tp is Any:
-        return data
+        return lambda data: data
     origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        options = typing.get_args(tp)
-        if data is None and type(None) in options:
-            return None
-        (inner,) = [t for t in options if t is not type(None)]
-        return _decode(inner, data)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp(data)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise TypeError(f"{tp.__name__} is not an object")
-        names = {f.name for f in dataclasses.fields(tp)}
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"{tp.__name__} has no fields {sorted(unknown)}")
-        hints = _hints(tp)
-        return tp(**{name: _decode(hints[name], value) for name, value in data.items()})
-    if tp in (str, int, bool, float):
-        if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
-            raise TypeError(f"expected {tp.__name__}, got {type(data).__name__}")
-        return data
     args = typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        (inner,) = [t for t in args if t is not type(None)]
+        decode_inner = _decoder(inner)
+        optional = type(None) in args
+        return lambda data: None if data is None and optional else decode_inner(data)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass_decoder(tp)
+    if tp in (str, int, bool, float):
+        return _scalar_decoder(tp)
     if origin in (list, set, frozenset):
-        if not isinstance(data, list):
-            raise TypeError(f"expected a list for {tp}")
-        return origin(_decode(args[0], v) for v in data)
+        item = _decoder(args[0])
+        return lambda data: origin(item(v) for v in _list(data))
     if origin is tuple:
-        if not isinstance(data, list):
-            raise TypeError(f"expected a list for {tp}")
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v) for v in data)
-        if len(args) != len(data):
-            raise ValueError(f"expected {len(args)} items for {tp}")
-        return tuple(_decode(t, v) for t, v in zip(args, data, strict=True))
-    if origin in (dict, Counter, Mapping):
-        if not isinstance(data, dict):
-            raise TypeError(f"expected an object for {tp}")
-        if origin is Counter:  # Counter[K]: the counts are ints
-            return Counter({_decode(args[0], k): _decode(int, v) for k, v in data.items()})
-        return {_decode(args[0], k): _decode(args[1], v) for k, v in data.items()} if args else dict(data)
+            item = _decoder(args[0])
+            return lambda data: tuple(item(v) for v in _list(data))
+        items = [_decoder(t) for t in args]
+
+        def fixed(data: Any) -> tuple[Any, ...]:
+            values = _list(data)
+            if len(values) != len(items):
+                raise ValueError(f"expected {len(items)} items for {tp}")
+            return tuple(d(v) for d, v in zip(items, values, strict=True))
+
+        return fixed
+    if origin is Counter:  # Counter[K]: the counts are ints
+        key, count = _decoder(args[0]), _decoder(int)
+        return lambda data: Counter({key(k): count(v) for k, v in _dict(data).items()})
+    if origin in (dict, Mapping):
+        key, value = _decoder(args[0]), _decoder(args[1])
+        return lambda data: {key(k): value(v) for k, v in _dict(data).items()}
     raise TypeError(f"cannot restore a field of type {tp!r}")
+
+
+def _dataclass_decoder(cls: type[Any]) -> Callable[[Any], Any]:
+    hints = _hints(cls)
+    fields = {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(cls)}
+
+    def decode(data: Any) -> Any:
+        values = _dict(data)
+        unknown = values.keys() - fields.keys()
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no fields {sorted(unknown)}")
+        return cls(**{name: fields[name](value) for name, value in values.items()})
+
+    return decode
+
+
+def _scalar_decoder(tp: type[Any]) -> Callable[[Any], Any]:
+    def decode(data: Any) -> Any:
+        if type(data) is tp or (tp is float and type(data) is int):
+            return data
+        raise TypeError(f"expected {tp.__name__}, got {type(data).__name__}")
+
+    return decode
+
+
+def _list(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        raise TypeError(f"expected a list, got {type(data).__name__}")
+    return data
+
+
+def _dict(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise TypeError(f"expected an object, got {type(data).__name__}")
+    return data
