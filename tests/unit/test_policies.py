@@ -15,7 +15,12 @@ from agentrt.server.policies import (
 
 def test_policy_hooks_are_documented_with_their_parameters() -> None:
     names = sorted(n for n in dir(hookspecs) if n.startswith("agentrt_"))
-    assert names == ["agentrt_approval_policy", "agentrt_output_guardrail", "agentrt_postcondition"]
+    assert names == [
+        "agentrt_approval_policy",
+        "agentrt_output_guardrail",
+        "agentrt_postcondition",
+        "agentrt_summarise",
+    ]
     for name in names:
         spec = getattr(hookspecs, name)
         doc = inspect.getdoc(spec) or ""

@@ -56,7 +56,14 @@ from agentrt.server.models import (
     ModelToolCall,
 )
 from agentrt.server.policies import Policies, get_policy_plugin_manager
-from agentrt.server.store import PayloadRef, RunRecord, Signal, StoredEvent, StoredPayload
+from agentrt.server.store import (
+    PayloadRef,
+    RunRecord,
+    Signal,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredPayload,
+)
 from agentrt.server.telemetry import Counters
 from agentrt.server.tools import CallMetadata, ToolOutcome
 
@@ -107,6 +114,8 @@ class MemoryRunLog:
         self.runs: dict[str, RunRecord] = {}
         self.events: dict[str, list[StoredEvent]] = {}
         self.signals: dict[str, list[Signal]] = {}
+        self.checkpoints: dict[str, StoredCheckpoint] = {}  # the latest of each run
+        self.checkpoint_reads = 0
         self._signal_ids = itertools.count(1)
         self.appends = 0
 
@@ -168,6 +177,15 @@ class MemoryRunLog:
         record = self.runs.get(run_id)
         if record is not None and record.lease_owner == owner:
             self.runs[run_id] = dataclasses.replace(record, lease_owner=None, lease_expires_ms=None)
+
+    async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
+        latest = self.checkpoints.get(checkpoint.run_id)
+        if latest is None or latest.through_seq < checkpoint.through_seq:
+            self.checkpoints[checkpoint.run_id] = checkpoint
+
+    async def read_checkpoint(self, run_id: str) -> StoredCheckpoint | None:
+        self.checkpoint_reads += 1
+        return self.checkpoints.get(run_id)
 
     # -- what a test sets up and reads --------------------------------------------------------------
 
@@ -279,6 +297,7 @@ class FakeTools:
         self.running: dict[str, asyncio.Task[ToolOutcome]] = {}
         self._cancel_signals: dict[str, asyncio.Event] = {}
         self.unreachable = False  # queries fail as if the host were down
+        self.host = "fake-host"  # the host name outcomes carry, as the router stamps its hosts'
 
     def add(
         self,
@@ -348,6 +367,7 @@ class FakeTools:
             raise
         finally:
             self.running.pop(key, None)
+        outcome = dataclasses.replace(outcome, host=self.host)
         if outcome.in_doubt:
             pass  # the host cannot tell yet: the entry stays "running"
         elif (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_TRANSIENT":

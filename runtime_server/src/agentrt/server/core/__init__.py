@@ -13,6 +13,21 @@ from agentrt.server.core._budgets import (
     exhausted_before_model_step,
     exhausted_before_tool_call,
 )
+from agentrt.server.core._checkpoint import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_UPGRADERS,
+    CheckpointUnusable,
+    checkpoint_text,
+)
+from agentrt.server.core._checkpoint import restore as restore_checkpoint
+from agentrt.server.core._context import (
+    ContextPolicy,
+    estimate_tokens,
+    omitted_entries,
+    plan_window,
+    windowed_history,
+    with_summary,
+)
 from agentrt.server.core._deadline import backoff_delay_s, call_timeout_s, retry_fits
 from agentrt.server.core._decide import (
     BUDGET_PREFIX,
@@ -54,6 +69,8 @@ from agentrt.server.core._events import (
     ApprovalRequested,
     ApprovalResolved,
     CancelRequested,
+    ClippedResult,
+    ContextWindow,
     Event,
     Handoff,
     ModelCompleted,
@@ -131,6 +148,8 @@ from agentrt.server.core._upgrade import (
 __all__ = [
     "ACTIVE_PHASES",
     "BUDGET_PREFIX",
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_UPGRADERS",
     "DEFAULT_JSON_LIMITS",
     "FAULT_PARK_S",
     "MICROS_PER_USD",
@@ -149,7 +168,11 @@ __all__ = [
     "CallModel",
     "CallState",
     "CancelRequested",
+    "CheckpointUnusable",
+    "ClippedResult",
     "Clock",
+    "ContextPolicy",
+    "ContextWindow",
     "Decision",
     "Event",
     "FaultDecision",
@@ -214,11 +237,13 @@ __all__ = [
     "backoff_delay_s",
     "call_timeout_s",
     "canonical_json",
+    "checkpoint_text",
     "compatible_tool_versions",
     "corrective_step",
     "decide",
     "decide_fault",
     "end_events",
+    "estimate_tokens",
     "events",
     "exhausted_before_model_step",
     "exhausted_before_tool_call",
@@ -230,9 +255,12 @@ __all__ = [
     "micros_to_usd",
     "nesting_depth",
     "not_allowed_error",
+    "omitted_entries",
     "parse_rfc3339_ms",
+    "plan_window",
     "price_micros",
     "replay",
+    "restore_checkpoint",
     "retry_fits",
     "rfc3339",
     "rule_for",
@@ -241,4 +269,6 @@ __all__ = [
     "upgrade_money_json",
     "usage_plus",
     "usd_to_micros",
+    "windowed_history",
+    "with_summary",
 ]

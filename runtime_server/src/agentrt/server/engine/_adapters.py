@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -30,7 +31,8 @@ class RouterTools:
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:
-        return await self.router.invoke(tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
+        outcome = await self.router.invoke(tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
+        return dataclasses.replace(outcome, host=self.router.host_of(tool))
 
     async def preview(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
@@ -48,12 +50,13 @@ class RouterTools:
             return "unknown"  # unreachable, deadline, refused: nobody can tell yet
         if operation is None:
             return "not_found"
+        host = self.router.host_of(tool)
         if operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED:
-            return ToolOutcome(operation.result_json, None, True)
+            return ToolOutcome(operation.result_json, None, True, host=host)
         if operation.status == tool_pb2.OPERATION_STATUS_FAILED:
             error = json_format.MessageToDict(operation.error, preserving_proto_field_name=True)
             # "Stopped where it stood" is recorded, but says nothing about the effect.
-            return ToolOutcome(None, error, in_doubt=host_unsure(operation.error))
+            return ToolOutcome(None, error, in_doubt=host_unsure(operation.error), host=host)
         return "unknown"
 
     async def cancel(

@@ -79,6 +79,7 @@ class ToolStep:
 
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
+        self._sent: dict[str, tuple[int, int]] = {}  # call id -> (sent, answered) ms of its last attempt
 
     def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
         seconds = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
@@ -214,11 +215,24 @@ class ToolStep:
                 call.tool, call.arguments_json, metadata=ctx.call_metadata(call), timeout_s=timeout_s
             )
         )
+        sent_ms = ports.now_ms()
         if ports.faults.armed:
             # Let the request leave before crashing "between sent and recorded".
             await asyncio.wait({sending}, timeout=0.05)
             ports.faults.hit("tool_request_sent")
-        return await sending
+        outcome = await sending
+        self._sent[call.call_id] = (sent_ms, ports.now_ms())
+        return outcome
+
+    def _call_record(self, call: CallState, outcome: ToolOutcome) -> dict[str, Any]:
+        """When the call's last attempt was sent and answered, and by which host (S004 §12); a result
+        learned from a ledger query (or never sent) has no send time."""
+        sent = self._sent.pop(call.call_id, None)
+        return {
+            "start_time": rfc3339(sent[0]) if sent is not None else None,
+            "end_time": rfc3339(sent[1] if sent is not None else self.ctx.ports.now_ms()),
+            "host": outcome.host,
+        }
 
     def _schedule_retry(self, call: CallState, error: dict[str, Any], *, expected_call_s: float) -> bool:
         d, ports = self.ctx, self.ctx.ports
@@ -278,11 +292,15 @@ class ToolStep:
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed:
             self.ctx.ports.counters.inc("duplicate_suppressed_count")
+        record = self._call_record(call, outcome)
         if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
-            return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=result_error)
+            return ToolFailed(
+                step=call.step, call_id=call.call_id, tool=call.tool, error=result_error, **record
+            )
         if outcome.error is None:
             ref = outcome.result_ref  # stored as a payload: result_json is what the model saw
             return ToolCompleted(
+                **record,
                 step=call.step,
                 call_id=call.call_id,
                 tool=call.tool,
@@ -292,7 +310,7 @@ class ToolStep:
                 truncated=outcome.truncated if ref is not None else False,
             )
         error = tool_error_from_json(outcome.error)
-        return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error)
+        return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error, **record)
 
     def _result_error(self, result_json: str) -> ToolError | None:
         """A result nesting past the bounds is a tool error: nothing downstream must recurse into it."""

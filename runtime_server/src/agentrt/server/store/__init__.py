@@ -4,6 +4,7 @@ encrypted at rest."""
 from __future__ import annotations
 
 from agentrt.server.store._admission import GLOBAL_EXACT_WITHIN, Admission
+from agentrt.server.store._checkpoints import StoredCheckpoint
 from agentrt.server.store._crypt import SEALED_RUN_COLUMNS, UnreadableRecord, load_cipher
 from agentrt.server.store._db import (
     Database,
@@ -44,6 +45,7 @@ __all__ = [
     "Signal",
     "SqliteDatabase",
     "Store",
+    "StoredCheckpoint",
     "StoredEvent",
     "StoredPayload",
     "UndecodableEvent",

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase
 from agentrt.server.store._admission import Admission
 from agentrt.server.store._appends import write_batch
+from agentrt.server.store._checkpoints import Checkpoints, StoredCheckpoint
 from agentrt.server.store._crypt import RecordCipher
 from agentrt.server.store._db import Database, PostgresDatabase, open_database
 from agentrt.server.store._payloads import PayloadStore
@@ -58,6 +59,7 @@ class Store:
         self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
         self._pending: list[_PendingAppend] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._checkpoints = Checkpoints(db, self._crypt)
 
     @classmethod
     async def open(
@@ -385,6 +387,20 @@ class Store:
                         )
         finally:
             self._flusher = None
+
+    # -- checkpoints --------------------------------------------------------------------------------
+
+    async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
+        """Keep ``checkpoint`` as the run's latest (after the commit of its run.checkpointed)."""
+        await self._checkpoints.write(checkpoint)
+
+    async def read_checkpoint(self, run_id: str) -> StoredCheckpoint | None:
+        """The run's latest checkpoint, or None.
+
+        Raises:
+            UnreadableRecord: it is sealed and cannot be opened.
+        """
+        return await self._checkpoints.latest(run_id)
 
     # -- leases -------------------------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ class ToolOutcome:
     # whether result_json is a truncated view of it.
     result_ref: dict[str, Any] | None = None
     truncated: bool = False
+    host: str = ""  # the configured name of the tool host that answered, when one did
 
     @classmethod
     def failure(cls, code: str, message: str, *, in_doubt: bool = False) -> ToolOutcome:
@@ -168,6 +169,11 @@ class ToolRouter:
     def spec(self, tool: str) -> tool_pb2.ToolSpec | None:
         found = self._specs.get(tool)
         return found[0] if found else None
+
+    def host_of(self, tool: str) -> str:
+        """The configured name of the tool host serving ``tool``; "" when none does."""
+        found = self._specs.get(tool)
+        return found[1].name if found is not None else ""
 
     def tool_names(self) -> list[str]:
         return sorted(self._specs)
