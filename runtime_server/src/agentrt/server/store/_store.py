@@ -151,7 +151,8 @@ class Store:
                 return found, False
             if admission is not None:
                 admission.check(conn)
-            conn.execute(insert(runs).values(**sealed_row))
+            # Values as parameters: .values(**row) rebuilt (and re-keyed) the statement per run.
+            conn.execute(insert(runs), sealed_row)
             conn.execute(insert(events), event_rows)
             # Every column is known here; reading the row back would cost a round trip.
             known = {c.name: None for c in runs.c} | row
