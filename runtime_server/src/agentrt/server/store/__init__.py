@@ -15,6 +15,7 @@ from agentrt.server.store._db import (
 )
 from agentrt.server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
+from agentrt.server.store._replay import EventPage
 from agentrt.server.store._retention import PruneCounts, Pruner, PruneReport
 from agentrt.server.store._store import Store
 
@@ -24,6 +25,7 @@ __all__ = [
     "Admission",
     "Claim",
     "Database",
+    "EventPage",
     "PayloadRef",
     "PayloadStore",
     "PostgresDatabase",

@@ -32,6 +32,7 @@ from agentrt.server.store._db import Database, PostgresDatabase, open_database
 from agentrt.server.store._payloads import PayloadStore
 from agentrt.server.store._pg_appends import PgAppender
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
+from agentrt.server.store._replay import EventPage, read_page, read_run
 from agentrt.server.store._schema import events, runs, signals
 from agentrt.toolhost.security import PayloadCipher
 
@@ -292,17 +293,27 @@ class Store:
 
         return await self.db.transaction(read)
 
-    async def read_event_sizes(self, run_id: str, *, after_seq: int, limit: int) -> list[tuple[int, int]]:
-        """(seq, stored payload length) of up to ``limit`` events after ``after_seq``: sizes a page."""
-
-        def read(conn: Connection) -> list[tuple[int, int]]:
-            query = (
-                select(events.c.seq, func.length(events.c.payload))
-                .where(events.c.run_id == run_id, events.c.seq > after_seq)
-                .order_by(events.c.seq)
-                .limit(limit)
+    async def read_page(self, run_id: str, *, after_seq: int, max_rows: int, max_bytes: int) -> EventPage:
+        """A replay page: events after ``after_seq``, bounded in rows and stored bytes (``_replay``)."""
+        crypt = self._crypt
+        return await self.db.transaction(
+            lambda conn: read_page(
+                conn, crypt, run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes
             )
-            return [(int(seq), int(size or 0)) for seq, size in conn.execute(query)]
+        )
+
+    async def read_run_and_page(
+        self, run_id: str, *, after_seq: int, max_rows: int, max_bytes: int
+    ) -> tuple[RunRecord | None, EventPage]:
+        """The run's row, then a replay page read after it, in one transaction (no page without a row)."""
+        crypt = self._crypt
+
+        def read(conn: Connection) -> tuple[RunRecord | None, EventPage]:
+            record = read_run(conn, crypt, run_id)
+            if record is None:
+                return None, EventPage([], False)
+            page = read_page(conn, crypt, run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes)
+            return record, page
 
         return await self.db.transaction(read)
 
