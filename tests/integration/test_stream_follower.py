@@ -190,6 +190,26 @@ async def test_a_follower_that_stops_taking_items_is_dropped_after_the_stall_tim
     assert never.cancelled() and bus.subscriber_count("stall") == 0
 
 
+async def test_a_stream_cancelled_while_a_write_is_pending_ends_cancelled_not_stalled(store: Store) -> None:
+    bus = EventBus()
+    await new_run(store, "gone")
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    writing = asyncio.Event()
+
+    async def write(item: StoredEvent) -> None:
+        writing.set()
+        await never  # the client went away mid-write
+
+    sending = asyncio.ensure_future(
+        send_events(follower(store, bus, "gone"), write, stall_timeout_s=CONFIG.stall_timeout_s)
+    )
+    await asyncio.wait_for(writing.wait(), 5)
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    assert never.cancelled() and bus.subscriber_count("gone") == 0
+
+
 async def test_a_replay_whose_reader_stops_is_dropped_and_a_slow_reader_is_not(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
