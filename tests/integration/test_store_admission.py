@@ -1,4 +1,4 @@
-"""Admission counts in the store, SQLite and PostgreSQL: which runs count, and what they cost.
+"""Admission in the store: which runs count and what counting costs; one tenant's admissions take turns.
 
 The per-request behaviour (refusals over gRPC, nothing written, concurrency) is in
 ``test_admission``; here the counts themselves, and that they seek the index instead of
@@ -7,6 +7,7 @@ walking every run a tenant ever had.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from agentrt.server.core import ACTIVE_PHASES, Phase, ResourceExhausted
 from agentrt.server.store import Admission, Store, migrate
-from agentrt.server.store._admission import _COUNTS
+from agentrt.server.store._admission import _COUNTS, TenantTurns
 from tests.integration.test_store import run_values
 
 
@@ -74,3 +75,29 @@ def test_the_counts_seek_the_index_and_never_walk_a_tenants_ended_runs(tmp_path:
     assert len(on_runs) == 3, plan
     # A seek binding the phase: "SEARCH runs USING COVERING INDEX ... (tenant_id=? AND phase=?)".
     assert all(step.startswith("SEARCH") and "phase=?" in step for step in on_runs), plan
+
+
+async def test_admitting_turns_serialise_one_tenant_not_others_and_are_forgotten_after() -> None:
+    turns = TenantTurns()
+    inside = asyncio.Event()
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def admit(tenant: str, name: str, *, hold: bool = False) -> None:
+        async with turns.turn(tenant):
+            order.append(name)
+            if hold:
+                inside.set()
+                await release.wait()
+
+    first = asyncio.ensure_future(admit("t", "t1", hold=True))
+    await asyncio.wait_for(inside.wait(), 5)
+    second = asyncio.ensure_future(admit("t", "t2"))
+    cancelled = asyncio.ensure_future(admit("t", "t3"))
+    await asyncio.wait_for(admit("u", "u1"), 5)  # another tenant does not wait
+    assert order == ["t1", "u1"] and not second.done()
+    cancelled.cancel()  # a waiter that goes away leaves no trace
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), 5)
+    assert order == ["t1", "u1", "t2"] and cancelled.cancelled()
+    assert len(turns) == 0

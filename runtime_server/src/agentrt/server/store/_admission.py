@@ -20,15 +20,18 @@ What is guaranteed under concurrency:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import zlib
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, text
 
 from agentrt.server.core import ACTIVE_PHASES, Phase, ResourceExhausted
 from agentrt.server.store._appends import for_paramstyle
 
-__all__ = ["GLOBAL_EXACT_WITHIN", "Admission"]
+__all__ = ["GLOBAL_EXACT_WITHIN", "Admission", "TenantTurns"]
 
 #: Below ``max_queued_runs`` minus this, the global queue count takes no global lock (PostgreSQL).
 GLOBAL_EXACT_WITHIN = 64
@@ -116,3 +119,39 @@ class Admission:
             retry_after_s=self.retry_after_s,
             metadata={"scope": scope, "limit": str(limit)},
         )
+
+
+@dataclass(slots=True)
+class _Turn:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class TenantTurns:
+    """One admitting transaction per tenant at a time from this process (PostgreSQL).
+
+    The tenant's advisory lock serialises them anyway; waiting for it inside a transaction held
+    a pooled connection per waiter, so a burst of one tenant's starts took every connection of
+    the pool (and opened and closed overflow ones) while the runs already started waited for
+    one. Waiting here holds none. Other tenants are not held up.
+    """
+
+    def __init__(self) -> None:
+        self._turns: dict[str, _Turn] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, tenant_id: str) -> AsyncIterator[None]:
+        turn = self._turns.get(tenant_id)
+        if turn is None:
+            turn = self._turns[tenant_id] = _Turn()
+        turn.users += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.users -= 1
+            if not turn.users:  # nobody holds or waits: forget the tenant (no growth)
+                del self._turns[tenant_id]
+
+    def __len__(self) -> int:
+        return len(self._turns)

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, and_, exists, func, insert, or_, select, upda
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase
-from agentrt.server.store._admission import Admission
+from agentrt.server.store._admission import Admission, TenantTurns
 from agentrt.server.store._appends import write_batch
 from agentrt.server.store._crypt import RecordCipher
 from agentrt.server.store._db import Database, PostgresDatabase, open_database
@@ -59,6 +59,7 @@ class Store:
         self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
         self._pending: list[_PendingAppend] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._admissions = TenantTurns()
 
     @classmethod
     async def open(
@@ -160,6 +161,9 @@ class Store:
             return RunRecord(**known), True
 
         try:
+            if admission is not None and self.db.dialect == "postgresql":
+                async with self._admissions.turn(admission.tenant_id):
+                    return await self.db.transaction(write)
             return await self.db.transaction(write)
         except IntegrityError:
             # A concurrent request with the same key won the insert: attach to its run.
