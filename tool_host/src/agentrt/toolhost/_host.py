@@ -24,7 +24,7 @@ from agentrt.toolhost._context import DEFAULT_DATA_DIR
 from agentrt.toolhost._grants import GrantVerifier
 from agentrt.toolhost._ledger import Ledger
 from agentrt.toolhost._ledger_retention import LedgerRetention, run_ledger_retention
-from agentrt.toolhost._parse import ParseInHandler
+from agentrt.toolhost._parse import add_parsing_in_handler
 from agentrt.toolhost._plugins import get_plugin_manager
 from agentrt.toolhost._sdk import Tool
 from agentrt.toolhost._server import ToolHostServicer
@@ -127,7 +127,7 @@ class ToolHost:
         if self._server is not None:
             raise RuntimeError("the tool host is already started")
         host, _ = parse_listen(listen)
-        server = grpc.aio.server(interceptors=[ParseInHandler(f"/{SERVICE_NAME}/")])
+        server = grpc.aio.server()
         try:
             if self._credentials is None:
                 port = server.add_insecure_port(listen)
@@ -149,7 +149,9 @@ class ToolHost:
             cancel_grace=self._cancel_grace,
             config=self._config,
         )
-        tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server(servicer, server)
+        add_parsing_in_handler(
+            tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server, servicer, server
+        )
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)

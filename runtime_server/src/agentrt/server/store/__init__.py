@@ -26,6 +26,7 @@ from agentrt.server.store._event_codec import (
 )
 from agentrt.server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
+from agentrt.server.store._replay import EventPage
 from agentrt.server.store._retention import PruneCounts, Pruner, PruneReport
 from agentrt.server.store._store import Store
 
@@ -35,6 +36,7 @@ __all__ = [
     "Admission",
     "Claim",
     "Database",
+    "EventPage",
     "PayloadRef",
     "PayloadStore",
     "PostgresDatabase",
