@@ -35,7 +35,7 @@ def test_unary_handlers_take_bytes_and_other_handlers_stay_as_they_are() -> None
     server = RecordingServer()
     add_parsing_in_handler(add, tool_host_service_pb2_grpc.ToolHostServiceServicer(), server)  # type: ignore[arg-type]
     service = server.registered["agentrt.toolhost.v1.ToolHostService"]
-    assert set(service) == {"ListTools", "InvokeTool", "GetOperation", "PreviewTool"}
+    assert set(service) == {"ListTools", "InvokeTool", "GetOperation", "PreviewTool", "CancelOperation"}
     assert all(h.unary_unary is not None and h.request_deserializer is None for h in service.values())
     assert all(h.response_serializer is not None for h in service.values())
     assert server.registered["other.Service"] == {"Watch": streaming}
