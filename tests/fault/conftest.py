@@ -121,13 +121,22 @@ def refund_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
         yield host
 
 
+DEFAULT_TOOLS = ("orders.lookup", "refund.issue", "sleep.wait", "flaky.transient")
+
+
 def runtime_env(
-    *, db_url: str, tool_host: str, model_url: str, fault: str = "", **settings: Any
+    *,
+    db_url: str,
+    tool_host: str,
+    model_url: str,
+    fault: str = "",
+    tools: tuple[str, ...] = DEFAULT_TOOLS,
+    **settings: Any,
 ) -> dict[str, str]:
     """The runtime's whole configuration as AGENTRT_* variables (JSON values)."""
     agent = {
         "instructions": "Refund broken orders.",
-        "tools": ["orders.lookup", "refund.issue", "sleep.wait", "flaky.transient"],
+        "tools": list(tools),
         "model": {
             "provider": "openai",
             "name": "gpt-test",

@@ -91,7 +91,7 @@ def test_deeply_nested_tool_arguments_are_invalid_input_and_the_run_completes(
     assert [s.call_id for s in _of(events, "tool_started")] == ["call_2"]
     # The model heard why, in the tool message of its next request.
     told = [m for m in fake.bodies[1]["messages"] if m["role"] == "tool"]
-    assert told and "TOOL_ERROR_CODE_INVALID_INPUT" in told[0]["content"]
+    assert told and '"error": "INVALID_INPUT"' in told[0]["content"]  # the core's word for the code
     assert "deeper than 64" in told[0]["content"]
     assert not _of(events, "run_fault")
     assert run.usage.model_steps == len(fake.requests) == 3

@@ -68,7 +68,7 @@ RUNTIME_RPCS = (
     "GetPayload",
 )
 STREAMING = frozenset({"RunAgent", "StreamRunEvents", "GetPayload"})
-HOST_RPCS = ("ListTools", "InvokeTool", "GetOperation", "PreviewTool")
+HOST_RPCS = ("ListTools", "InvokeTool", "GetOperation", "PreviewTool", "CancelOperation")
 UNARY_TIMEOUT_S = 5.0
 STREAM_TIMEOUT_S = 1.0  # a follow stream of a live run legitimately runs until the deadline
 MAX_ITEMS = 5

@@ -481,5 +481,14 @@ def get_operation_calls(draw: st.DrawFn) -> HostCall:
 
 
 @st.composite
+def cancel_operation_calls(draw: st.DrawFn) -> HostCall:
+    headers = draw(_host_headers())
+    # The grant binds the header's key: mostly the same key, sometimes another one or junk.
+    key = draw(st.one_of(st.just(headers["idempotency_key"]), st.text(max_size=200)))
+    request = th.CancelOperationRequest(idempotency_key=key, reason=draw(st.text(max_size=600)))
+    return HostCall(request=request, **headers)
+
+
+@st.composite
 def list_tools_calls(draw: st.DrawFn) -> HostCall:
     return HostCall(request=th.ListToolsRequest(), **draw(_host_headers()))

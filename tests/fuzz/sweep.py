@@ -8,6 +8,7 @@ their call headers.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -210,6 +211,7 @@ def host_cases(rpc: str) -> Iterator[tuple[str, HostCall]]:
             tool="refund.issue", arguments_json='{"order_id": "A100", "amount": 1}'
         ),
         "GetOperation": th.GetOperationRequest(idempotency_key="sweep-key"),
+        "CancelOperation": th.CancelOperationRequest(idempotency_key="sweep-key", reason="sweep"),
     }
     base = HostCall(
         request=requests[rpc],
@@ -228,10 +230,12 @@ def host_cases(rpc: str) -> Iterator[tuple[str, HostCall]]:
         counter += 1
         if call.idempotency_key == "sweep-key":
             call = replace(call, idempotency_key=f"sweep-{rpc}-{counter}")
-        if rpc == "GetOperation":  # the grant binds the header's key: send the same one in the request
+        if rpc in ("GetOperation", "CancelOperation"):  # the grant binds the header's key: send it
             asked = call.request.idempotency_key
             key = call.idempotency_key if asked == "sweep-key" else asked
-            call = replace(call, request=th.GetOperationRequest(idempotency_key=key), idempotency_key=key)
+            request = copy.copy(call.request)
+            request.idempotency_key = key
+            call = replace(call, request=request, idempotency_key=key)
         return call
 
     for label, request in message_cases(base.request):

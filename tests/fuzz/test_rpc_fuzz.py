@@ -54,6 +54,7 @@ HOST_STRATEGIES: dict[str, st.SearchStrategy[s.HostCall]] = {
     "InvokeTool": s.invoke_tool_calls(),
     "GetOperation": s.get_operation_calls(),
     "PreviewTool": s.preview_tool_calls(),
+    "CancelOperation": s.cancel_operation_calls(),
 }
 
 

@@ -130,6 +130,10 @@ async def assert_reads_back(store: Store, run_id: str, *, session_id: str | None
     assert record.pending_approval is None and record.phase == "COMPLETED" and record.last_seq == 5
     assert [(e.type, e.payload) for e in await store.read_events(run_id)] == EXPECTED_EVENTS
     assert [e.seq for e in await store.read_events(run_id, after_seq=2)] == [3, 4, 5]
+    read, page = await store.read_run_and_page(run_id, after_seq=0, max_rows=100, max_bytes=10**6)
+    assert read == record and [(e.type, e.payload) for e in page.events] == EXPECTED_EVENTS
+    page = await store.read_page(run_id, after_seq=2, max_rows=100, max_bytes=10**6)
+    assert [(e.type, e.payload) for e in page.events] == EXPECTED_EVENTS[2:]
     assert [(s.kind, s.payload) for s in await store.read_signals(run_id)] == [("approval_decision", SIGNAL)]
     assert await store.get_run(run_id, tenant_id="t") == record
     assert await store.find_by_request_key("t", f"rk-{run_id}") == record

@@ -18,7 +18,7 @@ from agentrt.server._config_limits import StreamsConfig
 from agentrt.server.api._stream_writer import FollowerStalled, send_events
 from agentrt.server.api._streams import Follower
 from agentrt.server.events import EventBus
-from agentrt.server.store import Store, StoredEvent
+from agentrt.server.store import EventPage, Store, StoredEvent
 from tests.integration.test_store import run_values
 
 CONFIG = StreamsConfig(follower_buffer_events=8, follower_buffer_bytes=64 * 1024, stall_timeout_s=0.3)
@@ -190,6 +190,26 @@ async def test_a_follower_that_stops_taking_items_is_dropped_after_the_stall_tim
     assert never.cancelled() and bus.subscriber_count("stall") == 0
 
 
+async def test_a_stream_cancelled_while_a_write_is_pending_ends_cancelled_not_stalled(store: Store) -> None:
+    bus = EventBus()
+    await new_run(store, "gone")
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    writing = asyncio.Event()
+
+    async def write(item: StoredEvent) -> None:
+        writing.set()
+        await never  # the client went away mid-write
+
+    sending = asyncio.ensure_future(
+        send_events(follower(store, bus, "gone"), write, stall_timeout_s=CONFIG.stall_timeout_s)
+    )
+    await asyncio.wait_for(writing.wait(), 5)
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    assert never.cancelled() and bus.subscriber_count("gone") == 0
+
+
 async def test_a_replay_whose_reader_stops_is_dropped_and_a_slow_reader_is_not(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,18 +242,19 @@ async def test_a_replay_whose_reader_stops_is_dropped_and_a_slow_reader_is_not(
     assert got == list(range(1, writer.seq + 1))
 
     # Replay pages are cut to a byte budget from the stored sizes, whatever came before.
-    limits: list[int] = []
-    read_events = store.read_events
+    pages: list[int] = []
+    read_page = store.read_page
 
-    async def recording(run_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[StoredEvent]:
-        limits.append(limit)
-        return await read_events(run_id, after_seq=after_seq, limit=limit)
+    async def recording(run_id: str, *, after_seq: int, max_rows: int, max_bytes: int) -> EventPage:
+        page = await read_page(run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes)
+        pages.append(len(page.events))
+        return page
 
-    monkeypatch.setattr(store, "read_events", recording)
+    monkeypatch.setattr(store, "read_page", recording)
     got = [item.seq async for item in follower(store, bus, "replay", follow=False).events()]
     assert got == list(range(1, writer.seq + 1))
     # run.started and the first 50 KB event fit one page; then one by one; the small end together.
-    assert limits[:3] == [2, 1, 1] and limits[-1] >= 2 and max(limits) <= 3
+    assert pages[:3] == [2, 1, 1] and pages[-1] >= 2 and max(pages) <= 3
 
 
 async def test_a_session_turn_queued_behind_another_waits_and_a_deleted_run_ends(store: Store) -> None:

@@ -25,6 +25,7 @@ from opentelemetry import trace
 
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.proto.toolhost.v1.tool_host_service_pb2 import (
+    CancelOperationRequest,
     GetOperationRequest,
     InvokeToolRequest,
     InvokeToolResponse,
@@ -142,6 +143,14 @@ async def polite_wait(args: Args, ctx: ToolContext) -> str:
     raise ToolCancelled("stopped on request")
 
 
+@tool(name="polite.read", description="Reads until signalled.", side_effect=SideEffect.READ_ONLY)
+async def polite_read(args: Args, ctx: ToolContext) -> str:
+    STATE.started.set()
+    await ctx.wait_cancelled()
+    STATE.saw_signal = True
+    raise ToolCancelled("stopped")
+
+
 @tool(name="stubborn.wait", description="Ignores the signal.", side_effect=SideEffect.WRITE)
 async def stubborn_wait(args: Args, ctx: ToolContext) -> str:
     STATE.started.set()
@@ -172,6 +181,7 @@ TOOLS: list[Tool] = [
     flaky_write,
     gate_write,
     polite_wait,
+    polite_read,
     stubborn_wait,
     blocking_sync,
 ]
@@ -423,12 +433,15 @@ async def test_a_duplicate_gives_up_when_the_first_call_outlasts_its_deadline(
     assert not (await first).HasField("error")
 
 
-async def test_client_cancellation_signals_the_tool_and_records_cancelled(stub: ToolHostServiceStub) -> None:
-    call = _invoke(stub, "polite.wait", key="cancel-1")
+async def test_an_explicit_cancel_signals_the_tool_and_records_cancelled(stub: ToolHostServiceStub) -> None:
+    call = asyncio.ensure_future(_invoke(stub, "polite.wait", key="cancel-1"))
     await asyncio.wait_for(STATE.started.wait(), 5)
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    asked = await stub.CancelOperation(
+        CancelOperationRequest(idempotency_key="cancel-1", reason="x"), timeout=5
+    )
+    assert asked.signalled
+    code, _, details = _error(await call)  # the call answers with what really happened
+    assert code == "TOOL_ERROR_CODE_CANCELLED" and "effect" not in details  # the tool's own word
 
     async def recorded() -> bool:
         return (await _operation(stub, "cancel-1")).status == tool_pb2.OPERATION_STATUS_FAILED
@@ -442,27 +455,76 @@ async def test_client_cancellation_signals_the_tool_and_records_cancelled(stub: 
     assert (again.result_json, again.replayed) == ('"second time lucky"', False)
 
 
-async def test_a_tool_ignoring_the_signal_is_cancelled_after_the_grace(stub: ToolHostServiceStub) -> None:
+async def test_a_tool_ignoring_an_explicit_cancel_is_cancelled_after_the_grace(
+    stub: ToolHostServiceStub,
+) -> None:
     call = _invoke(stub, "stubborn.wait", key="stubborn-1")
+    await asyncio.wait_for(STATE.started.wait(), 5)
+    await stub.CancelOperation(CancelOperationRequest(idempotency_key="stubborn-1"), timeout=5)
+    code, message, details = _error(await call)
+    assert STATE.hard_cancelled
+    assert (code, message) == ("TOOL_ERROR_CODE_CANCELLED", "cancelled on request")
+    # Stopped where it stood: the host cannot say whether the effect happened.
+    assert details == {"effect": "unknown", "stopped": "cancel_requested"}
+    operation = await _operation(stub, "stubborn-1")
+    assert operation.error.code == tool_pb2.TOOL_ERROR_CODE_CANCELLED
+
+
+async def test_a_write_whose_caller_vanishes_runs_to_its_end_and_records_its_outcome(
+    stub: ToolHostServiceStub, host: ToolHost
+) -> None:
+    call = _invoke(stub, "gate.write", {"value": 7}, key="vanish-1")
+    await asyncio.wait_for(STATE.started.wait(), 5)
+    call.cancel()  # what a killed runtime looks like from here
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await _wait_for(lambda: host.counters["caller_vanished_write_kept"] == 1)
+    assert (await _operation(stub, "vanish-1")).status == tool_pb2.OPERATION_STATUS_RUNNING
+    STATE.release.set()
+
+    async def recorded() -> bool:
+        return (await _operation(stub, "vanish-1")).status == tool_pb2.OPERATION_STATUS_SUCCEEDED
+
+    await _wait_for(recorded)
+    assert (await _operation(stub, "vanish-1")).result_json == '{"value":7}'
+    assert STATE.executions["vanish-1"] == 1
+
+
+async def test_a_read_whose_caller_vanishes_is_stopped(stub: ToolHostServiceStub) -> None:
+    call = _invoke(stub, "polite.read", key="vanish-read")
     await asyncio.wait_for(STATE.started.wait(), 5)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
 
     async def recorded() -> bool:
-        return (await _operation(stub, "stubborn-1")).status == tool_pb2.OPERATION_STATUS_FAILED
+        return (await _operation(stub, "vanish-read")).status == tool_pb2.OPERATION_STATUS_FAILED
 
     await _wait_for(recorded)
-    assert STATE.hard_cancelled
-    assert (await _operation(stub, "stubborn-1")).error.code == tool_pb2.TOOL_ERROR_CODE_CANCELLED
+    assert STATE.saw_signal
+    assert (await _operation(stub, "vanish-read")).error.code == tool_pb2.TOOL_ERROR_CODE_CANCELLED
+
+
+async def test_cancel_operation_of_an_ended_or_unknown_call(stub: ToolHostServiceStub) -> None:
+    await _invoke(stub, "flaky.write", key="ended-1")
+    asked = await stub.CancelOperation(CancelOperationRequest(idempotency_key="ended-1"), timeout=5)
+    assert not asked.signalled and asked.operation.status == tool_pb2.OPERATION_STATUS_FAILED
+    code, details = await _rpc_error(
+        stub.CancelOperation(CancelOperationRequest(idempotency_key="no-such-key"), timeout=5)
+    )
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert details["ErrorInfo"].reason == "OPERATION_NOT_FOUND"
+    code, details = await _rpc_error(stub.CancelOperation(CancelOperationRequest(), timeout=5))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_an_async_tool_overrunning_its_deadline_is_cancelled(stub: ToolHostServiceStub) -> None:
     started = time.monotonic()
     response = await _invoke(stub, "stubborn.wait", key="overrun-1", timeout=1.0)
     assert time.monotonic() - started < 1.0
-    code, message, _ = _error(response)
+    code, message, details = _error(response)
     assert code == "TOOL_ERROR_CODE_TRANSIENT" and message.startswith("timeout")
+    assert details == {"effect": "unknown"}  # stopped at an await: the host cannot tell what it did
     assert STATE.hard_cancelled
     operation = await _operation(stub, "overrun-1")
     assert (operation.status, operation.error.code) == (

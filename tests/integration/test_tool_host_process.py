@@ -454,7 +454,11 @@ async def test_after_a_crash_a_read_only_call_runs_again(tmp_path: Path) -> None
             operation = (
                 await stub.GetOperation(GetOperationRequest(idempotency_key="crash-ro"), timeout=5)
             ).operation
-            assert operation.status == tool_pb2.OPERATION_STATUS_RUNNING  # what the crash left behind
+            # The crash left it RUNNING; the host answers for a read-only tool: safe to run again.
+            assert (operation.status, operation.error.code) == (
+                tool_pb2.OPERATION_STATUS_FAILED,
+                tool_pb2.TOOL_ERROR_CODE_TRANSIENT,
+            )
             response = await _invoke(stub, "sleep.wait", args, key="crash-ro")
             operation = (
                 await stub.GetOperation(GetOperationRequest(idempotency_key="crash-ro"), timeout=5)

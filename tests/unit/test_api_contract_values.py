@@ -8,14 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.server.api._convert import (
     STRUCTURED_LIMITS,
     STRUCTURED_TWINS,
     event_to_proto,
+    json_value,
     step_kind_to_proto,
     structured_value,
 )
@@ -40,7 +43,7 @@ def test_the_core_writes_only_kinds_it_declares() -> None:
     # Hunts for a step.started written with a literal kind the API would not map.
     for path in (ROOT / "runtime_server").rglob("*.py"):
         text = path.read_text()
-        assert not re.search(r"""["']kind["']\s*:\s*["']""", text), f"{path}: write kinds as ev.STEP_*"
+        assert not re.search(r"""["']kind["']\s*:\s*["']""", text), f"{path}: write kinds as StepKind"
 
 
 @pytest.mark.parametrize(
@@ -148,3 +151,29 @@ def test_json_at_the_bounds_gets_a_structured_value_a_client_can_decode() -> Non
     assert body.HasField("result")
     event = run_pb2.RunEvent(tool_completed=body)
     assert run_pb2.RunEvent.FromString(event.SerializeToString()) == event  # within decoders' recursion limit
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON)
+def test_a_structured_value_is_the_one_protobufs_own_json_parser_makes(data: Any) -> None:
+    expected = struct_pb2.Value()
+    json_format.ParseDict(data, expected)
+    made = json_value(data)
+    assert made == expected
+    assert made.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert structured_value(json.dumps(data)) == expected
+
+
+def test_a_value_that_is_not_json_is_refused() -> None:
+    with pytest.raises(TypeError, match="not a JSON value"):
+        json_value(object())

@@ -5,11 +5,11 @@ from __future__ import annotations
 from google.rpc import code_pb2, error_details_pb2  # type: ignore[import-untyped]
 
 from agentrt.server.api._errors import DOMAIN, to_status
-from agentrt.server.core import ResourceExhausted
+from agentrt.server.core import OverLimit
 
 
 def test_resource_exhausted_has_error_info_and_retry_info() -> None:
-    exc = ResourceExhausted(
+    exc = OverLimit(
         "too many", reason="TOO_MANY_QUEUED_RUNS", retry_after_s=2.25, metadata={"scope": "tenant"}
     )
 

@@ -30,7 +30,7 @@ from agentrt.server.auth import (
     local_principal,
     permission_for,
 )
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 from agentrt.toolhost.security import PeerCertificate
 
 TOKEN = "static-token-5b1d2c"
@@ -98,8 +98,8 @@ def call(metadata: dict[str, str] | None = None, names: tuple[str, ...] | None =
     return AuthRequest(method=METHOD, metadata=metadata or {}, peer=peer)
 
 
-def refused(authentication: Authentication, request: AuthRequest) -> Unauthenticated:
-    with pytest.raises(Unauthenticated) as caught:
+def refused(authentication: Authentication, request: AuthRequest) -> NotAuthenticated:
+    with pytest.raises(NotAuthenticated) as caught:
         authentication.authenticate(request)
     return caught.value
 
@@ -144,7 +144,7 @@ def test_the_first_configured_certificate_name_wins() -> None:
     both = mtls.authenticate(call(names=("CN=ci", "URI:spiffe://acme/ops")))
     assert both is not None and both.subject == "ops-bot"  # configuration order, not certificate order
     assert mtls.authenticate(call()) is None
-    with pytest.raises(Unauthenticated) as caught:
+    with pytest.raises(NotAuthenticated) as caught:
         mtls.authenticate(call(names=("CN=CI", "DNS:ci")))  # names compare exactly
     assert caught.value.reason == "UNKNOWN_CLIENT_CERTIFICATE" and "CN=CI" in caught.value.message
 

@@ -21,7 +21,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from agentrt.server._config_security import AuthConfig, JwtConfig
 from agentrt.server.auth import AuthRequest, JwtVerifier, build_authentication
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 
 ISS = "https://idp.example"
 AUD = "agentrt"
@@ -102,8 +102,8 @@ def jwks_file(tmp_path: Path, keys: dict[str, Key]) -> Path:
     )
 
 
-def refusal(verifier: JwtVerifier, presented: str) -> Unauthenticated:
-    with pytest.raises(Unauthenticated) as refused:
+def refusal(verifier: JwtVerifier, presented: str) -> NotAuthenticated:
+    with pytest.raises(NotAuthenticated) as refused:
         verifier.authenticate_token(presented)
     assert presented not in refused.value.message
     assert all(presented not in value for value in refused.value.metadata.values())
@@ -252,7 +252,7 @@ def test_a_verified_token_is_cached_until_its_exp(jwks_file: Path, keys: dict[st
     while True:  # the cached entry must not outlive exp: poll with a bound
         try:
             verifier.authenticate_token(short)
-        except Unauthenticated as exc:
+        except NotAuthenticated as exc:
             assert exc.reason == "TOKEN_EXPIRED"
             break
         assert time.monotonic() < deadline, "an expired token was still accepted from the cache"
@@ -348,6 +348,6 @@ def test_the_built_chain_sends_jwt_shaped_tokens_to_the_verifier(
     request = AuthRequest(method="/m", metadata={"authorization": f"Bearer {presented}"}, peer=None)
     assert authentication.authenticate(request).tenant == "zeta"
     opaque = AuthRequest(method="/m", metadata={"authorization": "Bearer opaque-token"}, peer=None)
-    with pytest.raises(Unauthenticated) as refused:
+    with pytest.raises(NotAuthenticated) as refused:
         authentication.authenticate(opaque)
     assert refused.value.reason == "TOKEN_MALFORMED"

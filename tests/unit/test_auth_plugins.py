@@ -20,7 +20,7 @@ from agentrt.server.auth import (
     hookimpl,
     hookspecs,
 )
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 from agentrt.toolhost import hookimpl as tool_hookimpl
 from agentrt.toolhost.security import PeerCertificate
 
@@ -42,7 +42,7 @@ class ApiKeys:
         if not presented:
             return None
         if presented != KEY:
-            raise Unauthenticated("unknown API key", reason="API_KEY_UNKNOWN")
+            raise NotAuthenticated("unknown API key", reason="API_KEY_UNKNOWN")
         return Principal(subject="svc", tenant="acme", roles=frozenset({"runner"}), authenticated_by="")
 
 
@@ -80,7 +80,7 @@ def test_a_plugin_recognises_its_credential_and_sees_the_call() -> None:
     method, metadata, names = plugin.calls[-1]
     assert method.endswith("/GetRun") and metadata == {"x-api-key": KEY} and names == ("CN=svc",)
     assert authenticator.authenticate(request()) is None
-    with pytest.raises(Unauthenticated) as refused:
+    with pytest.raises(NotAuthenticated) as refused:
         authenticator.authenticate(request({"x-api-key": "wrong"}))
     assert refused.value.reason == "API_KEY_UNKNOWN"
 
@@ -175,7 +175,7 @@ def test_plugins_load_from_the_entry_point_group(tmp_path: Path, monkeypatch: py
     assert pm.get_plugin("agentrt_auth_demo_plugin") is not None
     authentication = build_authentication(AuthConfig(plugins=True), local=None, plugin_manager=pm)
     assert authentication.authenticate(request({"x-demo": "yes"})).subject == "demo"
-    with pytest.raises(Unauthenticated) as refused:
+    with pytest.raises(NotAuthenticated) as refused:
         authentication.authenticate(request())
     assert refused.value.reason == "UNAUTHENTICATED"
 

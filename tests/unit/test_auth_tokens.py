@@ -12,7 +12,7 @@ import pytest
 
 from agentrt.server._config_security import AuthConfig
 from agentrt.server.auth import AuthRequest, StaticTokens, build_authentication, hash_token, parse_tokens
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 
 ALICE = "alice-secret-token-0123456789"
 BOB = "bob-secret-token-9876543210"
@@ -52,11 +52,11 @@ def test_a_token_maps_to_its_principal_and_an_unknown_one_is_refused(tmp_path: P
     assert (alice.subject, alice.tenant, alice.roles) == ("alice", "acme", frozenset({"approver", "runner"}))
     assert alice.authenticated_by == "token"
     assert tokens.authenticate_token(BOB).tenant == "zeta"
-    with pytest.raises(Unauthenticated) as refused:
+    with pytest.raises(NotAuthenticated) as refused:
         tokens.authenticate_token("not-a-token")
     assert refused.value.reason == "TOKEN_UNKNOWN" and "not-a-token" not in refused.value.message
     # The hash is compared, never the token: an entry's hash presented as a token is unknown.
-    with pytest.raises(Unauthenticated):
+    with pytest.raises(NotAuthenticated):
         tokens.authenticate_token(hash_token(ALICE))
 
 
@@ -121,7 +121,7 @@ def test_tokens_are_added_and_revoked_without_a_restart(tmp_path: Path) -> None:
     assert tokens.authenticate_token(ALICE).subject == "alice"
     now[0] = 1.0
     assert tokens.authenticate_token(BOB).subject == "bob"
-    with pytest.raises(Unauthenticated) as refused:
+    with pytest.raises(NotAuthenticated) as refused:
         tokens.authenticate_token(ALICE)
     assert refused.value.reason == "TOKEN_UNKNOWN"
 
@@ -139,7 +139,7 @@ def test_a_broken_rewrite_keeps_the_last_good_table_and_warns_without_secrets(
     replace(path, entry(ALICE, subject="alice").replace(hash_token(ALICE), ALICE) + entry(BOB, subject="bob"))
     now[0] = 1.0
     assert tokens.authenticate_token(ALICE).subject == "alice"
-    with pytest.raises(Unauthenticated):
+    with pytest.raises(NotAuthenticated):
         tokens.authenticate_token(BOB)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and str(path) in warnings[0].getMessage()
@@ -171,9 +171,9 @@ def test_rotation_through_the_built_chain_takes_effect_within_a_second_or_two(tm
         try:
             principal = authentication.authenticate(bearer(BOB))
             break
-        except Unauthenticated:
+        except NotAuthenticated:
             assert time.monotonic() < deadline, "the new token was never accepted"
             time.sleep(0.05)
     assert principal.subject == "bob"
-    with pytest.raises(Unauthenticated):
+    with pytest.raises(NotAuthenticated):
         authentication.authenticate(bearer(ALICE))

@@ -236,7 +236,8 @@ async def test_crash_before_a_write_reached_the_host_sends_it_once_under_the_sam
     task = world.start(run_id)
     await wait_for(tool.entered)
 
-    await world.crash(task)  # the call was cut before its effect: the ledger has no entry
+    await world.crash(task)
+    world.tools.lose(world.tools.calls[0].metadata.idempotency_key)  # it never reached the host
     assert world.tools.ledger == {}
     world.take_over(run_id, "worker-2")
     tool.release.set()
@@ -377,13 +378,16 @@ async def test_cancel_during_a_write_in_flight_does_not_claim_it_never_happened(
     await wait_for(tool.entered)
 
     world.cancel(run_id)
+    # The write is not cut: the host is asked to stop it, and it lands anyway (a sync tool cannot stop).
+    key = world.tools.calls[0].metadata.idempotency_key
+    await wait_for(world.tools.cancel_signal(key))
+    tool.release.set()
     await asyncio.wait_for(task, 5)
 
-    # The ledger has no entry yet, but the call's deadline has not passed: it may still land.
-    record = world.log.runs[run_id]
-    assert record.phase == "UNKNOWN_OUTCOME"
+    assert world.log.phase(run_id) == "CANCELLED"
     assert "tool.failed" not in world.log.types(run_id)
-    assert record.wake_ms is not None
+    assert world.log.payloads(run_id, "tool.completed")[0]["result_json"] == '{"refunded": true}'
+    assert tool.effects == 1
 
 
 async def test_cancel_during_a_retry_wait_stops_before_the_next_attempt() -> None:

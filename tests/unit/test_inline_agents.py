@@ -14,7 +14,7 @@ from agentrt.server._config_security import InlineAgentsConfig, ModelProfileConf
 from agentrt.server.api._convert import agent_from_proto
 from agentrt.server.api._inline import check_inline_agent
 from agentrt.server.auth import Principal, local_principal
-from agentrt.server.core import AgentRtError, InvalidRequest, PermissionDenied
+from agentrt.server.core import AgentRtError, InvalidRequest, NotPermitted
 from agentrt.server.engine import ResolvedAgent, bind_model, sensitive_option
 from agentrt.server.models import ModelConfigError
 
@@ -71,12 +71,12 @@ def refused(
 
 def test_inline_agents_are_refused_unless_the_server_enables_them() -> None:
     error = refused(spec(), config=settings())
-    assert isinstance(error, PermissionDenied) and error.reason == "INLINE_AGENTS_DISABLED"
+    assert isinstance(error, NotPermitted) and error.reason == "INLINE_AGENTS_DISABLED"
 
 
 def test_the_caller_needs_one_of_the_configured_roles() -> None:
     error = refused(spec(), who=principal("runner"))  # the default list is admin only
-    assert isinstance(error, PermissionDenied) and error.reason == "MISSING_ROLE"
+    assert isinstance(error, NotPermitted) and error.reason == "MISSING_ROLE"
     assert error.metadata["required_roles"] == "admin"
     runners = settings(enabled=True, roles=["runner"], tools=["noop.echo"])
     check_inline_agent(spec(), settings=runners, principal=principal("runner"))
@@ -154,11 +154,11 @@ def test_endpoint_and_key_options_are_refused_even_if_a_profile_lists_them() -> 
 
 def test_tools_and_agents_must_lie_within_the_operators_lists() -> None:
     error = refused(spec(tools=("noop.echo", "refund.issue")))
-    assert isinstance(error, PermissionDenied) and error.reason == "TOOL_NOT_ALLOWED"
+    assert isinstance(error, NotPermitted) and error.reason == "TOOL_NOT_ALLOWED"
     assert error.metadata == {"tool": "refund.issue"}
     for agent in (spec(handoffs=["root"]), spec(agent_tools=["root"])):
         error = refused(agent)
-        assert isinstance(error, PermissionDenied) and error.reason == "AGENT_NOT_ALLOWED"
+        assert isinstance(error, NotPermitted) and error.reason == "AGENT_NOT_ALLOWED"
         assert error.metadata == {"agent": "root"}
 
 

@@ -20,6 +20,7 @@ def test_policy_hooks_are_documented_with_their_parameters() -> None:
         "agentrt_output_guardrail",
         "agentrt_postcondition",
         "agentrt_recheck_approved",
+        "agentrt_summarise",
     ]
     for name in names:
         spec = getattr(hookspecs, name)

@@ -94,7 +94,7 @@ def test_the_contract_does_not_break_the_lock_and_the_lock_is_current() -> None:
 BREAKS = {
     "type_change": ("int64 cost_micros = 7;", "double cost_micros = 7;", "cost_micros"),
     "deleted_field": ("  // Handoffs made.\n  int32 handoffs = 6;\n", "", "handoffs"),
-    "renumbered": ("StepKind kind = 5;", "StepKind kind = 6;", "kind"),
+    "renumbered": ("StepKind kind = 5;", "StepKind kind = 9;", "kind"),
     "renamed_json": ("string arguments_json = 3;", "string args_json = 3;", "arguments_json"),
     "enum_value_removed": ("  STEP_KIND_CORRECTIVE = 3;\n", "", "STEP_KIND_CORRECTIVE"),
 }

@@ -24,6 +24,8 @@ from agentrt.server.core import (
     ApprovalResolved,
     Budgets,
     CancelRequested,
+    ClippedResult,
+    ContextWindow,
     Handoff,
     IntentDuplicate,
     ModelCompleted,
@@ -105,6 +107,22 @@ variable_values = st.dictionaries(
 duplicate = st.builds(
     IntentDuplicate, intent_key=text, idempotency_key=text, run_id=text, call_id=text, first_time=stamp
 )
+window = st.builds(
+    ContextWindow,
+    strategy=st.sampled_from(["keep_recent", "clip_tool_results", "summarise"]),
+    limit_tokens=small,
+    estimated_tokens=small,
+    full_tokens=small,
+    omitted_before_input=small,
+    omitted_after_input=small,
+    clipped=st.lists(st.builds(ClippedResult, text, small, small, small), max_size=2).map(tuple),
+    summary=text,
+)
+sampling = st.none() | st.dictionaries(
+    st.sampled_from(["temperature", "top_p", "max_tokens", "seed"]),
+    st.integers(0, 100) | st.just(0.5),
+    min_size=1,
+)
 
 STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     RunStarted: st.builds(
@@ -118,7 +136,12 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         input_ref=st.none() | ref,
     ),
     StepStarted: st.builds(
-        StepStarted, step=small, kind=st.sampled_from(StepKind), reason=st.none() | text, usage=usage
+        StepStarted,
+        step=small,
+        kind=st.sampled_from(StepKind),
+        reason=st.none() | text,
+        usage=usage,
+        context=st.none() | window,
     ),
     ModelTextDelta: st.builds(ModelTextDelta, step=small, attempt=small, text=text, superseded=st.booleans()),
     ModelCompleted: st.builds(
@@ -129,6 +152,11 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         usage_before=usage,
         usage_after=usage,
         text_ref=st.none() | ref,
+        sampling=sampling,
+        model=text,
+        response_id=text,
+        request_id=text,
+        latency=st.none() | st.just("1.250s"),
     ),
     ToolStarted: st.builds(
         ToolStarted,
@@ -154,8 +182,20 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         truncated=st.booleans(),
         deduplicated=st.booleans(),
         duplicate_of=st.none() | duplicate,
+        start_time=stamp,
+        end_time=stamp,
+        host=text,
     ),
-    ToolFailed: st.builds(ToolFailed, step=small, call_id=text, tool=text, error=error),
+    ToolFailed: st.builds(
+        ToolFailed,
+        step=small,
+        call_id=text,
+        tool=text,
+        error=error,
+        start_time=stamp,
+        end_time=stamp,
+        host=text,
+    ),
     ApprovalRequested: st.builds(
         ApprovalRequested,
         approval_id=text,
@@ -332,6 +372,28 @@ WRITTEN: list[tuple[str, str]] = [
     ),
     # A tool host's UNSPECIFIED error with no message: protobuf's JSON leaves both out.
     (ev.TOOL_FAILED, '{"step": 2, "call_id": "c1", "tool": "t", "error": {}}'),
+    # The context window and the reproducibility record (issue 11): written only when present.
+    (
+        ev.STEP_STARTED,
+        f'{{"step": 3, "kind": "model", "usage": {_U1}, "context": {{"strategy": "keep_recent", '
+        '"limit_tokens": 800, "estimated_tokens": 640, "full_tokens": 1900, "omitted_after_input": 4, '
+        '"clipped": [{"call_id": "c9", "kept_bytes": 600, "full_bytes": 9000, "entry": 7}], "summary": "s"}}',
+    ),
+    (
+        ev.MODEL_COMPLETED,
+        f'{{"step": 1, "text": "hi", "tool_calls": [], "usage_before": {_U0}, "usage_after": {_U1}, '
+        '"sampling": {"temperature": 0.2, "seed": 7}, "model": "openai/gpt-x", "response_id": "chatcmpl-1", '
+        '"request_id": "req-1", "latency": "0.250s"}',
+    ),
+    (
+        ev.TOOL_COMPLETED,
+        '{"step": 2, "call_id": "c1", "tool": "t", "result_json": "{}", "replayed": false, '
+        '"start_time": "2026-05-01T12:00:00.125Z", "end_time": "2026-05-01T12:00:00.250Z", "host": "h1"}',
+    ),
+    (
+        ev.TOOL_FAILED,
+        '{"step": 2, "call_id": "c1", "tool": "t", "error": {}, "end_time": "2026-05-01T12:00:00.250Z"}',
+    ),
     (
         ev.HANDOFF,
         '{"step": 2, "call_id": "c1", "from_agent": "triage", "to_agent": "billing", "reason": "refund", '

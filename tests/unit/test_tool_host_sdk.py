@@ -87,9 +87,10 @@ def test_decorator_builds_a_tool_with_spec_fields_and_defaults() -> None:
     assert isinstance(greet_sync, Tool)
     assert greet_sync.args_model is GreetArgs
     assert not greet_sync.is_async
+    # supports_query unset: the host decides (true for read-only tools like this one).
     assert (greet_sync.idempotent, greet_sync.supports_query, greet_sync.concurrency_safe) == (
         False,
-        True,
+        None,
         False,
     )
     assert (greet_sync.requires_approval, greet_sync.timeout, greet_sync.version) == (False, 30.0, "1")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentrt.server._config_context import CheckpointsConfig, ContextConfig
 from agentrt.server._config_limits import (
     AdmissionConfig,
     FaultsConfig,
@@ -52,6 +53,7 @@ class ModelConfig(_Strict):
     name: str = ""
     options: dict[str, Any] = Field(default_factory=dict)
     profile: str = ""  # a [model_profiles.<name>]; its options come first, these on top
+    context_tokens: int = Field(0, ge=0)  # the model's context limit; 0: the profile's (or none)
 
 
 class BudgetsConfig(_Strict):
@@ -125,6 +127,7 @@ class AgentConfig(_Strict):
     on_budget_exhausted: Literal["fail", "pause"] = "fail"  # "pause": a person may grant more (R6.1)
     handoffs: list[str] = Field(default_factory=list)  # agents this one may hand the run to (R9.1)
     agent_tools: list[str] = Field(default_factory=list)  # agents this one may call as tools (child runs)
+    context: ContextConfig = Field(default_factory=ContextConfig)  # fitting prompts to context_tokens
 
 
 class ToolHostConfig(_Strict):
@@ -225,6 +228,7 @@ class Settings(_Strict):
     streams: StreamsConfig = Field(default_factory=StreamsConfig)
     model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

@@ -131,6 +131,7 @@ class ModelProfileConfig(_Strict):
     name: str = ""
     options: dict[str, Any] = Field(default_factory=dict)  # may hold base_url, api_key_env, ...
     inline_options: list[str] = Field(default_factory=list)  # option keys inline agents may set
+    context_tokens: int = Field(0, ge=0)  # the model's context limit in tokens; 0: none enforced
 
 
 def _admin_only() -> list[Role]:

@@ -18,7 +18,9 @@ fencing token, as a lease expiry would, and :meth:`EngineWorld.drive` drives it 
 
 - :class:`MemoryRunLog`: runs and their logs with the store's fencing (revision and owner); it can
   "crash" (raise :class:`Crashed`) right after its N-th commit.
-- :class:`FakeTools`: tool contracts, handlers and a ledger keyed by idempotency key.
+- :class:`FakeTools`: tool contracts, handlers and a ledger keyed by idempotency key; like a real
+  tool host, it lets a write run on when its caller is cut off, and stops one only on an explicit
+  cancel (which a handler sees through :meth:`FakeTools.cancel_signal`).
 - :class:`ScriptedModels`: queued answers or errors; a gate holds a call in flight.
 - :class:`MemoryPayloads`, :class:`RecordingLive`, :class:`ManualClock` (its ``sleep`` advances it).
 """
@@ -54,7 +56,14 @@ from agentrt.server.models import (
     ModelToolCall,
 )
 from agentrt.server.policies import Policies, get_policy_plugin_manager
-from agentrt.server.store import PayloadRef, RunRecord, Signal, StoredEvent, StoredPayload
+from agentrt.server.store import (
+    PayloadRef,
+    RunRecord,
+    Signal,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredPayload,
+)
 from agentrt.server.telemetry import Counters
 from agentrt.server.tools import CallMetadata, ToolOutcome
 
@@ -105,6 +114,8 @@ class MemoryRunLog:
         self.runs: dict[str, RunRecord] = {}
         self.events: dict[str, list[StoredEvent]] = {}
         self.signals: dict[str, list[Signal]] = {}
+        self.checkpoints: dict[str, StoredCheckpoint] = {}  # the latest of each run
+        self.checkpoint_reads = 0
         self._signal_ids = itertools.count(1)
         self.appends = 0
 
@@ -166,6 +177,15 @@ class MemoryRunLog:
         record = self.runs.get(run_id)
         if record is not None and record.lease_owner == owner:
             self.runs[run_id] = dataclasses.replace(record, lease_owner=None, lease_expires_ms=None)
+
+    async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
+        latest = self.checkpoints.get(checkpoint.run_id)
+        if latest is None or latest.through_seq < checkpoint.through_seq:
+            self.checkpoints[checkpoint.run_id] = checkpoint
+
+    async def read_checkpoint(self, run_id: str) -> StoredCheckpoint | None:
+        self.checkpoint_reads += 1
+        return self.checkpoints.get(run_id)
 
     # -- what a test sets up and reads --------------------------------------------------------------
 
@@ -259,7 +279,13 @@ ToolHandler = Callable[[str, CallMetadata], Awaitable[ToolOutcome]]
 
 
 class FakeTools:
-    """Tool contracts and handlers, with a ledger keyed by idempotency key like a tool host's."""
+    """Tool contracts and handlers, with a ledger keyed by idempotency key like a tool host's.
+
+    A handler runs as the host's own task: a read is cancelled with its caller, but a write runs
+    to its end when its caller is cut off (a crash is never a cancellation) and records its
+    outcome. An outcome marked ``in_doubt`` (the host cannot tell, e.g. still running) leaves the
+    ledger entry "running" for the test to settle.
+    """
 
     def __init__(self) -> None:
         self.specs: dict[str, tool_pb2.ToolSpec] = {}
@@ -267,7 +293,11 @@ class FakeTools:
         self.ledger: dict[str, ToolOutcome | Literal["running"]] = {}
         self.calls: list[ToolCallSeen] = []
         self.queries: list[str] = []
+        self.cancels: list[str] = []  # keys an explicit cancel (CancelOperation) named
+        self.running: dict[str, asyncio.Task[ToolOutcome]] = {}
+        self._cancel_signals: dict[str, asyncio.Event] = {}
         self.unreachable = False  # queries fail as if the host were down
+        self.host = "fake-host"  # the host name outcomes carry, as the router stamps its hosts'
 
     def add(
         self,
@@ -307,21 +337,65 @@ class FakeTools:
         handler = self.handlers.get(tool)
         if handler is None:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no fake serves {tool!r}")
-        done = self.ledger.get(metadata.idempotency_key)
-        if isinstance(done, ToolOutcome):  # a tool host replays a recorded outcome for the same key
+        key = metadata.idempotency_key
+        done = self.ledger.get(key)
+        retryable = ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
+        if isinstance(done, ToolOutcome) and (done.error or {}).get("code") not in retryable:
+            # A tool host replays a final outcome for the same key (and runs a retryable one again).
             return dataclasses.replace(done, replayed=True)
         self.calls.append(ToolCallSeen(tool, arguments_json, metadata))
-        self.ledger[metadata.idempotency_key] = "running"
+        self.ledger[key] = "running"
+        self._cancel_signals[key] = asyncio.Event()
+        task = asyncio.ensure_future(self._run(key, handler, arguments_json, metadata))
+        self.running[key] = task
+        spec = self.specs[tool]
+        if spec.side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY and not spec.idempotent:
+            return await asyncio.shield(task)  # a cut caller leaves the write running
+        try:
+            return await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+    async def _run(
+        self, key: str, handler: ToolHandler, arguments_json: str, metadata: CallMetadata
+    ) -> ToolOutcome:
         try:
             outcome = await handler(arguments_json, metadata)
         except asyncio.CancelledError:
-            del self.ledger[metadata.idempotency_key]  # cancelled before its effect
+            self.ledger.pop(key, None)  # cancelled before its effect
             raise
-        if (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_TRANSIENT":
-            del self.ledger[metadata.idempotency_key]  # not done: the same key may run it again
+        finally:
+            self.running.pop(key, None)
+        outcome = dataclasses.replace(outcome, host=self.host)
+        if outcome.in_doubt:
+            pass  # the host cannot tell yet: the entry stays "running"
+        elif (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_TRANSIENT":
+            self.ledger.pop(key, None)  # not done: the same key may run it again
         else:
-            self.ledger[metadata.idempotency_key] = outcome
+            self.ledger[key] = outcome
         return outcome
+
+    def cancel_signal(self, key: str) -> asyncio.Event:
+        """Set when an explicit cancel names the call with ``key`` (what ``ctx.cancelled`` is to a tool)."""
+        return self._cancel_signals.setdefault(key, asyncio.Event())
+
+    async def cancel(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, reason: str, timeout_s: float
+    ) -> bool:
+        key = metadata.idempotency_key
+        self.cancels.append(key)
+        if key not in self.running:
+            return False
+        self.cancel_signal(key).set()
+        return True
+
+    def lose(self, key: str) -> None:
+        """The call never reached the host: no body runs, no ledger entry."""
+        task = self.running.pop(key, None)
+        if task is not None:
+            task.cancel()
+        self.ledger.pop(key, None)
 
     async def query(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float

@@ -128,12 +128,22 @@ class CallGate:
             Unauthenticated: As for :meth:`invoke`.
             PermissionDenied: The grant names another idempotency key.
         """
+        return self._keyed("GetOperation", grant, idempotency_key)
+
+    def cancel_operation(self, *, grant: str, idempotency_key: str) -> str:
+        """Check a CancelOperation call, exactly as GetOperation; returns the tenant it may cancel in.
+
+        Raises:
+            Unauthenticated: As for :meth:`invoke`.
+            PermissionDenied: The grant names another idempotency key.
+        """
+        return self._keyed("CancelOperation", grant, idempotency_key)
+
+    def _keyed(self, method: str, grant: str, idempotency_key: str) -> str:
         if self._verifier is None:
             return ""
-        granted = self._verify(grant, "GetOperation")
-        self._require(
-            "GetOperation", [] if granted.idempotency_key == idempotency_key else ["idempotency_key"]
-        )
+        granted = self._verify(grant, method)
+        self._require(method, [] if granted.idempotency_key == idempotency_key else ["idempotency_key"])
         return granted.tenant
 
     def preview(self, *, grant: str, tool: str, arguments_json: str) -> str:

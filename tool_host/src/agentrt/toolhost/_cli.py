@@ -268,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verifier=security.verifier,
         cipher=security.cipher,
         ledger_retention=retention,
+        config=config,
     )
     try:
         return asyncio.run(_serve(host, listen=args.listen, grace=args.grace))

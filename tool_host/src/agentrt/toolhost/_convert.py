@@ -67,7 +67,7 @@ def tool_to_spec(tool: Tool) -> tool_pb2.ToolSpec:
         input_schema_json=json.dumps(tool.input_schema(), sort_keys=True),
         side_effect=SIDE_EFFECTS[tool.side_effect],
         idempotent=tool.idempotent,
-        supports_query=tool.supports_query,
+        supports_query=bool(tool.supports_query),
         concurrency_safe=tool.concurrency_safe,
         requires_approval=tool.requires_approval,
         default_timeout=timeout,

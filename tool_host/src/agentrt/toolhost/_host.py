@@ -19,11 +19,12 @@ from grpc_reflection.v1alpha import reflection
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2, tool_host_service_pb2_grpc
 from agentrt.toolhost._authorize import CallGate
 from agentrt.toolhost._cipher import PayloadCipher
+from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._context import DEFAULT_DATA_DIR
 from agentrt.toolhost._grants import GrantVerifier
 from agentrt.toolhost._ledger import Ledger
 from agentrt.toolhost._ledger_retention import LedgerRetention, run_ledger_retention
-from agentrt.toolhost._parse import ParseInHandler
+from agentrt.toolhost._parse import add_parsing_in_handler
 from agentrt.toolhost._plugins import get_plugin_manager
 from agentrt.toolhost._sdk import Tool
 from agentrt.toolhost._server import ToolHostServicer
@@ -75,6 +76,8 @@ class ToolHost:
             (development on loopback).
         cipher: Seals stored outcomes in the ledger; None stores them in clear.
         ledger_retention: How long settled ledger entries are kept; None never prunes.
+        config: What the plugins were configured with (the query hook gets it too); by default
+            ``data_dir`` and no options.
     """
 
     def __init__(
@@ -88,8 +91,10 @@ class ToolHost:
         verifier: GrantVerifier | None = None,
         cipher: PayloadCipher | None = None,
         ledger_retention: LedgerRetention | None = LedgerRetention(),  # noqa: B008 - frozen, shared safely
+        config: ToolHostConfig | None = None,
     ) -> None:
         self.tools = dict(tools)
+        self._config = config
         self._ledger_retention = ledger_retention
         self._retention_task: asyncio.Task[None] | None = None
         self._credentials = credentials
@@ -122,7 +127,7 @@ class ToolHost:
         if self._server is not None:
             raise RuntimeError("the tool host is already started")
         host, _ = parse_listen(listen)
-        server = grpc.aio.server(interceptors=[ParseInHandler(f"/{SERVICE_NAME}/")])
+        server = grpc.aio.server()
         try:
             if self._credentials is None:
                 port = server.add_insecure_port(listen)
@@ -142,8 +147,11 @@ class ToolHost:
             counters=self.counters,
             gate=self._gate,
             cancel_grace=self._cancel_grace,
+            config=self._config,
         )
-        tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server(servicer, server)
+        add_parsing_in_handler(
+            tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server, servicer, server
+        )
         health_servicer = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)

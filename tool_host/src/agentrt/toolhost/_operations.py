@@ -4,6 +4,19 @@ Each call runs as a task owned by the host, not by the RPC handler, so a call
 outlives a cancelled or timed-out RPC until the tool has really stopped; its
 true outcome is then recorded. A duplicate call with the same key that arrives
 meanwhile waits for that task (R5.4).
+
+A crash is never a cancellation. gRPC cancellation carries no reason, so a cancelled
+InvokeTool RPC may just be a caller that died: a write (neither read-only nor
+idempotent) then runs to completion and records its outcome, for the caller's
+successor to find with GetOperation. Only an explicit cancel (:meth:`Operations.cancel`,
+the CancelOperation RPC), a deadline or the host's own shutdown stops a write.
+
+What the host can stop: an async tool is cancelled at its next ``await`` once the
+grace has passed; a sync tool runs in a thread nothing can interrupt, so it only sees
+``ctx.cancelled`` and its outcome is recorded whenever it returns. When the host stops
+a tool where it stands, the recorded failure says ``"effect": "unknown"``: the host
+cannot tell whether the effect happened, and a caller must not send the write again on
+that answer alone.
 """
 
 from __future__ import annotations
@@ -33,7 +46,13 @@ class StopReason(enum.Enum):
     """Why the host asked a running tool to stop."""
 
     TIMEOUT = "timeout"
-    CANCELLED = "cancelled"
+    CANCEL_REQUESTED = "cancel_requested"  # an explicit CancelOperation
+    CALLER_VANISHED = "caller_vanished"  # the RPC was cancelled (read-only and idempotent tools only)
+    SHUTDOWN = "shutdown"
+
+
+# The host stopped the tool where it stood: whether its effect happened is not known.
+EFFECT_UNKNOWN = {"effect": "unknown"}
 
 
 @dataclasses.dataclass(eq=False, kw_only=True)
@@ -68,6 +87,7 @@ class Operations:
         self._counters = counters
         self._grace = cancel_grace
         self._running: dict[tuple[str, str], Operation] = {}
+        self._stopping: set[asyncio.Task[None]] = set()  # hard cancels after an explicit cancel's grace
 
     def __len__(self) -> int:
         return len(self._running)
@@ -110,9 +130,20 @@ class Operations:
 
     @staticmethod
     def _stopped_outcome(op: Operation) -> Outcome:
-        if op.stop_reason is StopReason.TIMEOUT:
-            return Outcome.error(ErrorCode.TRANSIENT, "timeout: the call overran its deadline")
-        return Outcome.error(ErrorCode.CANCELLED, "cancelled")
+        """The outcome of a tool the host cancelled where it stood (never the tool's own word)."""
+        match op.stop_reason:
+            case StopReason.TIMEOUT:
+                return Outcome.error(
+                    ErrorCode.TRANSIENT, "timeout: the call overran its deadline", EFFECT_UNKNOWN
+                )
+            case StopReason.CANCEL_REQUESTED:
+                message = "cancelled on request"
+            case StopReason.SHUTDOWN:
+                message = "cancelled: the tool host shut down"
+            case _:
+                message = "cancelled: the caller went away"
+        stopped = op.stop_reason.value if op.stop_reason is not None else "unknown"
+        return Outcome.error(ErrorCode.CANCELLED, message, {**EFFECT_UNKNOWN, "stopped": stopped})
 
     def _record(self, op: Operation, outcome: Outcome) -> None:
         failure = outcome.failure
@@ -175,7 +206,7 @@ class Operations:
                 {"still_running": True},
             )
         except asyncio.CancelledError:
-            await self._on_rpc_cancelled(op)
+            await self._on_caller_vanished(op)
             raise
 
     async def _settled_within(self, op: Operation, within: float) -> bool:
@@ -206,18 +237,41 @@ class Operations:
         # Not done means the timer woke us; _run() wakes us only as its task ends.
         return task.done()
 
-    async def _on_rpc_cancelled(self, op: Operation) -> None:
+    async def _on_caller_vanished(self, op: Operation) -> None:
+        """The RPC was cancelled: maybe on purpose, maybe its caller died. A write goes on."""
         assert op.task is not None
         if op.task.done():
             return
+        if not op.tool.rerun_after_crash:
+            # Stopping it now could leave its effect half done or unknown; finishing it records the
+            # truth in the ledger, where the caller's successor looks (GetOperation).
+            self._counters["caller_vanished_write_kept"] += 1
+            _log.info("the caller of %s (key %s) went away; the write runs to its end", op.tool.name, op.key)
+            return
         self._counters["cancelled"] += 1
-        await self._signal_then_cancel([op], grace=self._grace)
+        await self._signal_then_cancel([op], grace=self._grace, reason=StopReason.CALLER_VANISHED)
 
-    async def _signal_then_cancel(self, ops: list[Operation], *, grace: float) -> None:
+    def cancel(self, key: str, *, tenant: str = "") -> bool:
+        """An explicit cancel of a running call (CancelOperation): signal it now, and cancel an
+        async tool still running after the grace. Returns False when no such call is running here.
+        """
+        op = self.get(key, tenant=tenant)
+        if op is None or op.task is None or op.task.done():
+            return False
+        self._counters["cancel_requested"] += 1
+        task = asyncio.get_running_loop().create_task(
+            self._signal_then_cancel([op], grace=self._grace, reason=StopReason.CANCEL_REQUESTED),
+            name=f"cancel {op.tool.name} {key}",
+        )
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        return True
+
+    async def _signal_then_cancel(self, ops: list[Operation], *, grace: float, reason: StopReason) -> None:
         # First only the signal, so tools can stop cleanly (and say so); then cancel the async ones.
         for op in ops:
             if op.stop_reason is None:
-                op.stop_reason = StopReason.CANCELLED
+                op.stop_reason = reason
             op.ctx.cancelled.set()
         tasks = {op.task for op in ops if op.task is not None and not op.task.done()}
         if not tasks:
@@ -225,7 +279,7 @@ class Operations:
         _, pending = await asyncio.wait(tasks, timeout=grace)
         if pending:
             for op in ops:
-                self.stop(op, StopReason.CANCELLED)
+                self.stop(op, reason)
             await asyncio.wait(pending, timeout=grace)
 
     async def wait(self, op: Operation, *, within: float) -> bool:
@@ -237,7 +291,9 @@ class Operations:
     async def drain(self, *, within: float) -> None:
         """At shutdown: signal every running call, cancel the async ones still running after
         ``within`` seconds, and wait up to ``within`` more for them to record their outcome."""
-        await self._signal_then_cancel(list(self._running.values()), grace=within)
+        await self._signal_then_cancel(list(self._running.values()), grace=within, reason=StopReason.SHUTDOWN)
+        for task in list(self._stopping):
+            task.cancel()
 
 
 def _bounded(op: Operation, result_json: str) -> Outcome:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
@@ -20,7 +21,15 @@ from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._errors import DuplicateToolError, PluginError
 from agentrt.toolhost._sdk import Tool, canonical_json
 
-__all__ = ["ENTRYPOINT_GROUP", "collect_tools", "get_plugin_manager", "load_plugin", "preview"]
+__all__ = [
+    "ENTRYPOINT_GROUP",
+    "answers_queries",
+    "collect_tools",
+    "get_plugin_manager",
+    "load_plugin",
+    "preview",
+    "query_answerers",
+]
 
 #: Entry-point group of tool plugins (only tool hosts load it, never the runtime).
 ENTRYPOINT_GROUP = hookspecs.PROJECT_NAME
@@ -150,7 +159,8 @@ def collect_tools(pm: pluggy.PluginManager, config: ToolHostConfig) -> dict[str,
         config: Passed to each ``agentrt_register_tools`` implementation.
 
     Returns:
-        Tools by name.
+        Tools by name, each with ``supports_query`` decided (see :func:`answers_queries`): a tool
+        that leaves it unset supports queries when its own plugin implements the query hook.
 
     Raises:
         DuplicateToolError: Two plugins (or one plugin twice) provide the same name.
@@ -180,7 +190,45 @@ def collect_tools(pm: pluggy.PluginManager, config: ToolHostConfig) -> dict[str,
                 raise DuplicateToolError(tool=item.name, first_plugin=owners[item.name], second_plugin=plugin)
             owners[item.name] = plugin
             tools[item.name] = item
+    answerers = query_answerers(pm)
+    for name, item in tools.items():
+        # Unset: only the tool's own plugin is taken to answer for it. Declared: any plugin may.
+        plugin_answers = owners[name] in answerers if item.supports_query is None else bool(answerers)
+        tools[name] = dataclasses.replace(
+            item, supports_query=answers_queries(item, plugin_answers=plugin_answers)
+        )
     return tools
+
+
+def query_answerers(pm: pluggy.PluginManager) -> set[str]:
+    """The plugins implementing ``agentrt_query_operation``."""
+    return {impl.plugin_name for impl in pm.hook.agentrt_query_operation.get_hookimpls()}
+
+
+def answers_queries(tool: Tool, *, plugin_answers: bool) -> bool:
+    """Whether GetOperation can answer for ``tool`` after a host died while it ran (supports_query).
+
+    Args:
+        tool: The tool; its ``supports_query`` is what its author declared (None: not said).
+        plugin_answers: A plugin implementing the query hook can answer for it.
+
+    Returns:
+        False when declared False. Else True for a read-only or idempotent tool (the ledger's own
+        answer is "run it again") or when a plugin answers; a tool declared True that nobody can
+        answer for is reported False, with a warning: a promise nobody keeps would leave a run
+        waiting in UNKNOWN_OUTCOME for an answer that never comes.
+    """
+    if tool.supports_query is False:
+        return False
+    if tool.rerun_after_crash or plugin_answers:
+        return True
+    if tool.supports_query:
+        _log.warning(
+            "tool %s declares supports_query but no plugin implements agentrt_query_operation; "
+            "reporting supports_query=false",
+            tool.name,
+        )
+    return False
 
 
 def _registration_order(pm: pluggy.PluginManager) -> Any:

@@ -127,7 +127,8 @@ class Tool:
         description: Human and model facing description.
         side_effect: What the tool does to the world.
         idempotent: True when invoking twice with the same arguments has the effect of invoking once.
-        supports_query: True when GetOperation can answer for past invocations.
+        supports_query: True when GetOperation can answer for past invocations, even after the
+            host died while one ran; None (the default) lets the host decide (see ``answers_queries``).
         concurrency_safe: True when calls may run concurrently with other calls of the same run.
         requires_approval: True when every call needs a person's approval first.
         timeout: Seconds a call may take when the caller's deadline allows more.
@@ -142,7 +143,7 @@ class Tool:
     description: str
     side_effect: SideEffect
     idempotent: bool = False
-    supports_query: bool = True
+    supports_query: bool | None = None
     concurrency_safe: bool = False
     requires_approval: bool = False
     timeout: float = 30.0
@@ -279,7 +280,7 @@ def tool(
     description: str,
     side_effect: SideEffect,
     idempotent: bool = False,
-    supports_query: bool = True,
+    supports_query: bool | None = None,
     concurrency_safe: bool = False,
     requires_approval: bool = False,
     timeout: float = 30.0,
@@ -304,7 +305,11 @@ def tool(
         description: Human and model facing description.
         side_effect: READ_ONLY, WRITE or DESTRUCTIVE.
         idempotent: Invoking twice with the same arguments has the effect of invoking once.
-        supports_query: GetOperation can answer for this tool's past invocations.
+        supports_query: GetOperation can answer for this tool's past invocations even after the host
+            died while one ran: a plugin implements ``agentrt_query_operation`` for it. Leave it
+            None and the host decides: true for read-only and idempotent tools, and when the tool's
+            own plugin implements the query hook. Declared true with no hook anywhere, the host
+            reports false (and warns).
         concurrency_safe: Calls may run concurrently with other calls of the same run.
         requires_approval: Every call needs a person's approval before it runs.
         timeout: Seconds a call may take; the caller's deadline still caps it.

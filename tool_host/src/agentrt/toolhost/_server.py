@@ -22,6 +22,7 @@ from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as pb
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.toolhost._authorize import CallGate, grant_of
+from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._context import ToolContext
 from agentrt.toolhost._convert import failure_to_proto, operation_to_proto, timestamp_ns, tool_to_spec
 from agentrt.toolhost._errors import ErrorCode, InvalidInput
@@ -40,7 +41,7 @@ from agentrt.toolhost._ledger import (
 )
 from agentrt.toolhost._operations import Operations
 from agentrt.toolhost._outcome import Failure, Outcome
-from agentrt.toolhost._plugins import preview
+from agentrt.toolhost._plugins import answers_queries, preview, query_answerers
 from agentrt.toolhost._sdk import Tool, canonical_json
 from agentrt.toolhost._status import InternalFailure, InvalidRequest, NotFound, RpcFailure, abort_with
 from agentrt.toolhost._validate import MAX_TOOL_NAME_BYTES, check_field
@@ -218,6 +219,8 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             timeout reaches the caller before its deadline does.
         max_result_bytes: The largest result sent when a call does not name its maximum; a larger
             one is answered (and recorded) as RESULT_TOO_LARGE.
+        config: What the plugins were configured with; the query hook gets it too. By default,
+            ``data_dir`` and no options.
     """
 
     def __init__(
@@ -232,8 +235,15 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         cancel_grace: float = 2.0,
         deadline_reserve: float = 0.05,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        config: ToolHostConfig | None = None,
     ) -> None:
-        self._tools = dict(tools)
+        self._config = config if config is not None else ToolHostConfig(data_dir=data_dir)
+        answerers = query_answerers(pm)
+        # What ListTools says is what GetOperation can really do (supports_query).
+        self._tools = {
+            name: dataclasses.replace(t, supports_query=answers_queries(t, plugin_answers=bool(answerers)))
+            for name, t in tools.items()
+        }
         self._max_result_bytes = max_result_bytes
         self._gate = gate if gate is not None else CallGate(verifier=None)
         self._pm = pm
@@ -551,12 +561,25 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
 
     async def _settle_from_tool(self, record: OperationRecord) -> OperationRecord:
-        """An earlier host life died while this call ran: ask the tool's own store (supports_query)."""
+        """An earlier host life died while this call ran: ask the tool's own store (supports_query).
+
+        A read-only or idempotent tool needs no store: such a call is simply run again.
+        """
+        tool = self._tools.get(record.tool)
+        if tool is not None and tool.rerun_after_crash:
+            outcome = Outcome.error(
+                ErrorCode.TRANSIENT, "interrupted by a tool host restart; safe to run again under its key"
+            )
+            self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
+            return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
+        if tool is None or not tool.supports_query:
+            return record  # no plugin answers for this tool: another's hook must not guess for it
         answer = await asyncio.to_thread(
             self._pm.hook.agentrt_query_operation,
             tool=record.tool,
             idempotency_key=record.idempotency_key,
             data_dir=self._data_dir,
+            config=self._config,
         )
         if not isinstance(answer, dict):
             return record
@@ -570,6 +593,42 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             return record
         self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
         return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
+
+    async def CancelOperation(
+        self, request: pb.CancelOperationRequest, context: ServicerContext
+    ) -> pb.CancelOperationResponse:
+        """Stops a running call on purpose (the caller's run was cancelled), by idempotency key."""
+        try:
+            tenant = self._gate.cancel_operation(
+                grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
+                idempotency_key=request.idempotency_key,
+            )
+            if not request.idempotency_key:
+                raise InvalidRequest(
+                    "idempotency_key is required",
+                    reason="MISSING_FIELD",
+                    violations=[("idempotency_key", "required")],
+                )
+            check_field(request.idempotency_key, "idempotency_key")
+            if self._ledger.get(request.idempotency_key, tenant=tenant) is None:
+                raise NotFound(
+                    "no operation with this idempotency key",
+                    reason="OPERATION_NOT_FOUND",
+                    metadata={"idempotency_key": request.idempotency_key},
+                )
+            signalled = self.operations.cancel(request.idempotency_key, tenant=tenant)
+            if signalled:
+                # repr: the reason is the caller's free text, never raw in a log line.
+                _log.info("cancelling key %s on request: %r", request.idempotency_key, request.reason[:200])
+            # Read again: a call that ended a moment ago reports its outcome.
+            record = self._ledger.get(request.idempotency_key, tenant=tenant)
+            assert record is not None
+            return pb.CancelOperationResponse(operation=operation_to_proto(record), signalled=signalled)
+        except RpcFailure as exc:
+            await abort_with(context, exc)
+        except Exception:
+            _log.exception("CancelOperation failed")
+            await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
 
     async def PreviewTool(
         self, request: pb.PreviewToolRequest, context: ServicerContext

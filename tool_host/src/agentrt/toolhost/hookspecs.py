@@ -65,18 +65,24 @@ def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
 
 
 @hookspec(firstresult=True)
-def agentrt_query_operation(tool: str, idempotency_key: str, data_dir: Path) -> dict[str, Any] | None:
+def agentrt_query_operation(
+    tool: str, idempotency_key: str, data_dir: Path, config: ToolHostConfig
+) -> dict[str, Any] | None:
     """Say whether a write with this idempotency key took effect, from the tool's own store.
 
     Asked only when the ledger cannot tell: its entry is RUNNING from an earlier host
     life that died while the tool ran. This is what ``supports_query`` promises: a
     tool that keeps its effects keyed by idempotency key can settle the question.
+    Implementing this hook is what makes the host report ``supports_query`` for the
+    plugin's tools (unless a tool declares it false).
 
     Stops at first non-None result.
 
     :param tool: Tool name.
     :param idempotency_key: The call's key.
     :param data_dir: The host's data directory.
+    :param config: The configuration ``agentrt_register_tools`` got: the plugin's
+        ``options`` (``--set KEY=VALUE``), e.g. where the tool's own store is.
     :return: ``{"status": "succeeded", "result": <JSON value>}``, ``{"status": "absent"}``
         (no effect happened), or ``None`` when this plugin cannot tell.
     """

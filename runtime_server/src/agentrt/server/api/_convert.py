@@ -37,11 +37,39 @@ def structured_value(text: str) -> struct_pb2.Value | None:
     if not text:
         return None
     try:
-        data = loads_bounded(text, STRUCTURED_LIMITS)
-        value = struct_pb2.Value()
-        json_format.ParseDict(data, value)
-    except (JsonBoundsError, json_format.ParseError, OverflowError, ValueError, TypeError):
+        return json_value(loads_bounded(text, STRUCTURED_LIMITS))
+    except (JsonBoundsError, OverflowError, ValueError, TypeError):
         return None  # e.g. an integer too large for a double: the JSON text alone carries it
+
+
+def json_value(data: Any) -> struct_pb2.Value:
+    """Parsed JSON as a Value, the one ``json_format.ParseDict`` makes, at less than half its cost.
+
+    Struct's own ``update`` and ListValue's ``extend`` fill the containers (recursively, in C
+    where the runtime allows); the explicit ``SetInParent`` keeps an empty ``{}`` or ``[]``.
+
+    Raises:
+        OverflowError: an integer no double holds.
+        ValueError: a string protobuf cannot carry (a lone surrogate).
+        TypeError: ``data`` is not what ``json.loads`` returns.
+    """
+    value = struct_pb2.Value()
+    if isinstance(data, dict):
+        value.struct_value.SetInParent()
+        value.struct_value.update(data)
+    elif isinstance(data, list):
+        value.list_value.SetInParent()
+        value.list_value.extend(data)
+    elif data is None:
+        value.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(data, bool):  # before int: a bool is an int
+        value.bool_value = data
+    elif isinstance(data, int | float):
+        value.number_value = data
+    elif isinstance(data, str):
+        value.string_value = data
+    else:
+        raise TypeError(f"not a JSON value: {type(data).__name__}")
     return value
 
 

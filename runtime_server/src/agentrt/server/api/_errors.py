@@ -18,15 +18,15 @@ from grpc_status import rpc_status
 
 from agentrt.server.core import (
     AgentRtError,
-    AlreadyExists,
-    FailedPrecondition,
     InvalidRequest,
     LeaseLost,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
+    NoSuchResource,
+    NotAuthenticated,
+    NotPermitted,
+    OverLimit,
+    RequestKeyReused,
+    RunStateConflict,
     StaleRevision,
-    Unauthenticated,
 )
 
 DOMAIN = "runtime.agentrt"
@@ -34,14 +34,14 @@ log = logging.getLogger("agentrt.api")
 
 _CODES: list[tuple[type[AgentRtError], grpc.StatusCode]] = [
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
-    (NotFound, grpc.StatusCode.NOT_FOUND),
-    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
-    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (NoSuchResource, grpc.StatusCode.NOT_FOUND),
+    (RequestKeyReused, grpc.StatusCode.ALREADY_EXISTS),
+    (RunStateConflict, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseLost, grpc.StatusCode.ABORTED),
     (StaleRevision, grpc.StatusCode.ABORTED),
-    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
-    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (NotPermitted, grpc.StatusCode.PERMISSION_DENIED),
+    (NotAuthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (OverLimit, grpc.StatusCode.RESOURCE_EXHAUSTED),
 ]
 
 
@@ -69,7 +69,7 @@ def to_status(exc: AgentRtError) -> status_pb2.Status:
             )
         )
         details.append(bad)
-    elif isinstance(exc, FailedPrecondition | StaleRevision):
+    elif isinstance(exc, RunStateConflict | StaleRevision):
         pre = any_pb2.Any()
         pre.Pack(
             error_details_pb2.PreconditionFailure(
@@ -81,7 +81,7 @@ def to_status(exc: AgentRtError) -> status_pb2.Status:
             )
         )
         details.append(pre)
-    elif isinstance(exc, ResourceExhausted) and exc.retry_after_s is not None:
+    elif isinstance(exc, OverLimit) and exc.retry_after_s is not None:
         retry = any_pb2.Any()
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(round(exc.retry_after_s * 1e9))

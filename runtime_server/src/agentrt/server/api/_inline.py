@@ -15,7 +15,7 @@ from __future__ import annotations
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.server._config import Settings
 from agentrt.server.auth import Principal
-from agentrt.server.core import InvalidRequest, PermissionDenied
+from agentrt.server.core import InvalidRequest, NotPermitted
 from agentrt.server.engine import sensitive_option
 
 __all__ = ["INLINE_AGENT_NAME", "check_inline_agent"]
@@ -34,7 +34,7 @@ def check_inline_agent(spec: run_pb2.AgentSpec, *, settings: Settings, principal
     """Refuse an inline agent that the server's config does not allow.
 
     Raises:
-        PermissionDenied: ``INLINE_AGENTS_DISABLED``; ``MISSING_ROLE`` (the caller holds none of
+        NotPermitted: ``INLINE_AGENTS_DISABLED``; ``MISSING_ROLE`` (the caller holds none of
             ``inline_agents.roles``); ``TOOL_NOT_ALLOWED`` (metadata ``tool``) or
             ``AGENT_NOT_ALLOWED`` (metadata ``agent``) for a tool, handoff or agent tool outside
             the operator's lists.
@@ -44,12 +44,12 @@ def check_inline_agent(spec: run_pb2.AgentSpec, *, settings: Settings, principal
     """
     config = settings.inline_agents
     if not config.enabled:
-        raise PermissionDenied(
+        raise NotPermitted(
             "inline agents are disabled on this server; name a configured agent",
             reason="INLINE_AGENTS_DISABLED",
         )
     if not principal.has_role(*config.roles):
-        raise PermissionDenied(
+        raise NotPermitted(
             f"sending an inline agent needs one of the roles {sorted(config.roles)}",
             reason="MISSING_ROLE",
             metadata={"required_roles": ",".join(sorted(config.roles))},
@@ -96,14 +96,14 @@ def check_inline_agent(spec: run_pb2.AgentSpec, *, settings: Settings, principal
             )
     for tool in spec.tools:
         if tool not in config.tools:
-            raise PermissionDenied(
+            raise NotPermitted(
                 f"tool {_shown(tool)!r} is not among the tools an inline agent may be given",
                 reason="TOOL_NOT_ALLOWED",
                 metadata={"tool": _shown(tool)},
             )
     for agent in (*spec.handoffs, *spec.agent_tools):
         if agent not in config.agents:
-            raise PermissionDenied(
+            raise NotPermitted(
                 f"agent {_shown(agent)!r} is not among the agents an inline agent may reach",
                 reason="AGENT_NOT_ALLOWED",
                 metadata={"agent": _shown(agent)},

@@ -30,7 +30,7 @@ from agentrt.server.auth import (
     permission_for,
     principal_var,
 )
-from agentrt.server.core import AgentRtError, InvalidRequest, PermissionDenied, Unauthenticated
+from agentrt.server.core import AgentRtError, InvalidRequest, NotAuthenticated, NotPermitted
 from agentrt.toolhost.security import PeerCertificate, peer_certificate
 
 __all__ = ["AuthInterceptor"]
@@ -73,16 +73,16 @@ def _request(method: str, context: Context, peers: _PeerNames) -> AuthRequest:
             key = key.lower()
             if key == "authorization":
                 if key in metadata:
-                    raise Unauthenticated(
+                    raise NotAuthenticated(
                         "send one authorization header, not several", reason="MALFORMED_AUTHORIZATION"
                     )
                 if len(value) > MAX_AUTHORIZATION_BYTES:
-                    raise Unauthenticated(
+                    raise NotAuthenticated(
                         f"the authorization header is longer than {MAX_AUTHORIZATION_BYTES} bytes",
                         reason="MALFORMED_AUTHORIZATION",
                     )
             elif len(value) > _MAX_METADATA_VALUE:
-                raise Unauthenticated(f"metadata {key[:40]!r} is too long", reason="UNAUTHENTICATED")
+                raise NotAuthenticated(f"metadata {key[:40]!r} is too long", reason="UNAUTHENTICATED")
             metadata[key] = value
     auth_context = cast(Mapping[str, Sequence[bytes]], context.auth_context() or {})
     return AuthRequest(method=method, metadata=metadata, peer=peers.get(auth_context))
@@ -137,15 +137,15 @@ class AuthInterceptor(_Interceptor):
             )
             permission = permission_for(method)
             if permission is None:
-                raise PermissionDenied(f"{method} is not open to callers", reason="METHOD_NOT_ALLOWED")
+                raise NotPermitted(f"{method} is not open to callers", reason="METHOD_NOT_ALLOWED")
             if not allowed(principal.roles, permission):
-                raise PermissionDenied(
+                raise NotPermitted(
                     f"{principal.subject} lacks a role that may {permission.value.replace('_', ' ')}",
                     reason="MISSING_ROLE",
                     metadata={"permission": permission.value, "subject": principal.subject},
                 )
         except AgentRtError as exc:
-            if isinstance(exc, Unauthenticated):
+            if isinstance(exc, NotAuthenticated):
                 log.info("refused %s: %s", method, exc.message)
             await abort_with(context, exc)
         except Exception as exc:
@@ -153,7 +153,7 @@ class AuthInterceptor(_Interceptor):
             # and place are logged: a plugin's message or traceback text may quote the credential.
             log.error("authenticating %s failed: %s at %s", method, type(exc).__name__, _where(exc))
             await abort_with(
-                context, Unauthenticated("the credential could not be checked", reason="AUTH_FAILED")
+                context, NotAuthenticated("the credential could not be checked", reason="AUTH_FAILED")
             )
         return principal
 

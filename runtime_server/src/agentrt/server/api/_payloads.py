@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
-from agentrt.server.core import NotFound
+from agentrt.server.core import NoSuchResource
 from agentrt.server.store import PayloadStore, StoredPayload
 
 __all__ = ["find_payload", "payload_responses"]
@@ -18,12 +18,12 @@ async def find_payload(
 
     Raises:
         InvalidRequest: A malformed run or payload id (checked before any lookup).
-        NotFound: No such payload in this tenant (``PAYLOAD_NOT_FOUND``).
+        NoSuchResource: No such payload in this tenant (``PAYLOAD_NOT_FOUND``).
     """
     stored = await payloads.find(run_id=request.run_id, payload_id=request.payload_id, tenant_id=tenant_id)
     if stored is None:
         # The ids are validated above, so they are short and safe to name.
-        raise NotFound(
+        raise NoSuchResource(
             f"run {request.run_id} has no payload {request.payload_id}",
             reason="PAYLOAD_NOT_FOUND",
             metadata={"run_id": request.run_id, "payload_id": request.payload_id},

@@ -30,12 +30,12 @@ from agentrt.server.api._validate import check_enum, check_id, check_json, check
 from agentrt.server.auth import Principal, current_principal
 from agentrt.server.core import (
     AgentRtError,
-    FailedPrecondition,
     InvalidRequest,
-    NotFound,
+    NoSuchResource,
+    NotPermitted,
     PayloadTooLarge,
-    PermissionDenied,
     Phase,
+    RunStateConflict,
     StaleRevision,
     parse_rfc3339_ms,
     replay,
@@ -85,7 +85,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                 raise InvalidRequest("agent_name or an inline agent is required", field="agent_name")
             found = self.settings.agents.get(request.agent_name)
             if found is None:
-                raise NotFound(
+                raise NoSuchResource(
                     f"no agent named {request.agent_name!r} is configured",
                     reason="AGENT_NOT_FOUND",
                     metadata={"agent_name": request.agent_name},
@@ -209,7 +209,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self._id(run_id, "run_id")
         record = await self.store.get_run(run_id, tenant_id=self._principal().tenant)
         if record is None:
-            raise NotFound(f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
+            raise NoSuchResource(f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
         return record
 
     async def GetRun(
@@ -280,7 +280,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             check_text(request.reason, "reason", max_bytes=400)
             record = await self._get(request.run_id, context)
             if Phase(record.phase).terminal:
-                raise FailedPrecondition(
+                raise RunStateConflict(
                     f"run {record.run_id} already ended ({record.phase})",
                     reason="RUN_ALREADY_ENDED",
                     metadata={"run_id": record.run_id, "phase": record.phase},
@@ -325,7 +325,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             decision = runtime_service_pb2.OutcomeDecision.Name(request.decision)
             record = await self._get(request.run_id, context)
             if record.phase != Phase.UNKNOWN_OUTCOME.value:
-                raise FailedPrecondition(
+                raise RunStateConflict(
                     f"run {record.run_id} is {record.phase}, not UNKNOWN_OUTCOME",
                     reason="RUN_NOT_IN_UNKNOWN_OUTCOME",
                     metadata={"run_id": record.run_id, "phase": record.phase},
@@ -366,7 +366,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             self._id(request.payload_id, "payload_id")
             try:
                 stored = await find_payload(self.engine.payloads, request, tenant_id=self._principal().tenant)
-            except NotFound:
+            except NoSuchResource:
                 refuse_pruned(await self._get(request.run_id, context))  # retention removed it
                 raise
         except AgentRtError as exc:
@@ -392,21 +392,21 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             record = await self._get(request.run_id, context)
             approver = self._principal().subject
             if record.phase != Phase.WAITING_APPROVAL.value or not record.pending_approval:
-                raise FailedPrecondition(
+                raise RunStateConflict(
                     f"run {record.run_id} is {record.phase}, not waiting for an approval",
                     reason="RUN_NOT_WAITING_APPROVAL",
                     metadata={"run_id": record.run_id, "phase": record.phase},
                 )
             pending = json.loads(record.pending_approval)
             if request.approval_id != pending["approval_id"]:
-                raise NotFound(
+                raise NoSuchResource(
                     f"no pending approval {request.approval_id!r} on run {record.run_id}",
                     reason="APPROVAL_NOT_FOUND",
                     metadata={"run_id": record.run_id},
                 )
             self._check_approver_scope(approver, record, pending)
             if request.args_hash != pending["args_hash"]:
-                raise FailedPrecondition(
+                raise RunStateConflict(
                     "args_hash does not match the arguments waiting for approval",
                     reason="ARGS_HASH_MISMATCH",
                     metadata={"run_id": record.run_id, "approval_id": request.approval_id},
@@ -417,7 +417,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     metadata={"run_id": record.run_id, "revision": str(record.revision)},
                 )
             if self.engine.now_ms() >= parse_rfc3339_ms(pending["expire_time"]):
-                raise FailedPrecondition(
+                raise RunStateConflict(
                     f"approval {request.approval_id} expired at {pending['expire_time']}",
                     reason="APPROVAL_EXPIRED",
                     metadata={"run_id": record.run_id, "approval_id": request.approval_id},
@@ -446,7 +446,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         if (scope.agents and record.agent_name not in scope.agents) or (
             scope.tools and tool not in scope.tools
         ):
-            raise PermissionDenied(
+            raise NotPermitted(
                 f"{approver} may not resolve approvals of agent {record.agent_name!r} for {tool!r}",
                 reason="APPROVER_OUT_OF_SCOPE",
                 metadata={"run_id": record.run_id},

@@ -18,13 +18,13 @@ from contextlib import aclosing
 from typing import Any
 
 from agentrt.server.api._streams import Follower
-from agentrt.server.core import ResourceExhausted
+from agentrt.server.core import OverLimit
 from agentrt.server.store import StoredEvent
 
 log = logging.getLogger("agentrt.api")
 
 
-class FollowerStalled(ResourceExhausted):
+class FollowerStalled(OverLimit):
     """A stream reader left its buffer full for longer than ``streams.stall_timeout_s``."""
 
     reason = "FOLLOWER_STALLED"
@@ -43,36 +43,77 @@ async def send_events(
         FollowerStalled: the reader left a write pending for ``stall_timeout_s`` while its
             buffer was full.
     """
-    async with aclosing(follower.events()) as items:
-        async for item in items:
-            await _guarded(write(item), follower, stall_timeout_s, clock)
-
-
-async def _guarded(
-    write: Awaitable[Any], follower: Follower, stall_timeout_s: float, clock: Callable[[], float]
-) -> None:
-    task = asyncio.ensure_future(write)
-    started = clock()
+    watchdog = _StallWatchdog(follower, stall_timeout_s, clock)
     try:
-        while not task.done():
-            full_since = follower.full_since()
-            if full_since is None:
-                waits: set[asyncio.Future[Any]] = {task}
-                if follower.sub is not None:
-                    waits.add(follower.sub.full_signal())
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                continue
-            remaining = max(started, full_since) + stall_timeout_s - clock()
-            if remaining <= 0:
-                log.warning("run %s: dropping a stream reader that stopped reading", follower.run_id)
-                raise FollowerStalled(
-                    f"the stream's reader left its buffer full for {stall_timeout_s:g}s; "
-                    f"resume with StreamRunEvents after the last seq received",
-                    metadata={"run_id": follower.run_id, "stall_timeout_s": f"{stall_timeout_s:g}"},
-                )
-            await asyncio.wait({task}, timeout=remaining)
-        task.result()
+        async with aclosing(follower.events()) as items:
+            async for item in items:
+                await watchdog.write(write(item))
     finally:
-        if not task.done():
+        watchdog.close()
+
+
+class _StallWatchdog:
+    """Cancels the sending task once its pending write has been stuck with the buffer full.
+
+    A write is stuck when it is still pending ``stall_timeout_s`` after both its start and the
+    moment the follower's buffer filled. Each write is awaited in the sending task itself (a task
+    and a wait per item cost more than the rest of sending it); one timer per stream looks at the
+    pending write, never later than the moment it would be stuck: a write started or a buffer
+    filled after a look cannot be stuck before ``stall_timeout_s`` after that look.
+    """
+
+    def __init__(self, follower: Follower, stall_timeout_s: float, clock: Callable[[], float]):
+        self._follower = follower
+        self._timeout = stall_timeout_s
+        self._clock = clock
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._started: float | None = None  # when the pending write began; None between writes
+        self._fired = False
+
+    async def write(self, pending: Awaitable[Any]) -> None:
+        self._started = started = self._clock()
+        if self._timer is None:
+            self._look_at(started + self._timeout)
+        try:
+            await pending
+        except asyncio.CancelledError:
+            if not self._fired:
+                raise
+            assert self._task is not None
+            self._task.uncancel()
             # gRPC still delivers a message already handed over, then the status that follows it.
-            task.cancel()
+            raise FollowerStalled(
+                f"the stream's reader left its buffer full for {self._timeout:g}s; "
+                f"resume with StreamRunEvents after the last seq received",
+                metadata={"run_id": self._follower.run_id, "stall_timeout_s": f"{self._timeout:g}"},
+            ) from None
+        finally:
+            self._started = None
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _look_at(self, when: float) -> None:
+        self._timer = self._loop.call_later(max(0.0, when - self._clock()), self._look)
+
+    def _look(self) -> None:
+        self._timer = None
+        now = self._clock()
+        started, full_since = self._started, self._follower.full_since()
+        if started is None:
+            return  # between writes: the next write looks again
+        if full_since is None:
+            self._look_at(now + self._timeout)
+            return
+        stuck_at = max(started, full_since) + self._timeout
+        if stuck_at > now:
+            self._look_at(stuck_at)
+            return
+        log.warning("run %s: dropping a stream reader that stopped reading", self._follower.run_id)
+        self._fired = True
+        if self._task is not None:
+            self._task.cancel()

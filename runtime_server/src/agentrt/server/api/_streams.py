@@ -29,7 +29,7 @@ from agentrt.server._config_limits import StreamsConfig
 from agentrt.server.core import Phase
 from agentrt.server.core import events as ev
 from agentrt.server.events import EventBus, Subscription
-from agentrt.server.store import RunRecord, Store, StoredEvent
+from agentrt.server.store import EventPage, RunRecord, Store, StoredEvent
 
 _MAX_PAGE_ROWS = 500
 _MAX_PAGE_BYTES = 64 * 1024  # one replay page in memory per follower, whatever the buffer allows
@@ -98,9 +98,10 @@ class Follower:
         self.stop_at_wait = stop_at_wait
         self.idle_recheck_s = idle_recheck_s
         self._now_ms = now_ms
-        self._page_bytes = min(config.follower_buffer_bytes, _MAX_PAGE_BYTES)
-        self._max_page_rows = min(_MAX_PAGE_ROWS, config.follower_buffer_events)
-        self._more = True
+        self._bounds = {
+            "max_rows": min(_MAX_PAGE_ROWS, config.follower_buffer_events),
+            "max_bytes": min(config.follower_buffer_bytes, _MAX_PAGE_BYTES),
+        }
         self._unknown_call = ""
         self.replaying = False  # True while the item being sent came from a store page
         self.sub: Subscription | None = (
@@ -127,11 +128,12 @@ class Follower:
             if self.sub is None:
                 last = self.after_seq
                 while True:
-                    async with aclosing(self._page(last)) as page:
-                        async for item in page:
+                    page = await self.store.read_page(self.run_id, after_seq=last, **self._bounds)
+                    async with aclosing(self._replay(page)) as items:
+                        async for item in items:
                             last = item.seq
                             yield item
-                    if not self._more:
+                    if not page.more:
                         return
             else:
                 async with aclosing(self._follow(self.sub)) as items:
@@ -142,23 +144,14 @@ class Follower:
             if self.sub is not None:
                 self.bus.unsubscribe(self.sub)
 
-    async def _page(self, last: int) -> AsyncGenerator[StoredEvent, None]:
-        """One replay page after ``last``, bounded in rows and, from the stored sizes, in bytes."""
-        sizes = await self.store.read_event_sizes(self.run_id, after_seq=last, limit=self._max_page_rows)
-        rows, total = 0, 0
-        for _, size in sizes:
-            if rows and total + size > self._page_bytes:
-                break
-            rows, total = rows + 1, total + size
-        # More after this page: it was cut by bytes, or the size query hit its row limit.
-        self._more = len(sizes) > rows or len(sizes) == self._max_page_rows
-        if not rows:
-            return
-        page = deque(await self.store.read_events(self.run_id, after_seq=last, limit=rows))
+    async def _replay(self, page: EventPage) -> AsyncGenerator[StoredEvent, None]:
+        """The items of one replay page (bounded in rows and, from the stored sizes, in bytes)."""
+        items = deque(page.events)
+        page.events.clear()  # let sent items go as the page drains
         self.replaying = True
         try:
-            while page:
-                item = page.popleft()  # let sent items go as the page drains
+            while items:
+                item = items.popleft()
                 self._note(item)
                 yield item
         finally:
@@ -172,22 +165,22 @@ class Follower:
         last = self.after_seq
         while True:
             # Resume before reading: whatever is published from here on is buffered, and what
-            # was dropped while paused is in the store.
+            # was dropped while paused is in the store. The row and the first page come together.
             sub.resume()
-            record = await self.store.get_run(self.run_id)
+            record, page = await self.store.read_run_and_page(self.run_id, after_seq=last, **self._bounds)
             if record is None:
                 return  # gone (pruned): nothing more will come
             while last < record.last_seq:
-                count = 0
-                async with aclosing(self._page(last)) as page:
-                    async for item in page:
-                        count += 1
+                if not page.events:
+                    break  # the store has fewer events than the row says (pruned)
+                async with aclosing(self._replay(page)) as items:
+                    async for item in items:
                         last = item.seq
                         yield item
                         if item.type == ev.RUN_ENDED:
                             return
-                if count == 0:
-                    break  # the store has fewer events than the row says (pruned)
+                if last < record.last_seq:
+                    page = await self.store.read_page(self.run_id, after_seq=last, **self._bounds)
             if Phase(record.phase).terminal:
                 return  # an ended run ends the stream, whatever after_seq was
             if self.stop_at_wait and last >= record.last_seq:

@@ -9,7 +9,7 @@ would be untrue, and a distinct reason tells a client not to retry.
 
 from __future__ import annotations
 
-from agentrt.server.core import FailedPrecondition, rfc3339
+from agentrt.server.core import RunStateConflict, rfc3339
 from agentrt.server.store import RunRecord
 
 __all__ = ["refuse_pruned"]
@@ -19,12 +19,12 @@ def refuse_pruned(record: RunRecord) -> None:
     """Raise ``RUN_PRUNED`` when retention removed the run's events and payloads.
 
     Raises:
-        FailedPrecondition: The run is a tombstone.
+        RunStateConflict: The run is a tombstone.
     """
     if record.pruned_ms is None:
         return
     when = rfc3339(record.pruned_ms)
-    raise FailedPrecondition(
+    raise RunStateConflict(
         f"run {record.run_id} was pruned by retention at {when}: its events and payloads are gone",
         reason="RUN_PRUNED",
         metadata={"run_id": record.run_id, "prune_time": when},

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentrt.server.auth._principal import Principal
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 from agentrt.toolhost.security import PeerCertificate
 
 __all__ = ["AuthRequest", "Authentication", "Authenticator"]
@@ -37,7 +37,7 @@ class Authenticator(Protocol):
     """One way of recognising a caller.
 
     ``authenticate`` returns None when the call carries no credential of its kind, a principal
-    when it carries a good one, and raises :class:`Unauthenticated` when it carries a bad one
+    when it carries a good one, and raises :class:`NotAuthenticated` when it carries a bad one
     (the message names the problem, never the credential).
     """
 
@@ -63,7 +63,7 @@ class Authentication:
         """The caller's principal.
 
         Raises:
-            Unauthenticated: No authenticator recognised a credential, or one was bad.
+            NotAuthenticated: No authenticator recognised a credential, or one was bad.
         """
         if self.local is not None:
             return self.local
@@ -71,7 +71,7 @@ class Authentication:
             principal = authenticator.authenticate(request)
             if principal is not None:
                 return principal
-        raise Unauthenticated(
+        raise NotAuthenticated(
             "authentication required: send 'authorization: Bearer <token>' or a client certificate",
             reason="UNAUTHENTICATED",
         )

@@ -34,7 +34,7 @@ from agentrt.server.auth._mtls import MtlsAuthenticator
 from agentrt.server.auth._plugins import PluginAuthenticator, get_auth_plugin_manager
 from agentrt.server.auth._principal import Principal
 from agentrt.server.auth._tokens import StaticTokens
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 
 __all__ = ["MAX_AUTHORIZATION_BYTES", "BearerAuthenticator", "bearer_token", "build_authentication"]
 
@@ -43,15 +43,15 @@ _TOKEN = re.compile(r"[\x21-\x7e]+")  # RFC 6750 b64token is narrower; any visib
 _JWT_SHAPE = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 
 
-def _malformed(message: str) -> Unauthenticated:
-    return Unauthenticated(message, reason="MALFORMED_AUTHORIZATION")
+def _malformed(message: str) -> NotAuthenticated:
+    return NotAuthenticated(message, reason="MALFORMED_AUTHORIZATION")
 
 
 def bearer_token(value: str) -> str:
     """The token of an ``authorization`` header value.
 
     Raises:
-        Unauthenticated: ``MALFORMED_AUTHORIZATION``: not ``Bearer <token>``, empty, too long.
+        NotAuthenticated: ``MALFORMED_AUTHORIZATION``: not ``Bearer <token>``, empty, too long.
             The message never holds the value.
     """
     if len(value) > MAX_AUTHORIZATION_BYTES:
@@ -93,7 +93,7 @@ class BearerAuthenticator:
         """The bearer token's principal; None for a call without an ``authorization`` header.
 
         Raises:
-            Unauthenticated: The header is malformed, or its token is refused.
+            NotAuthenticated: The header is malformed, or its token is refused.
         """
         value = request.metadata.get("authorization")
         if value is None:
@@ -106,11 +106,11 @@ class BearerAuthenticator:
         if self.plugins is not None:
             principal = self.plugins.authenticate(request)
             if principal is None:
-                raise Unauthenticated("no plugin recognised the bearer token", reason="TOKEN_UNKNOWN")
+                raise NotAuthenticated("no plugin recognised the bearer token", reason="TOKEN_UNKNOWN")
             return principal
         if self.jwt is not None:
             return self.jwt.authenticate_token(token)
-        raise Unauthenticated("this server does not accept bearer tokens", reason="BEARER_NOT_ACCEPTED")
+        raise NotAuthenticated("this server does not accept bearer tokens", reason="BEARER_NOT_ACCEPTED")
 
 
 def build_authentication(

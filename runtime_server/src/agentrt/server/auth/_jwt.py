@@ -33,7 +33,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from agentrt.server._config_security import ROLES, JwtConfig
 from agentrt.server.auth._principal import Principal
 from agentrt.server.auth._reloading import ReloadingFile
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 
 __all__ = ["JwtVerifier", "parse_jwks"]
 
@@ -161,11 +161,11 @@ def _pem_key(number: int, pem: str, algorithms: frozenset[str]) -> _Key:
     return _Key(kid=None, key=key, algorithms=fits)
 
 
-def _refused(reason: str, message: str, **metadata: str) -> Unauthenticated:
-    return Unauthenticated(message, reason=reason, metadata={"authenticator": "jwt", **metadata})
+def _refused(reason: str, message: str, **metadata: str) -> NotAuthenticated:
+    return NotAuthenticated(message, reason=reason, metadata={"authenticator": "jwt", **metadata})
 
 
-def _refusal(exc: jwt.PyJWTError) -> Unauthenticated:
+def _refusal(exc: jwt.PyJWTError) -> NotAuthenticated:
     # Order matters: several of these subclass DecodeError or InvalidTokenError.
     if isinstance(exc, jwt.ExpiredSignatureError):
         return _refused("TOKEN_EXPIRED", "the bearer token has expired")
@@ -249,7 +249,7 @@ class JwtVerifier:
         """The principal of a JWT.
 
         Raises:
-            Unauthenticated: The token is refused; ``reason`` says why (``TOKEN_MALFORMED``,
+            NotAuthenticated: The token is refused; ``reason`` says why (``TOKEN_MALFORMED``,
                 ``TOKEN_ALGORITHM_REJECTED``, ``TOKEN_KEY_UNKNOWN``, ``TOKEN_BAD_SIGNATURE``,
                 ``TOKEN_EXPIRED``, ``TOKEN_NOT_YET_VALID``, ``TOKEN_WRONG_ISSUER``,
                 ``TOKEN_WRONG_AUDIENCE``, ``TOKEN_MISSING_CLAIM``, ``TOKEN_BAD_CLAIM``,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from agentrt.server._config_security import MtlsPrincipalConfig
 from agentrt.server.auth._authentication import AuthRequest
 from agentrt.server.auth._principal import Principal
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 
 __all__ = ["MtlsAuthenticator"]
 
@@ -49,7 +49,7 @@ class MtlsAuthenticator:
         """The certificate's principal; None for a call without a verified client certificate.
 
         Raises:
-            Unauthenticated: ``UNKNOWN_CLIENT_CERTIFICATE``: no configured name is on the certificate.
+            NotAuthenticated: ``UNKNOWN_CLIENT_CERTIFICATE``: no configured name is on the certificate.
         """
         if request.peer is None:
             return None
@@ -58,7 +58,7 @@ class MtlsAuthenticator:
             if cert_name in names:
                 return principal
         shown = ", ".join(request.peer.names[:4])[:300] or "no names"
-        raise Unauthenticated(
+        raise NotAuthenticated(
             f"the client certificate ({shown}) is not mapped to a principal on this server",
             reason="UNKNOWN_CLIENT_CERTIFICATE",
             metadata={"authenticator": "mtls"},

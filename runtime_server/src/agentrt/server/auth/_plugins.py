@@ -76,7 +76,7 @@ class PluginAuthenticator:
         """The principal a plugin recognised, or None.
 
         Raises:
-            Unauthenticated: A plugin refused the credential.
+            NotAuthenticated: A plugin refused the credential.
             TypeError: A plugin returned something that is not a valid principal (the
                 interceptor refuses the call with ``AUTH_FAILED``).
         """

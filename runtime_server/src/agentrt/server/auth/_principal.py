@@ -6,7 +6,7 @@ import contextvars
 from dataclasses import dataclass
 
 from agentrt.server._config_security import Role
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 
 __all__ = ["LOCAL_SUBJECT", "Principal", "current_principal", "local_principal", "principal_var"]
 
@@ -46,11 +46,11 @@ def current_principal() -> Principal:
     """The principal of the RPC being handled.
 
     Raises:
-        Unauthenticated: No principal was set (the handler ran without the interceptor).
+        NotAuthenticated: No principal was set (the handler ran without the interceptor).
     """
     principal = principal_var.get()
     if principal is None:
-        raise Unauthenticated("this call carries no authenticated principal")
+        raise NotAuthenticated("this call carries no authenticated principal")
     return principal
 
 

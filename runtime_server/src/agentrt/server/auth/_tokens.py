@@ -26,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from agentrt.server._config_security import Role
 from agentrt.server.auth._principal import Principal
 from agentrt.server.auth._reloading import ReloadingFile
-from agentrt.server.core import Unauthenticated
+from agentrt.server.core import NotAuthenticated
 
 __all__ = ["StaticTokens", "hash_token", "parse_tokens"]
 
@@ -133,9 +133,9 @@ class StaticTokens:
         """The principal of a presented token.
 
         Raises:
-            Unauthenticated: ``TOKEN_UNKNOWN``: the token is not in the file (or was revoked).
+            NotAuthenticated: ``TOKEN_UNKNOWN``: the token is not in the file (or was revoked).
         """
         principal = self._file.value.get(hash_token(token))
         if principal is None:
-            raise Unauthenticated("the bearer token is not known to this server", reason="TOKEN_UNKNOWN")
+            raise NotAuthenticated("the bearer token is not known to this server", reason="TOKEN_UNKNOWN")
         return principal

@@ -10,7 +10,7 @@ the ``agentrt.auth`` entry-point group and enabled with ``[auth] plugins = true`
         key = metadata.get("x-api-key")
         if key is None:
             return None  # not ours: the next plugin, or the call is refused
-        owner = lookup(key)  # raise Unauthenticated for a key you know is bad
+        owner = lookup(key)  # raise NotAuthenticated for a key you know is bad
         return Principal(subject=owner.name, tenant=owner.tenant, roles=frozenset({"runner"}),
                          authenticated_by="api-key")
 
@@ -50,7 +50,7 @@ def agentrt_authenticate(
     server's event loop: keep it fast and never block on I/O (cache what you look up).
 
     To refuse a credential you recognise but reject, raise
-    :class:`agentrt.server.core.Unauthenticated` with a ``reason``; its message reaches the
+    :class:`agentrt.server.core.NotAuthenticated` with a ``reason``; its message reaches the
     caller, so never put the credential in it. Any other exception refuses the call with
     ``UNAUTHENTICATED`` reason ``AUTH_FAILED`` (logged with its type and place only).
 

@@ -213,6 +213,14 @@ def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | Non
             return PauseForBudget(pending.tool.removeprefix(BUDGET_PREFIX))
         return RequestApproval(next(c for c in state.calls if c.call_id == pending.call_id))
     if state.phase is Phase.CANCEL_REQUESTED:
+        # cancel.requested is committed while a write is still in flight: an owner that died
+        # then left it without a result. It is settled first (a write by its ledger), never
+        # assumed undone: CANCELLED only with no call in flight (R6.6).
+        in_flight = [c for c in state.calls if c.started and not c.finished and c.retry_attempt <= c.attempts]
+        if len(in_flight) > 1 and all(c.tool in policy.parallel_safe for c in in_flight):
+            return InvokeTools(tuple(in_flight))
+        if in_flight:
+            return InvokeTool(in_flight[0])
         return Append(end_events(state, Phase.CANCELLED, state.cancel_reason or "cancelled"))
     if clock.now_s >= clock.deadline_s - clock.reserve_s:
         return Append(end_events(state, Phase.EXPIRED, "deadline_exceeded", retryable=True))

@@ -1,19 +1,23 @@
 """Domain errors of agentrt's core. The API maps them to gRPC statuses in one place.
 
+Named for what happened, not for how the API reports it; ``api/_errors.py`` maps each to a
+gRPC status in one place. A class's default ``reason`` is the stable string callers see in the
+status's ErrorInfo (kept as it was when these classes carried the status names).
+
 Tree::
 
-    AgentRtError                      reason, metadata
-    ├── IllegalTransition             a move the transition table forbids (a bug)
-    ├── InvalidRequest                bad input from a caller (INVALID_ARGUMENT)
-    │   └── PayloadTooLarge           input over a size limit
-    ├── NotFound                      unknown run / agent / approval (NOT_FOUND)
-    ├── AlreadyExists                 a request key names another request (ALREADY_EXISTS)
-    ├── FailedPrecondition            the run's state forbids the request
-    ├── StaleRevision                 the caller saw an older revision of the run (ABORTED)
-    ├── Unauthenticated               no credential, or a bad one (UNAUTHENTICATED)
-    ├── PermissionDenied              the caller may not do this (PERMISSION_DENIED)
-    ├── ResourceExhausted             a limit that protects others was hit (RESOURCE_EXHAUSTED [+ RetryInfo])
-    └── LeaseLost                     this worker no longer owns the run (ABORTED)
+    AgentRtError                a stable reason, metadata
+    ├── IllegalTransition       a move the transition table forbids (a bug)
+    ├── InvalidRequest          bad input from a caller
+    │   └── PayloadTooLarge     input over a size limit
+    ├── NoSuchResource          unknown run / agent / approval / payload (or another tenant's)
+    ├── RequestKeyReused        a request key names another request
+    ├── RunStateConflict        the run's state forbids the request (ended, busy session, ...)
+    ├── StaleRevision           the caller saw an older revision of the run
+    ├── NotAuthenticated        no credential, or a bad one
+    ├── NotPermitted            the caller may not do this
+    ├── OverLimit               a limit that protects others was hit (retry_after_s says when)
+    └── LeaseLost               this worker no longer owns the run
 """
 
 from __future__ import annotations
@@ -70,19 +74,19 @@ class PayloadTooLarge(InvalidRequest):
     reason = "PAYLOAD_TOO_LARGE"
 
 
-class NotFound(AgentRtError):
+class NoSuchResource(AgentRtError):
     """The named thing does not exist (or belongs to another tenant)."""
 
     reason = "NOT_FOUND"
 
 
-class AlreadyExists(AgentRtError):
+class RequestKeyReused(AgentRtError):
     """What the request would create exists already, made by a different request."""
 
     reason = "ALREADY_EXISTS"
 
 
-class FailedPrecondition(AgentRtError):
+class RunStateConflict(AgentRtError):
     """The run's current state forbids the request."""
 
     reason = "FAILED_PRECONDITION"
@@ -94,19 +98,19 @@ class StaleRevision(AgentRtError):
     reason = "STALE_REVISION"
 
 
-class Unauthenticated(AgentRtError):
+class NotAuthenticated(AgentRtError):
     """The caller presented no usable credential; the message never echoes the credential."""
 
     reason = "UNAUTHENTICATED"
 
 
-class PermissionDenied(AgentRtError):
+class NotPermitted(AgentRtError):
     """The caller lacks the role the request needs (e.g. approver)."""
 
     reason = "PERMISSION_DENIED"
 
 
-class ResourceExhausted(AgentRtError):
+class OverLimit(AgentRtError):
     """A limit that protects other callers was hit: queued or active runs (``retry_after_s`` says when
     to try again), a stream reader that stopped reading."""
 

@@ -200,6 +200,35 @@ class SessionTurn:
     output: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ClippedResult:
+    """A tool result shown to the model cut to its first ``kept_bytes`` bytes (the log keeps it whole)."""
+
+    call_id: str
+    kept_bytes: int
+    full_bytes: int
+    entry: int  # its position in the history (call ids need not be unique across steps)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextWindow:
+    """How a model step's prompt was fitted to the model's context limit (``core/_context.py``).
+
+    The prompt is the history with ``omitted_before_input`` entries left out before the run's
+    input (earlier session turns) and ``omitted_after_input`` right after it (the oldest steps),
+    ``summary`` standing in for them when there is one, and each result in ``clipped`` cut.
+    """
+
+    strategy: str
+    limit_tokens: int
+    estimated_tokens: int = 0
+    full_tokens: int = 0
+    omitted_before_input: int = 0
+    omitted_after_input: int = 0
+    clipped: tuple[ClippedResult, ...] = ()
+    summary: str = ""
+
+
 # -- the events --------------------------------------------------------------------------------------
 # ``type_name`` is the stored type; the codec keys its per-class encoders by class.
 
@@ -225,6 +254,7 @@ class StepStarted:
     kind: StepKind = StepKind.MODEL
     reason: str | None = None  # why a diagnostic or corrective step was earned
     usage: Usage = field(default_factory=Usage)
+    context: ContextWindow | None = None  # how the prompt was fitted; None: no limit applied
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,6 +279,12 @@ class ModelCompleted:
     usage_before: Usage = field(default_factory=Usage)
     usage_after: Usage = field(default_factory=Usage)
     text_ref: PayloadRef | None = None  # ``text`` is then a view of this payload
+    # The reproducibility record (S004 §12): what shaped the answer and who gave it.
+    sampling: Mapping[str, Any] | None = None  # the request's sampling options
+    model: str = ""  # "<provider>/<model name>"
+    response_id: str = ""  # the provider's id of its response
+    request_id: str = ""  # the provider's id of the HTTP request
+    latency: str | None = None  # proto3 JSON Duration text, e.g. "1.250s"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,6 +317,9 @@ class ToolCompleted:
     # The host answered with an earlier call's result: the call repeated its business intent.
     deduplicated: bool = False
     duplicate_of: IntentDuplicate | None = None
+    start_time: str | None = None  # RFC 3339: the attempt that produced the result was sent
+    end_time: str | None = None  # RFC 3339: the result arrived
+    host: str = ""  # the tool host that served the call
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,6 +330,9 @@ class ToolFailed:
     call_id: str
     tool: str = ""
     error: ToolError = field(default_factory=lambda: ToolError(ToolErrorCode.UNSPECIFIED))
+    start_time: str | None = None  # RFC 3339: the attempt that failed was sent
+    end_time: str | None = None  # RFC 3339: the failure was known
+    host: str = ""  # the tool host that served the call
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -99,6 +99,9 @@ class RunState:
     answer_ref: ev.PayloadRef | None = None  # the answer's payload when its text is a payload
     output_ref: ev.PayloadRef | None = None  # the output's payload, set by run.completed
     variables: dict[str, ev.VariableValue] = field(default_factory=dict)  # set by variables.set
+    input_view: str = ""  # ``input`` as run.started recorded it (a view when ``input_ref`` is set)
+    input_index: int = 0  # where the run's input is in ``history`` (after earlier session turns)
+    window: ev.ContextWindow | None = None  # how the current step's prompt was fitted, if it was
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -112,8 +115,9 @@ class RunState:
                 for turn in event.session_history:
                     self.history.append(HistoryEntry(role="user", content=turn.input))
                     self.history.append(HistoryEntry(role="assistant", content=turn.output))
-                self.input = event.input
+                self.input = self.input_view = event.input
                 self.input_ref = event.input_ref
+                self.input_index = len(self.history)
                 self.history.append(HistoryEntry(role="user", content=self.input))
             case ev.StepStarted():
                 self._move(Trigger.START_MODEL_STEP)
@@ -121,6 +125,7 @@ class RunState:
                 self.step = event.step
                 self.calls = []
                 self.answer = None
+                self.window = event.context
                 if event.kind is ev.StepKind.CORRECTIVE:
                     self.corrective = event.reason or ""
                     self.history.append(

@@ -86,6 +86,7 @@ class BoundModel:
     spec: ModelSpecData
     profile: str = ""
     hidden: tuple[str, ...] = ()
+    context_tokens: int = 0  # the model's context limit; 0: none enforced
 
     def redact(self, text: str) -> str:
         """``text`` with every value of the profile's sensitive options replaced by the profile's name."""
@@ -104,7 +105,10 @@ def bind_model(model: ModelConfig, profiles: Mapping[str, ModelProfileConfig]) -
         ModelConfigError: ``unknown_profile`` when the profile is not configured (any more).
     """
     if not model.profile:
-        return BoundModel(spec=ModelSpecData(provider=model.provider, name=model.name, options=model.options))
+        return BoundModel(
+            spec=ModelSpecData(provider=model.provider, name=model.name, options=model.options),
+            context_tokens=model.context_tokens,
+        )
     profile = profiles.get(model.profile)
     if profile is None:
         raise ModelConfigError(
@@ -124,6 +128,7 @@ def bind_model(model: ModelConfig, profiles: Mapping[str, ModelProfileConfig]) -
         ),
         profile=model.profile,
         hidden=tuple(sorted(hidden, key=lambda t: (-len(t), t))),
+        context_tokens=model.context_tokens or profile.context_tokens,
     )
 
 
@@ -132,6 +137,8 @@ def _config_json(config: AgentConfig) -> dict[str, Any]:
     if config.model.profile:
         # Only the profile's name and the agent's own options: never what the profile holds.
         data["model"] = {"profile": config.model.profile, "options": data["model"]["options"]}
+        if config.model.context_tokens:
+            data["model"]["context_tokens"] = config.model.context_tokens
     return data
 
 

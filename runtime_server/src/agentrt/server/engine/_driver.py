@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+from functools import partial
 
 from agentrt.server.core import (
     STATE_VERSION,
@@ -44,6 +45,7 @@ from agentrt.server.core import (
 from agentrt.server.core import events as ev
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._approval_step import ApprovalStep
+from agentrt.server.engine._checkpoints import resume_state
 from agentrt.server.engine._control import Cancelled, Parked
 from agentrt.server.engine._finalize import finalize
 from agentrt.server.engine._model_step import ModelStep
@@ -101,15 +103,22 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
     (then it was ended, or left for a newer runtime).
     """
     run_id = handle.run_id
+    resumed: RunState | None = None
     if fresh is not None:  # just created here: its row and log are known, skip the reads
         record, stored = fresh
     else:
         found = await ports.log.get_run(run_id)
         if found is None or found.lease_owner != ports.owner:
             return None
-        record, stored = found, await read_log(ports, run_id)
+        record, stored = found, []
+        if record.state_version == STATE_VERSION:  # a checkpoint and the log's tail, when one is usable
+            resumed = await resume_state(ports, record, partial(read_log, ports, run_id))
+        if resumed is None:
+            stored = await read_log(ports, run_id)
     pending_values: dict[str, int] = {}
-    if record.state_version != STATE_VERSION:
+    if resumed is not None:
+        state = resumed
+    elif record.state_version != STATE_VERSION:
         raw: list[RawEvent] = [(e.type, json.loads(e.payload)) for e in stored]
         try:
             raw = upgrade(raw, from_version=record.state_version)
@@ -117,10 +126,9 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
             await _end_incompatible(ports, record, raw, str(exc))
             return None
         pending_values["state_version"] = STATE_VERSION
-        events = [decode_event(event_type, data) for event_type, data in raw]
+        state = replay(run_id, [decode_event(event_type, data) for event_type, data in raw])
     else:
-        events = [decode_event(e.type, e.payload) for e in stored]
-    state = replay(run_id, events)
+        state = replay(run_id, [decode_event(e.type, e.payload) for e in stored])
     handle.session_id = record.session_id or ""
     agent = ResolvedAgent.from_snapshot(record.agent_spec)
     if state.active_agent is not None:  # handed off earlier in this run
@@ -138,17 +146,18 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         budgets=Budgets.from_json(json.loads(record.budgets)),
         deadline_s=record.deadline_ms / 1000,
         pending_values=pending_values,
+        agent_config_hash=record.agent_config_hash,
     )
     if state.input_ref is not None:  # the model sees the whole input, not its view
         await hydrate_input(ctx)
     return ctx
 
 
-async def read_log(ports: Ports, run_id: str) -> list[StoredEvent]:
-    """The run's whole log, page by page."""
+async def read_log(ports: Ports, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
+    """The run's log after ``after_seq`` (all of it by default), page by page."""
     stored: list[StoredEvent] = []
     while True:
-        page = await ports.log.read_events(run_id, after_seq=stored[-1].seq if stored else 0)
+        page = await ports.log.read_events(run_id, after_seq=stored[-1].seq if stored else after_seq)
         stored.extend(page)
         if len(page) < _PAGE:
             return stored
@@ -259,6 +268,7 @@ class StepLoop:
                     if handoff is not None:
                         ctx.switch_agent(handoff.to_agent)
                 case CallModel(step=step):
+                    self.model.fit_window(step)  # recorded on its step.started, committed next
                     await ctx.flush()
                     ports.counters.inc("steps")
                     await self.model.run_step(step)

@@ -19,11 +19,11 @@ from pathlib import Path
 from agentrt.server._config import Settings
 from agentrt.server.core import (
     STATE_VERSION,
-    FailedPrecondition,
     LeaseLost,
     PayloadRef,
     Phase,
     RunStarted,
+    RunStateConflict,
     SessionTurn,
     rfc3339,
 )
@@ -195,7 +195,7 @@ class Engine:
             admit: Apply the admission limits (a caller's request; child runs are part of their parent).
 
         Raises:
-            ResourceExhausted: Over an admission limit; nothing was written.
+            OverLimit: Over an admission limit; nothing was written.
         """
         admission = self._admission(request.tenant_id) if admit else None
         now_ms = self.now_ms()
@@ -212,7 +212,7 @@ class Engine:
                 await self.store.check_admission(admission)
             try:
                 waits_for_turn = await self._session_gate(request)
-            except FailedPrecondition:
+            except RunStateConflict:
                 # The session's active run may be this key's own run, started by a concurrent retry.
                 found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
                 if found is None or not request.request_key:
@@ -295,7 +295,7 @@ class Engine:
         """Apply the session policy; True when the new turn must wait for an earlier one to end.
 
         Raises:
-            FailedPrecondition: ``SESSION_BUSY`` under the reject policy (nothing is written).
+            RunStateConflict: ``SESSION_BUSY`` under the reject policy (nothing is written).
         """
         active = await self.store.active_session_run(
             tenant_id=request.tenant_id, session_id=request.session_id
@@ -303,7 +303,7 @@ class Engine:
         if active is None:
             return False
         if request.session_policy == "reject":
-            raise FailedPrecondition(
+            raise RunStateConflict(
                 f"session {request.session_id!r} has an active run {active.run_id}",
                 reason="SESSION_BUSY",
                 metadata={"session_id": request.session_id, "active_run_id": active.run_id},

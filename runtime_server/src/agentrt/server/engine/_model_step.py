@@ -3,27 +3,44 @@
 A model step's output is persisted before anything acts on it (R5.2). A transient
 failure (rate limit, overload, a stream that broke off) retries the whole step within
 the run's deadline; a streamed attempt that failed has its live deltas marked superseded.
+
+Before a step's ``step.started`` is committed, :meth:`ModelStep.fit_window` fits its prompt to
+the model's context limit (``core/_context.py``) and records the decision on that event, so the
+request is a function of the log: a retry, or a resume after a crash, sends the same messages.
+``model.completed`` records what shaped the answer (sampling options, model, the provider's
+response and request ids, latency).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from functools import partial
+from typing import Any
 
 from agentrt.server._config import AgentConfig, ModelConfig
 from agentrt.server.core import (
+    ContextPolicy,
+    ContextWindow,
+    HistoryEntry,
     ModelCompleted,
     ModelTextDelta,
     PayloadRef,
     Phase,
     RetryScheduled,
+    StepStarted,
     ToolCallRequest,
     Usage,
     end_events,
+    estimate_tokens,
+    omitted_entries,
+    plan_window,
     retry_fits,
     rfc3339,
     usage_plus,
+    windowed_history,
+    with_summary,
 )
 from agentrt.server.engine._agents import BoundModel, bind_model
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled
@@ -39,6 +56,33 @@ from agentrt.server.models import (
     ModelTransientError,
     ToolDef,
 )
+
+# Model options that shape sampling: a model step records those its request carried (S004 §12).
+SAMPLING_OPTIONS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_tokens",
+        "max_completion_tokens",
+        "seed",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "n",
+        "reasoning_effort",
+    }
+)
+
+
+def _entry_json(entry: HistoryEntry) -> dict[str, Any]:
+    return {
+        "role": entry.role,
+        "content": entry.content,
+        "tool_call_id": entry.tool_call_id,
+        "tool_calls": [{"call_id": c, "tool": t, "arguments_json": a} for c, t, a in entry.tool_calls],
+    }
 
 
 class ModelStep:
@@ -66,9 +110,10 @@ class ModelStep:
         messages: list[Message] = []
         if config.instructions:
             messages.append(Message(role="system", content=config.instructions))
+        state = self.ctx.state
+        history = windowed_history(state.history, state.input_index, state.window)
         # Parallel calls finish in any order; the model sees their results in call order.
-        order = {c: i for entry in self.ctx.state.history for i, (c, _, _) in enumerate(entry.tool_calls)}
-        history = self.ctx.state.history
+        order = {c: i for entry in history for i, (c, _, _) in enumerate(entry.tool_calls)}
         index = 0
         while index < len(history):
             entry = history[index]
@@ -90,6 +135,17 @@ class ModelStep:
             else:
                 messages.append(Message(role="user", content=entry.content))
             index += 1
+        return ModelRequest(
+            run_id=self.ctx.run_id,
+            step=self.ctx.state.usage.model_steps + 1,
+            spec=bound.spec,
+            messages=tuple(messages),
+            tools=self._tool_defs(),
+            timeout_s=timeout_s,
+        )
+
+    def _tool_defs(self) -> tuple[ToolDef, ...]:
+        config: AgentConfig = self.ctx.agent.config
         tools = []
         for name in config.tools:
             spec = self.ctx.ports.tools.spec(name)
@@ -117,14 +173,53 @@ class ModelStep:
                     },
                 )
             )
-        return ModelRequest(
-            run_id=self.ctx.run_id,
-            step=self.ctx.state.usage.model_steps + 1,
-            spec=bound.spec,
-            messages=tuple(messages),
-            tools=tuple(tools),
-            timeout_s=timeout_s,
-        )
+        return tuple(tools)
+
+    def fit_window(self, step: int) -> None:
+        """Fit the prompt of ``step`` to the model's context limit, recorded on its step.started.
+
+        Only while that event is not committed: a step resumed after a crash, or retried, keeps the
+        decision its log recorded (none when no limit applied), so its request is the same.
+        """
+        ctx = self.ctx
+        started = next((e for e in ctx.buffer if isinstance(e, StepStarted) and e.step == step), None)
+        if started is None or started.context is not None:
+            return
+        try:
+            bound = self._model()
+        except ModelError:
+            return  # run_step fails the run with the reason
+        if not bound.context_tokens:
+            return
+        config: AgentConfig = ctx.agent.config
+        policy = config.context.to_policy()
+        state = ctx.state
+        tools_json = json.dumps([[t.name, t.description, t.input_schema] for t in self._tool_defs()])
+        fixed = estimate_tokens(config.instructions) + estimate_tokens(tools_json)
+
+        def plan(policy: ContextPolicy) -> ContextWindow:
+            return plan_window(
+                state.history,
+                input_index=state.input_index,
+                fixed_tokens=fixed,
+                limit_tokens=bound.context_tokens,
+                policy=policy,
+            )
+
+        window = plan(policy)
+        if policy.strategy == "summarise" and (window.omitted_before_input or window.omitted_after_input):
+            left_out = omitted_entries(state.history, state.input_index, window)
+            summary = ctx.ports.policies.summarise(
+                agent_name=ctx.agent.name,
+                entries=[_entry_json(e) for e in left_out],
+                max_bytes=policy.summary_bytes,
+                options=config.context.options,
+            )
+            if summary is not None:
+                window = with_summary(window, summary, policy=policy)
+            else:  # no summariser: the recent turns alone, and the record says so
+                window = plan(dataclasses.replace(policy, strategy="keep_recent"))
+        ctx.record_window(started, window)
 
     async def run_step(self, step: int) -> None:
         ctx, ports = self.ctx, self.ctx.ports
@@ -147,10 +242,12 @@ class ModelStep:
                 return
             request = self._request(timeout, bound)
             sink = self._delta_sink(step, attempt)
+            sent_s = ports.clock()
             try:
                 response = await ctx.io(
                     partial(ports.models.complete, bound.spec, request, on_text_delta=sink)
                 )
+                latency_s = max(0.0, ports.clock() - sent_s)
                 break
             except Cancelled:
                 return
@@ -237,6 +334,11 @@ class ModelStep:
             usage_before=before,
             usage_after=after,
             text_ref=PayloadRef.from_json(text_ref) if text_ref is not None else None,
+            sampling={k: v for k, v in bound.spec.options.items() if k in SAMPLING_OPTIONS} or None,
+            model=f"{bound.spec.provider}/{bound.spec.name}",
+            response_id=response.response_id[:200],
+            request_id=response.request_id[:200],
+            latency=f"{latency_s:.3f}s",
         )
         self.ctx.add(completed)
 

@@ -20,7 +20,14 @@ from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.models import ModelRequest, ModelResponse, ModelSpecData
 from agentrt.server.policies import ApprovalRequirement
-from agentrt.server.store import PayloadRef, RunRecord, Signal, StoredEvent, StoredPayload
+from agentrt.server.store import (
+    PayloadRef,
+    RunRecord,
+    Signal,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredPayload,
+)
 from agentrt.server.tools import CallMetadata, ToolOutcome
 
 __all__ = [
@@ -92,6 +99,18 @@ class RunLog(Protocol):
 
     async def release(self, run_id: str, *, owner: str) -> None: ...
 
+    async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
+        """Keep it as the run's latest checkpoint (its run.checkpointed is committed)."""
+        ...
+
+    async def read_checkpoint(self, run_id: str) -> StoredCheckpoint | None:
+        """The run's latest checkpoint.
+
+        Raises:
+            UnreadableRecord: it is sealed and cannot be opened.
+        """
+        ...
+
 
 class ToolPort(Protocol):
     """The tool hosts, as one router: contracts, calls, ledger queries, previews."""
@@ -106,7 +125,18 @@ class ToolPort(Protocol):
 
     async def query(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
-    ) -> LedgerAnswer: ...
+    ) -> LedgerAnswer:
+        """An outcome the host is unsure of (it stopped the tool where it stood) is ``in_doubt``."""
+        ...
+
+    async def cancel(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, reason: str, timeout_s: float
+    ) -> bool:
+        """Ask the host to stop a running call on purpose (CancelOperation); best effort.
+
+        True when the host was running it and signalled it; never raises for an unreachable host.
+        """
+        ...
 
     async def preview(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
@@ -174,6 +204,17 @@ class PolicyPort(Protocol):
         options: Mapping[str, Any],
         tool_results: list[dict[str, Any]],
     ) -> list[Any]: ...
+
+    def summarise(
+        self,
+        *,
+        agent_name: str,
+        entries: Sequence[Mapping[str, Any]],
+        max_bytes: int,
+        options: Mapping[str, Any],
+    ) -> str | None:
+        """The first summariser plugin's summary of history left out of a context window, or None."""
+        ...
 
 
 class LiveEvents(Protocol):

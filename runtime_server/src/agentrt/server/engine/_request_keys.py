@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentrt.server.core import AlreadyExists
+from agentrt.server.core import RequestKeyReused
 from agentrt.server.store import RunRecord
 
 __all__ = ["same_request"]
@@ -17,11 +17,11 @@ def same_request(found: RunRecord, request_key: str, request_hash: str) -> RunRe
     is not checked either.
 
     Raises:
-        AlreadyExists: ``REQUEST_KEY_REUSED``, the key started a run for another request.
+        RequestKeyReused: ``REQUEST_KEY_REUSED``, the key started a run for another request.
     """
     if not found.request_hash or not request_hash or found.request_hash == request_hash:
         return found
-    raise AlreadyExists(
+    raise RequestKeyReused(
         "this request_key was used for a different request (agent, input, session, budgets or "
         "metadata); use a new key for a new request",
         reason="REQUEST_KEY_REUSED",

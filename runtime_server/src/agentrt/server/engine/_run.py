@@ -10,6 +10,7 @@ transaction right before each model or tool call (R5.2).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,16 +21,19 @@ from agentrt.server.core import (
     ApprovalRequested,
     Budgets,
     CallState,
+    ContextWindow,
     Event,
     LeaseLost,
     Phase,
     Policy,
     RunState,
+    StepStarted,
     Usage,
     backoff_delay_s,
     call_timeout_s,
 )
 from agentrt.server.engine._agents import ResolvedAgent
+from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.engine._sizes import check_event_sizes
@@ -107,6 +111,7 @@ class RunContext:
         budgets: Budgets,
         deadline_s: float,
         pending_values: dict[str, Any] | None = None,
+        agent_config_hash: str = "",
     ):
         self.ports = ports
         self.settings = ports.settings
@@ -118,6 +123,7 @@ class RunContext:
         self.agent = agent
         self.budgets = budgets
         self.deadline_s = deadline_s
+        self.agent_config_hash = agent_config_hash  # of the run's agent snapshot: checkpoints carry it
         self.policy = agent_policy(agent, ports.tools)
         self.buffer: list[Event] = []
         self.pending_values: dict[str, Any] = dict(pending_values or {})
@@ -166,6 +172,16 @@ class RunContext:
             self.state.seq += 1
             self.buffer.append(event)
 
+    def record_window(self, started: StepStarted, window: ContextWindow) -> None:
+        """Record how a step's prompt is fitted on its step.started, before that is committed.
+
+        The one change a buffered event may take: ``context`` folds into ``state.window`` only, so
+        the state is what folding the amended event gives.
+        """
+        index = next(i for i, e in enumerate(self.buffer) if e is started)  # the caller found it there
+        self.buffer[index] = dataclasses.replace(started, context=window)
+        self.state.window = window
+
     async def flush(self, **extra_values: Any) -> None:
         """Commit the buffered events and row changes in one fenced transaction.
 
@@ -177,6 +193,15 @@ class RunContext:
         ports = self.ports
         state = self.state
         now_ms = ports.now_ms()
+        checkpoint = due_checkpoint(
+            state,
+            buffered=len(self.buffer),
+            every_events=self.settings.checkpoints.every_events,
+            agent_config_hash=self.agent_config_hash,
+            now_ms=now_ms,
+        )
+        if checkpoint is not None:
+            self.add(checkpoint[1])
         first_seq = state.seq - len(self.buffer) + 1
         payloads = [encode_event(e) for e in self.buffer]
         check_event_sizes(payloads)
@@ -215,6 +240,8 @@ class RunContext:
             self.run_id,
             [StoredEvent(self.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
         )
+        if checkpoint is not None:  # after the commit: it describes committed events only
+            await write_checkpoint(ports, checkpoint[0])
         if state.ended:
             ports.counters.inc("runs_ended")
             if state.any_tool_started and state.phase is not Phase.COMPLETED:
@@ -271,6 +298,24 @@ class RunContext:
     async def sleep(self, delay_s: float) -> None:
         """Wait ``delay_s``; a cancel request cuts the wait (Cancelled)."""
         await cancellable(self.handle, lambda: self.ports.sleep(delay_s))
+
+    async def cancel_arrives_before(self, work: asyncio.Future[Any]) -> bool:
+        """Wait until ``work`` is done or a cancel request arrives; True when the cancel came first.
+
+        Unlike :meth:`io`, the cancel does not cut ``work`` (a write in flight): the caller reacts
+        to it while ``work`` goes on. A shutdown still cancels the wait (and not ``work``).
+        """
+        handle = self.handle
+        if handle.cancel_reason is not None:
+            return not work.done()
+        signal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        handle.io = signal  # what signal_cancel cuts
+        try:
+            await asyncio.wait({work, signal}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            handle.io = None
+            signal.cancel()
+        return not work.done() and handle.cancel_reason is not None
 
 
 async def cancellable(handle: RunHandle, make: Callable[[], Awaitable[T]]) -> T:

@@ -4,6 +4,18 @@ A write tool (not read-only, not idempotent) is never sent twice on a guess: a
 call found started by an earlier owner is first looked up in its tool host's
 ledger by idempotency key, and a call cut off in flight whose outcome the
 ledger cannot tell becomes UNKNOWN_OUTCOME until a query or a person settles it.
+So does a write the host reports still running past its deadline, or stopped
+where it stood ("effect unknown"): it is never recorded failed, never re-sent.
+A ledger's TRANSIENT or CANCELLED in the tool's own words ("did not complete")
+means the write is sent again under its key, unless the run was cancelled.
+
+Cancelling a run with a write in flight (R6.6): the cancel is committed at once
+(cancel.requested), the tool host is asked to stop the call explicitly
+(CancelOperation: a crash or a dropped connection never stops a write), and the
+write's RPC stays open, so its answer, the real outcome, is recorded: a result if
+the effect landed, CANCELLED if the tool stopped first, UNKNOWN_OUTCOME (then the
+ledger) if the host cannot tell. Cutting the RPC instead would only turn a
+knowable outcome into an unknown one. Reads and model calls are cut at once.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from typing import Any
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
     CallState,
+    CancelRequested,
     Event,
     IntentDuplicate,
     LeaseLost,
@@ -56,11 +69,22 @@ def is_write(spec: tool_pb2.ToolSpec | None) -> bool:
     return spec is None or (spec.side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY and not spec.idempotent)
 
 
+def did_not_complete(outcome: ToolOutcome) -> bool:
+    """A failure in the tool's own words that leaves nothing done: the same key may run it again.
+
+    Never true of an outcome the host is unsure of (``in_doubt``): a tool the host stopped where
+    it stood, or one that is still running.
+    """
+    code = (outcome.error or {}).get("code", "")
+    return not outcome.in_doubt and code in ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
+
+
 class ToolStep:
     """The tool side of a run's steps."""
 
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
+        self._sent: dict[str, tuple[int, int]] = {}  # call id -> (sent, answered) ms of its last attempt
 
     def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
         seconds = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
@@ -86,18 +110,11 @@ class ToolStep:
             self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
             return
         spec = ports.tools.spec(call.tool)
-        if is_write(spec) and call.call_id not in d.started_here:
-            found = await self._query(call)
-            if isinstance(found, ToolOutcome):
-                self.record(call, await bound_tool_outcome(d, found))
+        write = is_write(spec)
+        if write and call.call_id not in d.started_here:
+            if not await self._resume_inherited(call):
                 return
-            if found == "unknown":
-                self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
-                return
-            # Never reached the tool host's ledger: send it now, under the same key.
-            self._restart(call)
-            await d.flush()
-            never_sent = True
+            never_sent = True  # sent again now, under the same key
         else:
             never_sent = call.attempts == 1
         if call.approved and never_sent and await self._vetoed(call):
@@ -110,28 +127,33 @@ class ToolStep:
         call_deadline_ms = ports.now_ms() + math.ceil(timeout * 1000)
         started = ports.clock()
         try:
-            outcome = await d.io(lambda: self._send(call, timeout_s=timeout))
+            if write:
+                outcome = await self._send_write(call, timeout_s=timeout)
+            else:
+                outcome = await d.io(lambda: self._send(call, timeout_s=timeout))
         except Cancelled:
-            settled = await self._query(call) if is_write(spec) else None
+            # A read cut in flight, or a write the cancel reached before it was sent.
+            settled = await self._query(call) if write else None
             if settled is None:
                 outcome = ToolOutcome.failure("CANCELLED", "cancelled in flight")
-            elif isinstance(settled, ToolOutcome):
-                outcome = settled
-            elif settled == "not_found" and ports.now_ms() > call_deadline_ms:
-                outcome = ToolOutcome.failure("CANCELLED", "cancelled before the tool host saw the call")
+            elif isinstance(settled, ToolOutcome) and not settled.in_doubt:
+                outcome = settled  # an earlier attempt's recorded outcome
+            elif settled == "not_found":
+                outcome = ToolOutcome.failure("CANCELLED", "cancelled before it was sent")
             else:
-                self._outcome_unknown(call, "cancelled while the write was in flight", call_deadline_ms)
+                self._outcome_unknown(call, "cancelled while an earlier attempt was in flight", 0)
                 return
         ports.faults.hit("tool_response_received")
         message = (outcome.error or {}).get("message", "")
         if outcome.error and ("deadline" in message or "timeout" in message):
             ports.counters.inc("timeout_count")
-        if outcome.in_doubt and is_write(spec):
-            # The request may have reached the host: learn what it did before any retry (R5.3).
+        if outcome.in_doubt and write:
+            # The request may have reached the host, or the host cannot tell what the tool did:
+            # learn what happened before any retry (R5.3); a still-running write is never failed.
             settled = await self._query(call)
-            if isinstance(settled, ToolOutcome):
+            if isinstance(settled, ToolOutcome) and not settled.in_doubt:
                 outcome = settled
-            elif settled == "unknown":
+            elif settled != "not_found":
                 self._outcome_unknown(
                     call, outcome.error["message"] if outcome.error else "", call_deadline_ms
                 )
@@ -153,6 +175,60 @@ class ToolStep:
         self.ctx.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=veto))
         return True
 
+    async def _resume_inherited(self, call: CallState) -> bool:
+        """A write an earlier owner started: its ledger decides. True when it is to be sent now."""
+        d = self.ctx
+        found = await self._query(call)
+        cancelled = d.handle.cancel_reason is not None
+        if isinstance(found, ToolOutcome) and not found.in_doubt:
+            if not (did_not_complete(found) and not cancelled):
+                self.record(call, await bound_tool_outcome(d, found))
+                return False
+            # The tool's own word that it did not complete (never a crash read as a cancel).
+        elif found != "not_found" or cancelled:
+            # Running, unreachable, stopped where it stood; or never seen in a cancelled run, whose
+            # earlier request may still be on its way: the ledger is asked again later.
+            self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
+            return False
+        # Never reached the tool host's ledger, or provably did not complete: send it, same key.
+        self._restart(call)
+        await d.flush()
+        return True
+
+    async def _send_write(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
+        """Send a write; a cancel request does not cut it (see the module's doc).
+
+        Raises:
+            Cancelled: the cancel came before the write was sent; it is not sent.
+        """
+        d, handle = self.ctx, self.ctx.handle
+        if handle.cancel_reason is not None:
+            raise Cancelled()
+        sending = asyncio.ensure_future(self._send(call, timeout_s=timeout_s))
+        try:
+            if await d.cancel_arrives_before(sending):
+                await self._commit_cancel_now()
+                await d.ports.tools.cancel(
+                    call.tool,
+                    call.arguments_json,
+                    metadata=d.call_metadata(call),
+                    reason=handle.cancel_reason or "cancelled",
+                    timeout_s=d.settings.query_timeout_s,
+                )
+            return await sending
+        finally:
+            # Only on shutdown or a lost lease is it still running: cut the RPC, the host finishes the write.
+            sending.cancel()
+
+    async def _commit_cancel_now(self) -> None:
+        """Commit cancel.requested while the write is still in flight, not once it ends (R6.6)."""
+        d = self.ctx
+        if d.state.phase is Phase.TOOL_STEP:
+            d.add(
+                CancelRequested(reason=d.handle.cancel_reason or "cancelled", requested_by=d.handle.cancel_by)
+            )
+            await d.flush()
+
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
         ctx, ports = self.ctx, self.ctx.ports
         ports.faults.hit("tool_before_send")
@@ -161,11 +237,24 @@ class ToolStep:
                 call.tool, call.arguments_json, metadata=ctx.call_metadata(call), timeout_s=timeout_s
             )
         )
+        sent_ms = ports.now_ms()
         if ports.faults.armed:
             # Let the request leave before crashing "between sent and recorded".
             await asyncio.wait({sending}, timeout=0.05)
             ports.faults.hit("tool_request_sent")
-        return await sending
+        outcome = await sending
+        self._sent[call.call_id] = (sent_ms, ports.now_ms())
+        return outcome
+
+    def _call_record(self, call: CallState, outcome: ToolOutcome) -> dict[str, Any]:
+        """When the call's last attempt was sent and answered, and by which host (S004 §12); a result
+        learned from a ledger query (or never sent) has no send time."""
+        sent = self._sent.pop(call.call_id, None)
+        return {
+            "start_time": rfc3339(sent[0]) if sent is not None else None,
+            "end_time": rfc3339(sent[1] if sent is not None else self.ctx.ports.now_ms()),
+            "host": outcome.host,
+        }
 
     def _schedule_retry(self, call: CallState, error: dict[str, Any], *, expected_call_s: float) -> bool:
         d, ports = self.ctx, self.ctx.ports
@@ -250,11 +339,15 @@ class ToolStep:
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed or outcome.deduplicated:
             self.ctx.ports.counters.inc("duplicate_suppressed_count")
+        record = self._call_record(call, outcome)
         if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
-            return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=result_error)
+            return ToolFailed(
+                step=call.step, call_id=call.call_id, tool=call.tool, error=result_error, **record
+            )
         if outcome.error is None:
             ref = outcome.result_ref  # stored as a payload: result_json is what the model saw
             return ToolCompleted(
+                **record,
                 step=call.step,
                 call_id=call.call_id,
                 tool=call.tool,
@@ -266,7 +359,7 @@ class ToolStep:
                 duplicate_of=_duplicate_of(outcome.duplicate_of) if outcome.deduplicated else None,
             )
         error = tool_error_from_json(outcome.error)
-        return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error)
+        return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error, **record)
 
     def _result_error(self, result_json: str) -> ToolError | None:
         """A result nesting past the bounds is a tool error: nothing downstream must recurse into it."""
@@ -422,12 +515,8 @@ class ToolStep:
         """The run is in UNKNOWN_OUTCOME: ask again; park with backoff while nobody can tell."""
         d, ports = self.ctx, self.ctx.ports
         found = await self._query(call)
-        if isinstance(found, ToolOutcome):
-            error = (found.error or {}).get("code", "")
-            if (
-                error in ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
-                and d.handle.cancel_reason is None
-            ):
+        if isinstance(found, ToolOutcome) and not found.in_doubt:
+            if did_not_complete(found) and d.handle.cancel_reason is None:
                 self._restart(call)  # the ledger says it did not complete: safe to send again, same key
             else:
                 self.record(call, await bound_tool_outcome(d, found))

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from ._anthropic_stream import MessagesStream
 from ._anthropic_wire import build_messages_request, error_from_response, parse_messages_response
-from ._http import STREAMED, Endpoint, HTTPOptions, parse_options, read_api_key
+from ._http import STREAMED, Endpoint, HTTPOptions, RequestId, parse_options, read_api_key
 from ._types import ModelProvider, ModelRequest, ModelResponse
 from .hookspecs import hookimpl
 
@@ -126,15 +126,20 @@ class AnthropicProvider:
         messages = MessagesStream(
             request=request, tool_names=tool_names, on_text_delta=on_text_delta, secret=self._api_key
         )
+        ids = RequestId("request-id")
         answer = await self._endpoint.post(
-            "v1/messages", body, timeout_s=timeout_s, on_event=messages.feed if stream else None
+            "v1/messages",
+            body,
+            timeout_s=timeout_s,
+            on_event=messages.feed if stream else None,
+            on_headers=ids.take,
         )
         if answer is STREAMED:
-            return messages.response()
+            return ids.stamp(messages.response())
         response = parse_messages_response(answer, request=request, tool_names=tool_names)
         if on_text_delta is not None and response.text:
             on_text_delta(response.text)
-        return response
+        return ids.stamp(response)
 
     async def aclose(self) -> None:
         """Close the HTTP connections; idempotent."""

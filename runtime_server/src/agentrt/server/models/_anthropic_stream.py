@@ -67,6 +67,7 @@ class MessagesStream:
         self._input_tokens: int | None = None
         self._output_tokens: int | None = None
         self._stop_reason: object = None
+        self._response_id = ""
         self.done = False
 
     def feed(self, event: ServerSentEvent) -> bool:
@@ -86,6 +87,8 @@ class MessagesStream:
             case "message_start":
                 message = payload.get("message")
                 self._usage(message.get("usage") if isinstance(message, dict) else None)
+                if isinstance(message, dict) and isinstance(message.get("id"), str):
+                    self._response_id = message["id"]
             case "content_block_start":
                 self._block_start(payload)
             case "content_block_delta":
@@ -182,4 +185,5 @@ class MessagesStream:
             if output is not None
             else estimate_tokens(text + "".join(call.tool + call.arguments_json for call in calls)),
             finish_reason=finish_reason(self._stop_reason, has_calls=bool(calls)),
+            response_id=self._response_id,
         )

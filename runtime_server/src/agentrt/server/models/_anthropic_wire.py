@@ -272,6 +272,7 @@ def parse_messages_response(
         if output is not None
         else estimate_tokens(content + "".join(call.tool + call.arguments_json for call in calls)),
         finish_reason=finish_reason(body.get("stop_reason"), has_calls=bool(calls)),
+        response_id=body["id"] if isinstance(body.get("id"), str) else "",
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -34,12 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._errors import ModelConfigError, ModelError, ModelPermanentError, ModelTransientError
 from ._openai_wire import redact, wire_loads
 from ._sse import ServerSentEvent, SSEDecoder
+from ._types import ModelResponse
 
 __all__ = [
     "STREAMED",
     "Endpoint",
     "ErrorMapper",
     "HTTPOptions",
+    "RequestId",
     "parse_options",
     "read_api_key",
 ]
@@ -53,6 +56,24 @@ _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", 
 _Options = TypeVar("_Options", bound=BaseModel)
 # How long to wait for the end of a body after the final event (see Endpoint._drain).
 _DRAIN_S = 0.25
+
+
+class RequestId:
+    """Takes a provider's request id from the headers of its answer, and stamps it on the response.
+
+    Args:
+        header: The header carrying it (``x-request-id`` for OpenAI, ``request-id`` for Anthropic).
+    """
+
+    def __init__(self, header: str) -> None:
+        self.header = header
+        self.value = ""
+
+    def take(self, headers: Mapping[str, str]) -> None:
+        self.value = str(headers.get(self.header, ""))[:200]
+
+    def stamp(self, response: ModelResponse) -> ModelResponse:
+        return dataclasses.replace(response, request_id=self.value) if self.value else response
 
 
 class _Streamed:
@@ -228,6 +249,7 @@ class Endpoint:
         *,
         timeout_s: float,
         on_event: Callable[[ServerSentEvent], bool] | None = None,
+        on_headers: Callable[[Mapping[str, str]], None] | None = None,
     ) -> Any:
         """Post ``body`` and return the decoded JSON answer, or :data:`STREAMED`.
 
@@ -238,6 +260,8 @@ class Endpoint:
             on_event: For a streaming request: receives each event as it arrives and returns
                 ``True`` for the final one. An answer in JSON (a server that does not stream) is
                 returned instead.
+            on_headers: Receives the headers of a 2xx answer before its body is read (a
+                provider's request id).
 
         Returns:
             The decoded JSON of a 2xx answer, or :data:`STREAMED` once ``on_event`` saw the final event.
@@ -250,7 +274,7 @@ class Endpoint:
         try:
             # httpx's timeout bounds each phase (connect, each read); asyncio's bounds the whole call.
             async with asyncio.timeout(timeout_s):
-                return await self._exchange(path, body, timeout_s, on_event)
+                return await self._exchange(path, body, timeout_s, on_event, on_headers)
         except (TimeoutError, httpx.TimeoutException):
             raise ModelTransientError(
                 f"model call timed out after {timeout_s:g}s", reason="timeout"
@@ -262,6 +286,7 @@ class Endpoint:
         body: dict[str, Any],
         timeout_s: float,
         on_event: Callable[[ServerSentEvent], bool] | None,
+        on_headers: Callable[[Mapping[str, str]], None] | None = None,
     ) -> Any:
         try:
             async with self._client.stream(
@@ -272,6 +297,8 @@ class Endpoint:
                     raise self._error_from_response(
                         response.status_code, response.headers, content, secret=self._secret
                     )
+                if on_headers is not None:
+                    on_headers(response.headers)
                 media_type = _media_type(response)
                 if on_event is not None and media_type != "application/json":
                     if media_type not in ("text/event-stream", ""):

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from pydantic import Field
 
-from ._http import STREAMED, Endpoint, HTTPOptions, parse_options, read_api_key
+from ._http import STREAMED, Endpoint, HTTPOptions, RequestId, parse_options, read_api_key
 from ._openai_stream import ChatStream
 from ._openai_wire import build_chat_request, error_from_response, parse_chat_response
 from ._types import ModelProvider, ModelRequest, ModelResponse
@@ -128,15 +128,20 @@ class OpenAIProvider:
         chat = ChatStream(
             request=request, tool_names=tool_names, on_text_delta=on_text_delta, secret=self._api_key
         )
+        ids = RequestId("x-request-id")
         answer = await self._endpoint.post(
-            "chat/completions", body, timeout_s=timeout_s, on_event=chat.feed if stream else None
+            "chat/completions",
+            body,
+            timeout_s=timeout_s,
+            on_event=chat.feed if stream else None,
+            on_headers=ids.take,
         )
         if answer is STREAMED:
-            return chat.response()
+            return ids.stamp(chat.response())
         response = parse_chat_response(answer, request=request, tool_names=tool_names)
         if on_text_delta is not None and response.text:
             on_text_delta(response.text)
-        return response
+        return ids.stamp(response)
 
     async def aclose(self) -> None:
         """Close the HTTP connections; idempotent."""

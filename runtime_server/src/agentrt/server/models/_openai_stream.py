@@ -83,6 +83,7 @@ class ChatStream:
         self._calls: dict[int, _PartialCall] = {}
         self._usage: Mapping[str, Any] = {}
         self._finish_reason = ""
+        self._response_id = ""
         self.done = False
 
     def feed(self, event: ServerSentEvent) -> bool:
@@ -105,6 +106,9 @@ class ChatStream:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
+        chunk_id = chunk.get("id")
+        if isinstance(chunk_id, str) and not self._response_id:
+            self._response_id = chunk_id  # every chunk of one answer carries its id
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise _bad_response("choices of a stream chunk is not a list")
@@ -184,4 +188,5 @@ class ChatStream:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             finish_reason=self._finish_reason or ("tool_calls" if calls else "stop"),
+            response_id=self._response_id,
         )

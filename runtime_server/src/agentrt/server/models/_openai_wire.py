@@ -256,12 +256,14 @@ def parse_chat_response(
     finish_reason = choice.get("finish_reason")
     if not isinstance(finish_reason, str) or not finish_reason:
         finish_reason = "tool_calls" if calls else "stop"
+    response_id = body.get("id")
     return ModelResponse(
         text=content,
         tool_calls=tuple(calls),
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         finish_reason=finish_reason,
+        response_id=response_id if isinstance(response_id, str) else "",
     )
 
 

@@ -116,6 +116,9 @@ class ModelResponse:
         output_tokens: Completion tokens the call produced.
         finish_reason: Why the model stopped, in OpenAI's vocabulary (``stop``, ``tool_calls``,
             ``length``, ``content_filter``), or what the provider reported.
+        response_id: The provider's id of its response (OpenAI ``chatcmpl-...``, Anthropic
+            ``msg_...``), or "" when it gave none.
+        request_id: The provider's id of the HTTP request (``x-request-id``, ``request-id``), or "".
     """
 
     text: str
@@ -123,6 +126,8 @@ class ModelResponse:
     input_tokens: int
     output_tokens: int
     finish_reason: str
+    response_id: str = ""
+    request_id: str = ""
 
 
 @runtime_checkable

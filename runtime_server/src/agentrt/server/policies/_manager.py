@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -74,6 +74,20 @@ class Policies:
             agent_name=agent_name, input=input, output=output, options=options, tool_results=tool_results
         )
         return answers
+
+    def summarise(
+        self,
+        *,
+        agent_name: str,
+        entries: Sequence[Mapping[str, Any]],
+        max_bytes: int,
+        options: Mapping[str, Any],
+    ) -> str | None:
+        """The first summariser plugin's summary of ``entries``, or None when no plugin gives one."""
+        answer = self.pm.hook.agentrt_summarise(
+            agent_name=agent_name, entries=entries, max_bytes=max_bytes, options=options
+        )
+        return answer if isinstance(answer, str) and answer else None
 
     def recheck_approved(
         self,

@@ -99,3 +99,24 @@ def agentrt_recheck_approved(
         or does not answer in time.
     :return: Why the call must not run, or None to let it run.
     """
+
+
+@hookspec(firstresult=True)
+def agentrt_summarise(
+    agent_name: str, entries: Sequence[Mapping[str, Any]], max_bytes: int, options: Mapping[str, Any]
+) -> str | None:
+    """Summarise the history a model step's context window leaves out (``strategy = "summarise"``).
+
+    Called before a model step whose prompt does not fit the model's context limit, with the
+    entries left out, oldest first. The summary is recorded on the step's ``step.started``
+    (``context.summary``) and shown to the model in their place; a replay reuses the recorded
+    text and never asks again. Stops at the first non-None result; with none, the step keeps the
+    recent turns only (``keep_recent``).
+
+    :param agent_name: The agent whose step it is.
+    :param entries: The entries left out: ``{"role", "content", "tool_call_id", "tool_calls"}``,
+        where ``tool_calls`` lists ``{"call_id", "tool", "arguments_json"}`` (do not mutate).
+    :param max_bytes: Longer summaries are cut to this many UTF-8 bytes (``context.summary_bytes``).
+    :param options: The agent's ``context.options`` from the runtime config.
+    :return: The summary text, or None to leave it to others.
+    """

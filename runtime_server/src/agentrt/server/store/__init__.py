@@ -4,6 +4,7 @@ encrypted at rest."""
 from __future__ import annotations
 
 from agentrt.server.store._admission import GLOBAL_EXACT_WITHIN, Admission
+from agentrt.server.store._checkpoints import StoredCheckpoint
 from agentrt.server.store._crypt import SEALED_RUN_COLUMNS, UnreadableRecord, load_cipher
 from agentrt.server.store._db import (
     Database,
@@ -25,6 +26,7 @@ from agentrt.server.store._event_codec import (
 )
 from agentrt.server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
+from agentrt.server.store._replay import EventPage
 from agentrt.server.store._retention import PruneCounts, Pruner, PruneReport
 from agentrt.server.store._store import Store
 
@@ -34,6 +36,7 @@ __all__ = [
     "Admission",
     "Claim",
     "Database",
+    "EventPage",
     "PayloadRef",
     "PayloadStore",
     "PostgresDatabase",
@@ -44,6 +47,7 @@ __all__ = [
     "Signal",
     "SqliteDatabase",
     "Store",
+    "StoredCheckpoint",
     "StoredEvent",
     "StoredPayload",
     "UndecodableEvent",

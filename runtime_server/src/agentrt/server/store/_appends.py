@@ -41,11 +41,11 @@ def _fenced_update_sql(columns: tuple[str, ...], paramstyle: str) -> str:
     sets = ", ".join(f"{c} = :{c}" for c in columns)
     fence = "run_id = :w_run_id AND revision = :w_revision AND lease_owner = :w_owner"
     sql = f"UPDATE runs SET {sets} WHERE {fence}"
-    return _for_paramstyle(sql, paramstyle)
+    return for_paramstyle(sql, paramstyle)
 
 
-@functools.lru_cache(maxsize=8)
-def _for_paramstyle(sql: str, paramstyle: str) -> str:
+@functools.lru_cache(maxsize=64)
+def for_paramstyle(sql: str, paramstyle: str) -> str:
     return re.sub(r":(\w+)", r"%(\1)s", sql) if paramstyle == "pyformat" else sql
 
 
@@ -68,5 +68,5 @@ def write_batch(conn: Connection, batch: Sequence[PendingAppend]) -> list[bool]:
             if item.consume_signals:
                 conn.execute(delete(signals).where(signals.c.id.in_(list(item.consume_signals))))
     if rows:
-        conn.exec_driver_sql(_for_paramstyle(_INSERT_EVENT, paramstyle), rows)
+        conn.exec_driver_sql(for_paramstyle(_INSERT_EVENT, paramstyle), rows)
     return fenced

@@ -95,7 +95,23 @@ class RecordCipher:
             return payload
         return self.cipher.seal(payload, aad=f"run_signals.payload:{run_id}:{kind}")
 
+    def seal_checkpoint(self, run_id: str, through_seq: int, state: str) -> str:
+        if self.cipher is None or not state:
+            return state
+        return self.cipher.seal(state, aad=f"run_checkpoints.state:{run_id}:{through_seq}")
+
     # -- opening ------------------------------------------------------------------------------------
+
+    def checkpoint_state(self, run_id: str, through_seq: int, state: str) -> str:
+        """A ``run_checkpoints`` row's state as plaintext.
+
+        Raises:
+            UnreadableRecord: The state cannot be opened.
+        """
+        if not state:
+            return state
+        aad = f"run_checkpoints.state:{run_id}:{through_seq}"
+        return self._open(state, run_id, "run_checkpoints.state", f" (through seq {through_seq})", aad)
 
     def run(self, row: Any, *, strict: bool = True) -> RunRecord:
         """The ``runs`` row as a plaintext record.

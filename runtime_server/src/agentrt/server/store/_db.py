@@ -31,6 +31,10 @@ class Database(Protocol):
 
     async def transaction(self, fn: Callable[[Connection], T]) -> T: ...
 
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn``, which only reads, each statement seeing what was committed before it."""
+        ...
+
     async def dispose(self) -> None: ...
 
 
@@ -55,6 +59,10 @@ class SqliteDatabase:
         with self.engine.begin() as conn:
             return fn(conn)
 
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        # The sqlite3 module begins a transaction only before a write: reads already autocommit.
+        return await self.transaction(fn)
+
     async def dispose(self) -> None:
         self.engine.dispose()
 
@@ -67,9 +75,17 @@ class PostgresDatabase:
     def __init__(self, url: str, *, pool_size: int = 10):
         self.url = url
         self.engine: AsyncEngine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+        # Same pool; its connections autocommit while checked out through this engine.
+        self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def transaction(self, fn: Callable[[Connection], T]) -> T:
         async with self.engine.begin() as conn:
+            return await conn.run_sync(fn)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        # Under READ COMMITTED each statement takes its own snapshot inside a transaction too, so
+        # BEGIN and COMMIT around reads bought nothing but two round trips (~200 us CPU each).
+        async with self._reader.connect() as conn:
             return await conn.run_sync(fn)
 
     async def dispose(self) -> None:

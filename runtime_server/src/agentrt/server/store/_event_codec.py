@@ -121,6 +121,60 @@ def _ref(data: Mapping[str, Any] | None) -> ev.PayloadRef | None:
     return ev.PayloadRef.from_json(data) if data is not None else None
 
 
+def _context_to_json(window: ev.ContextWindow) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "strategy": window.strategy,
+        "limit_tokens": window.limit_tokens,
+        "estimated_tokens": window.estimated_tokens,
+        "full_tokens": window.full_tokens,
+    }
+    if window.omitted_before_input:
+        out["omitted_before_input"] = window.omitted_before_input
+    if window.omitted_after_input:
+        out["omitted_after_input"] = window.omitted_after_input
+    if window.clipped:
+        out["clipped"] = [
+            {"call_id": c.call_id, "kept_bytes": c.kept_bytes, "full_bytes": c.full_bytes, "entry": c.entry}
+            for c in window.clipped
+        ]
+    if window.summary:
+        out["summary"] = window.summary
+    return out
+
+
+def _context_from_json(data: Mapping[str, Any] | None) -> ev.ContextWindow | None:
+    if data is None:
+        return None
+    return ev.ContextWindow(
+        strategy=str(data.get("strategy", "")),
+        limit_tokens=int(data.get("limit_tokens", 0)),
+        estimated_tokens=int(data.get("estimated_tokens", 0)),
+        full_tokens=int(data.get("full_tokens", 0)),
+        omitted_before_input=int(data.get("omitted_before_input", 0)),
+        omitted_after_input=int(data.get("omitted_after_input", 0)),
+        clipped=tuple(
+            ev.ClippedResult(
+                str(c.get("call_id", "")),
+                int(c.get("kept_bytes", 0)),
+                int(c.get("full_bytes", 0)),
+                int(c.get("entry", 0)),
+            )
+            for c in data.get("clipped", ())
+        ),
+        summary=str(data.get("summary", "")),
+    )
+
+
+def _call_record(out: dict[str, Any], start_time: str | None, end_time: str | None, host: str) -> None:
+    """A tool result's reproducibility record (S004 §12), left out when absent as it always was."""
+    if start_time is not None:
+        out["start_time"] = start_time
+    if end_time is not None:
+        out["end_time"] = end_time
+    if host:
+        out["host"] = host
+
+
 def _usage_or_none(data: Mapping[str, Any] | None) -> Usage | None:
     # An empty usage (or none) is "absent": a fault that spent nothing unrecorded.
     return Usage.from_json(data) if data else None
@@ -191,6 +245,8 @@ def _step_started(e: ev.StepStarted) -> dict[str, Any]:
     if e.reason is not None:
         out["reason"] = e.reason
     out["usage"] = e.usage.to_json()
+    if e.context is not None:
+        out["context"] = _context_to_json(e.context)
     return out
 
 
@@ -215,6 +271,16 @@ def _model_completed(e: ev.ModelCompleted) -> dict[str, Any]:
     }
     if e.text_ref is not None:
         out["text_ref"] = e.text_ref.to_json()
+    if e.sampling:
+        out["sampling"] = dict(e.sampling)
+    if e.model:
+        out["model"] = e.model
+    if e.response_id:
+        out["response_id"] = e.response_id
+    if e.request_id:
+        out["request_id"] = e.request_id
+    if e.latency is not None:
+        out["latency"] = e.latency
     return out
 
 
@@ -253,11 +319,14 @@ def _tool_completed(e: ev.ToolCompleted) -> dict[str, Any]:
         out["deduplicated"] = True
     if e.duplicate_of is not None:
         out["duplicate_of"] = _duplicate_to_json(e.duplicate_of)
+    _call_record(out, e.start_time, e.end_time, e.host)
     return out
 
 
 def _tool_failed(e: ev.ToolFailed) -> dict[str, Any]:
-    return {"step": e.step, "call_id": e.call_id, "tool": e.tool, "error": tool_error_to_json(e.error)}
+    out = {"step": e.step, "call_id": e.call_id, "tool": e.tool, "error": tool_error_to_json(e.error)}
+    _call_record(out, e.start_time, e.end_time, e.host)
+    return out
 
 
 def _approval_requested(e: ev.ApprovalRequested) -> dict[str, Any]:
@@ -456,6 +525,7 @@ def _d_step_started(d: Mapping[str, Any]) -> ev.StepStarted:
         kind=_member(_STEP_KIND_FROM, d.get("kind"), ev.StepKind.MODEL),
         reason=d.get("reason"),
         usage=Usage.from_json(d.get("usage", _EMPTY)),
+        context=_context_from_json(d.get("context")),
     )
 
 
@@ -479,6 +549,11 @@ def _d_model_completed(d: Mapping[str, Any]) -> ev.ModelCompleted:
         usage_before=Usage.from_json(d.get("usage_before", _EMPTY)),
         usage_after=Usage.from_json(d.get("usage_after", _EMPTY)),
         text_ref=_ref(d.get("text_ref")),
+        sampling=dict(d["sampling"]) if d.get("sampling") else None,
+        model=d.get("model", ""),
+        response_id=d.get("response_id", ""),
+        request_id=d.get("request_id", ""),
+        latency=d.get("latency"),
     )
 
 
@@ -509,6 +584,9 @@ def _d_tool_completed(d: Mapping[str, Any]) -> ev.ToolCompleted:
         truncated=bool(d.get("truncated", False)),
         deduplicated=bool(d.get("deduplicated", False)),
         duplicate_of=_duplicate(d.get("duplicate_of")),
+        start_time=d.get("start_time"),
+        end_time=d.get("end_time"),
+        host=d.get("host", ""),
     )
 
 
@@ -518,6 +596,9 @@ def _d_tool_failed(d: Mapping[str, Any]) -> ev.ToolFailed:
         call_id=d.get("call_id", ""),
         tool=d.get("tool", ""),
         error=tool_error_from_json(d.get("error", _EMPTY)),
+        start_time=d.get("start_time"),
+        end_time=d.get("end_time"),
+        host=d.get("host", ""),
     )
 
 

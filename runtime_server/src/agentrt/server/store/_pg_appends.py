@@ -31,7 +31,9 @@ def _statement(columns: tuple[str, ...]) -> str:
         "RETURNING run_id) "
         "INSERT INTO run_events (run_id, seq, type, payload, created_ms) "
         "SELECT fenced.run_id, e.seq, e.type, e.payload, e.created_ms FROM fenced, "
-        "unnest(%(e_seq)s::bigint[], %(e_type)s::text[], %(e_payload)s::text[], %(e_created)s::bigint[]) "
+        # %b: the arrays go in binary; their text form escaped every payload by regex (~45 us an
+        # append; ~11 us in binary).
+        "unnest(%(e_seq)b::bigint[], %(e_type)b::text[], %(e_payload)b::text[], %(e_created)b::bigint[]) "
         "AS e(seq, type, payload, created_ms)"
     )
 

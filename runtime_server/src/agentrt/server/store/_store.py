@@ -25,13 +25,15 @@ from sqlalchemy import Connection, and_, exists, func, insert, or_, select, upda
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase
-from agentrt.server.store._admission import Admission
+from agentrt.server.store._admission import Admission, TenantTurns
 from agentrt.server.store._appends import write_batch
+from agentrt.server.store._checkpoints import Checkpoints, StoredCheckpoint
 from agentrt.server.store._crypt import RecordCipher
 from agentrt.server.store._db import Database, PostgresDatabase, open_database
 from agentrt.server.store._payloads import PayloadStore
 from agentrt.server.store._pg_appends import PgAppender
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
+from agentrt.server.store._replay import EventPage, read_page, read_run
 from agentrt.server.store._schema import events, runs, signals
 from agentrt.toolhost.security import PayloadCipher
 
@@ -58,6 +60,8 @@ class Store:
         self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
         self._pending: list[_PendingAppend] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._checkpoints = Checkpoints(db, self._crypt)
+        self._admissions = TenantTurns()
 
     @classmethod
     async def open(
@@ -115,7 +119,7 @@ class Store:
             The run and whether this call created it.
 
         Raises:
-            ResourceExhausted: Over an admission limit; nothing was written.
+            OverLimit: Over an admission limit; nothing was written.
         """
 
         def existing(conn: Connection) -> RunRecord | None:
@@ -151,24 +155,28 @@ class Store:
                 return found, False
             if admission is not None:
                 admission.check(conn)
-            conn.execute(insert(runs).values(**sealed_row))
+            # Values as parameters: .values(**row) rebuilt (and re-keyed) the statement per run.
+            conn.execute(insert(runs), sealed_row)
             conn.execute(insert(events), event_rows)
             # Every column is known here; reading the row back would cost a round trip.
             known = {c.name: None for c in runs.c} | row
             return RunRecord(**known), True
 
         try:
+            if admission is not None and self.db.dialect == "postgresql":
+                async with self._admissions.turn(admission.tenant_id):
+                    return await self.db.transaction(write)
             return await self.db.transaction(write)
         except IntegrityError:
             # A concurrent request with the same key won the insert: attach to its run.
-            found = await self.db.transaction(existing)
+            found = await self.db.read(existing)
             if found is None:
                 raise
             return found, False
 
     async def check_admission(self, admission: Admission) -> None:
-        """Raise ResourceExhausted when a new run would be over a limit now (reads only)."""
-        await self.db.transaction(admission.check)
+        """Raise OverLimit when a new run would be over a limit now (reads only)."""
+        await self.db.read(admission.check)
 
     async def find_by_request_key(self, tenant_id: str, request_key: str) -> RunRecord | None:
         """The run a request key started, if any."""
@@ -178,7 +186,7 @@ class Store:
             row = conn.execute(query).first()
             return self._crypt.run(row) if row else None
 
-        return await self.db.transaction(read)
+        return await self.db.read(read)
 
     async def active_session_run(self, *, tenant_id: str, session_id: str) -> RunRecord | None:
         """The session's oldest run that has not ended, if any."""
@@ -197,7 +205,7 @@ class Store:
             # Callers want its id and phase: an unreadable payload must not block the session gate.
             return self._crypt.run(row, strict=False) if row else None
 
-        return await self.db.transaction(read)
+        return await self.db.read(read)
 
     async def session_turns(self, *, tenant_id: str, session_id: str, limit: int) -> list[RunRecord]:
         """The session's ended runs that have an output, oldest first (at most ``limit``, the newest)."""
@@ -217,7 +225,7 @@ class Store:
             # Strict: a new turn built on a silently emptied history would be wrong.
             return [self._crypt.run(r) for r in conn.execute(query)][::-1]
 
-        return await self.db.transaction(read)
+        return await self.db.read(read)
 
     async def get_run(self, run_id: str, *, tenant_id: str | None = None) -> RunRecord | None:
         """The run, or None (also when it belongs to another tenant)."""
@@ -229,7 +237,7 @@ class Store:
             row = conn.execute(query).first()
             return self._crypt.run(row) if row else None
 
-        return await self.db.transaction(read)
+        return await self.db.read(read)
 
     async def list_runs(
         self,
@@ -264,14 +272,14 @@ class Store:
             # Lenient: one run whose key is gone must not hide the others from a listing.
             return [self._crypt.run(r, strict=False) for r in conn.execute(query)]
 
-        found = await self.db.transaction(read)
+        found = await self.db.read(read)
         if len(found) <= page_size:
             return found, ""
         last = found[page_size - 1]
         return found[:page_size], _encode_token(last.created_ms, last.run_id)
 
     async def count_runs(self) -> int:
-        return await self.db.transaction(
+        return await self.db.read(
             lambda c: int(c.execute(select(func.count()).select_from(runs)).scalar_one())
         )
 
@@ -289,21 +297,31 @@ class Store:
             )
             return [self._crypt.event(r) for r in conn.execute(query)]
 
-        return await self.db.transaction(read)
+        return await self.db.read(read)
 
-    async def read_event_sizes(self, run_id: str, *, after_seq: int, limit: int) -> list[tuple[int, int]]:
-        """(seq, stored payload length) of up to ``limit`` events after ``after_seq``: sizes a page."""
-
-        def read(conn: Connection) -> list[tuple[int, int]]:
-            query = (
-                select(events.c.seq, func.length(events.c.payload))
-                .where(events.c.run_id == run_id, events.c.seq > after_seq)
-                .order_by(events.c.seq)
-                .limit(limit)
+    async def read_page(self, run_id: str, *, after_seq: int, max_rows: int, max_bytes: int) -> EventPage:
+        """A replay page: events after ``after_seq``, bounded in rows and stored bytes (``_replay``)."""
+        crypt = self._crypt
+        return await self.db.read(
+            lambda conn: read_page(
+                conn, crypt, run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes
             )
-            return [(int(seq), int(size or 0)) for seq, size in conn.execute(query)]
+        )
 
-        return await self.db.transaction(read)
+    async def read_run_and_page(
+        self, run_id: str, *, after_seq: int, max_rows: int, max_bytes: int
+    ) -> tuple[RunRecord | None, EventPage]:
+        """The run's row, then a replay page read after it, in one go (no page without a row)."""
+        crypt = self._crypt
+
+        def read(conn: Connection) -> tuple[RunRecord | None, EventPage]:
+            record = read_run(conn, crypt, run_id)
+            if record is None:
+                return None, EventPage([], False)
+            page = read_page(conn, crypt, run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes)
+            return record, page
+
+        return await self.db.read(read)
 
     async def append(
         self,
@@ -385,6 +403,20 @@ class Store:
                         )
         finally:
             self._flusher = None
+
+    # -- checkpoints --------------------------------------------------------------------------------
+
+    async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
+        """Keep ``checkpoint`` as the run's latest (after the commit of its run.checkpointed)."""
+        await self._checkpoints.write(checkpoint)
+
+    async def read_checkpoint(self, run_id: str) -> StoredCheckpoint | None:
+        """The run's latest checkpoint, or None.
+
+        Raises:
+            UnreadableRecord: it is sealed and cannot be opened.
+        """
+        return await self._checkpoints.latest(run_id)
 
     # -- leases -------------------------------------------------------------------------------------
 
@@ -500,7 +532,7 @@ class Store:
             query = select(signals).where(signals.c.run_id == run_id).order_by(signals.c.id)
             return [self._crypt.signal(r) for r in conn.execute(query)]
 
-        return await self.db.transaction(read)
+        return await self.db.read(read)
 
     async def add_signal(
         self, run_id: str, *, kind: str, payload: str, now_ms: int, expected_revision: int | None = None

@@ -8,6 +8,7 @@ from agentrt.server.tools._router import (
     ToolHostError,
     ToolOutcome,
     ToolRouter,
+    host_unsure,
     tool_result_text,
 )
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
@@ -22,5 +23,6 @@ __all__ = [
     "ToolOutcome",
     "ToolRouter",
     "ToolSlots",
+    "host_unsure",
     "tool_result_text",
 ]

@@ -75,8 +75,9 @@ class ToolOutcome:
     result_json: str | None
     error: dict[str, str] | None
     replayed: bool = False
-    # The transport failed after the request may have left: the tool host's answer is unknown,
-    # so a write must be looked up before it is sent again.
+    # Whether the call took effect is not known: the transport failed after the request may have
+    # left, or the host says the tool is still running or was stopped where it stood. A write
+    # must be looked up (and reconciled) before it is sent again.
     in_doubt: bool = False
     # Set when the result is stored as a payload: its reference (proto3 JSON of PayloadRef), and
     # whether result_json is a truncated view of it.
@@ -86,6 +87,7 @@ class ToolOutcome:
     # IntentDuplicate, naming that call.
     deduplicated: bool = False
     duplicate_of: dict[str, Any] | None = None
+    host: str = ""  # the configured name of the tool host that answered, when one did
 
     @classmethod
     def failure(cls, code: str, message: str, *, in_doubt: bool = False) -> ToolOutcome:
@@ -178,6 +180,11 @@ class ToolRouter:
         found = self._specs.get(tool)
         return found[0] if found else None
 
+    def host_of(self, tool: str) -> str:
+        """The configured name of the tool host serving ``tool``; "" when none does."""
+        found = self._specs.get(tool)
+        return found[1].name if found is not None else ""
+
     def tool_names(self) -> list[str]:
         return sorted(self._specs)
 
@@ -253,11 +260,33 @@ class ToolRouter:
             return _transport_failure(exc)
         if reply.WhichOneof("outcome") == "error":
             error = json_format.MessageToDict(reply.error, preserving_proto_field_name=True)
-            return ToolOutcome(None, error, reply.replayed)
+            return ToolOutcome(None, error, reply.replayed, in_doubt=host_unsure(reply.error))
         if reply.deduplicated:
             first = json_format.MessageToDict(reply.duplicate_of, preserving_proto_field_name=True)
             return ToolOutcome(reply.result_json, None, reply.replayed, deduplicated=True, duplicate_of=first)
         return ToolOutcome(reply.result_json, None, reply.replayed)
+
+    async def cancel_operation(
+        self, tool: str, arguments_json: str, *, metadata: CallMetadata, reason: str, timeout_s: float
+    ) -> bool:
+        """Ask the call's tool host to stop it (an explicit cancel, never a vanished caller).
+
+        Returns:
+            True when the host was running the call and signalled it.
+
+        Raises:
+            grpc.aio.AioRpcError: the host could not be asked (unreachable, deadline, no such key).
+        """
+        found = self._specs.get(tool)
+        if found is None:
+            return False
+        host = found[1]
+        reply = await host.stub().CancelOperation(
+            svc.CancelOperationRequest(idempotency_key=metadata.idempotency_key, reason=reason[:1000]),
+            timeout=timeout_s,
+            metadata=self._metadata(host, tool, arguments_json, metadata),
+        )
+        return reply.signalled
 
     async def get_operation(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
@@ -317,12 +346,37 @@ async def _last_connect_error(host: HostChannel) -> str:
     return ""
 
 
+def host_unsure(error: tool_pb2.ToolError) -> bool:
+    """The host's own word that it cannot say whether the call took effect (see ToolError.details_json):
+    the tool is still running, or the host stopped it where it stood."""
+    if not error.details_json or error.code not in _MAY_BE_UNSURE:
+        return False
+    try:
+        details = json.loads(error.details_json)
+    except ValueError:
+        return False
+    return isinstance(details, dict) and (
+        details.get("still_running") is True or details.get("effect") == "unknown"
+    )
+
+
+_MAY_BE_UNSURE = (tool_pb2.TOOL_ERROR_CODE_TRANSIENT, tool_pb2.TOOL_ERROR_CODE_CANCELLED)
+
+# gRPC fails a call this way when no connection to the host could be made: the call was never
+# given to a transport, so the request provably never left.
+_NEVER_CONNECTED = "failed to connect"
+
+
 def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ToolOutcome.failure("TRANSIENT", "deadline exceeded before the tool answered", in_doubt=True)
     if code == grpc.StatusCode.UNAVAILABLE:
-        return ToolOutcome.failure("TRANSIENT", f"tool host UNAVAILABLE: {exc.details()}", in_doubt=True)
+        # Any other UNAVAILABLE (a connection reset, a host gone mid-call) may follow the request.
+        unsent = _NEVER_CONNECTED in (exc.details() or "").lower()
+        return ToolOutcome.failure(
+            "TRANSIENT", f"tool host UNAVAILABLE: {exc.details()}", in_doubt=not unsent
+        )
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
         # The host sent a result past the channel's limit (it did not enforce the maximum itself):
         # sending again would bring the same result back.

@@ -255,16 +255,18 @@ class RunStarted(_message.Message):
     def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., started_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class StepStarted(_message.Message):
-    __slots__ = ("step", "kind", "usage", "reason")
+    __slots__ = ("step", "kind", "usage", "reason", "context")
     STEP_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
     step: int
     kind: StepKind
     usage: Usage
     reason: str
-    def __init__(self, step: _Optional[int] = ..., kind: _Optional[_Union[StepKind, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    context: ContextWindow
+    def __init__(self, step: _Optional[int] = ..., kind: _Optional[_Union[StepKind, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., reason: _Optional[str] = ..., context: _Optional[_Union[ContextWindow, _Mapping]] = ...) -> None: ...
 
 class ModelTextDelta(_message.Message):
     __slots__ = ("step", "text", "attempt", "superseded")
@@ -279,20 +281,62 @@ class ModelTextDelta(_message.Message):
     def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., attempt: _Optional[int] = ..., superseded: _Optional[bool] = ...) -> None: ...
 
 class ModelCompleted(_message.Message):
-    __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after", "text_ref")
+    __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after", "text_ref", "sampling", "model", "response_id", "request_id", "latency")
     STEP_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     USAGE_BEFORE_FIELD_NUMBER: _ClassVar[int]
     USAGE_AFTER_FIELD_NUMBER: _ClassVar[int]
     TEXT_REF_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_FIELD_NUMBER: _ClassVar[int]
     step: int
     text: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
     usage_before: Usage
     usage_after: Usage
     text_ref: PayloadRef
-    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., text_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+    sampling: _struct_pb2.Struct
+    model: str
+    response_id: str
+    request_id: str
+    latency: _duration_pb2.Duration
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., text_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., sampling: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., model: _Optional[str] = ..., response_id: _Optional[str] = ..., request_id: _Optional[str] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ContextWindow(_message.Message):
+    __slots__ = ("strategy", "limit_tokens", "estimated_tokens", "full_tokens", "omitted_before_input", "omitted_after_input", "clipped", "summary")
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FULL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_BEFORE_INPUT_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_AFTER_INPUT_FIELD_NUMBER: _ClassVar[int]
+    CLIPPED_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    strategy: str
+    limit_tokens: int
+    estimated_tokens: int
+    full_tokens: int
+    omitted_before_input: int
+    omitted_after_input: int
+    clipped: _containers.RepeatedCompositeFieldContainer[ClippedResult]
+    summary: str
+    def __init__(self, strategy: _Optional[str] = ..., limit_tokens: _Optional[int] = ..., estimated_tokens: _Optional[int] = ..., full_tokens: _Optional[int] = ..., omitted_before_input: _Optional[int] = ..., omitted_after_input: _Optional[int] = ..., clipped: _Optional[_Iterable[_Union[ClippedResult, _Mapping]]] = ..., summary: _Optional[str] = ...) -> None: ...
+
+class ClippedResult(_message.Message):
+    __slots__ = ("call_id", "kept_bytes", "full_bytes", "entry")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    KEPT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FULL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    kept_bytes: int
+    full_bytes: int
+    entry: int
+    def __init__(self, call_id: _Optional[str] = ..., kept_bytes: _Optional[int] = ..., full_bytes: _Optional[int] = ..., entry: _Optional[int] = ...) -> None: ...
 
 class ToolStarted(_message.Message):
     __slots__ = ("step", "call_id", "tool", "arguments_json", "arguments", "idempotency_key", "attempt", "usage_before", "usage_after", "tool_version", "arguments_ref")
@@ -321,7 +365,7 @@ class ToolStarted(_message.Message):
     def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., attempt: _Optional[int] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., tool_version: _Optional[str] = ..., arguments_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
 
 class ToolCompleted(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "result_json", "result", "replayed", "result_ref", "truncated", "deduplicated", "duplicate_of")
+    __slots__ = ("step", "call_id", "tool", "result_json", "result", "replayed", "result_ref", "truncated", "deduplicated", "duplicate_of", "start_time", "end_time", "host")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
@@ -332,6 +376,9 @@ class ToolCompleted(_message.Message):
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_OF_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     step: int
     call_id: str
     tool: str
@@ -342,19 +389,28 @@ class ToolCompleted(_message.Message):
     truncated: bool
     deduplicated: bool
     duplicate_of: _tool_pb2.IntentDuplicate
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., result_json: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., replayed: _Optional[bool] = ..., result_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., truncated: _Optional[bool] = ..., deduplicated: _Optional[bool] = ..., duplicate_of: _Optional[_Union[_tool_pb2.IntentDuplicate, _Mapping]] = ...) -> None: ...
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    host: str
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., result_json: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., replayed: _Optional[bool] = ..., result_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., truncated: _Optional[bool] = ..., deduplicated: _Optional[bool] = ..., duplicate_of: _Optional[_Union[_tool_pb2.IntentDuplicate, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., host: _Optional[str] = ...) -> None: ...
 
 class ToolFailed(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "error")
+    __slots__ = ("step", "call_id", "tool", "error", "start_time", "end_time", "host")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     step: int
     call_id: str
     tool: str
     error: _tool_pb2.ToolError
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ...) -> None: ...
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    host: str
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., error: _Optional[_Union[_tool_pb2.ToolError, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., host: _Optional[str] = ...) -> None: ...
 
 class ApprovalRequested(_message.Message):
     __slots__ = ("approval_id", "call_id", "tool", "arguments_json", "arguments", "args_hash", "impact_summary", "policy_version", "expire_time", "request_time", "tool_version", "variables")

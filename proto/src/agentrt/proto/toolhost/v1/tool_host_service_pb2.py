@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agentrt.proto.toolhost.v1 import tool_pb2 as agentrt_dot_toolhost_dot_v1_dot_tool__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+agentrt/toolhost/v1/tool_host_service.proto\x12\x13\x61gentrt.toolhost.v1\x1a\x1e\x61gentrt/toolhost/v1/tool.proto\"\x12\n\x10ListToolsRequest\"A\n\x11ListToolsResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x1d.agentrt.toolhost.v1.ToolSpec\"9\n\x11InvokeToolRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x02 \x01(\t\"\xcb\x01\n\x12InvokeToolResponse\x12\x15\n\x0bresult_json\x18\x01 \x01(\tH\x00\x12/\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.ToolErrorH\x00\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12\x14\n\x0c\x64\x65\x64uplicated\x18\n \x01(\x08\x12:\n\x0c\x64uplicate_of\x18\x0b \x01(\x0b\x32$.agentrt.toolhost.v1.IntentDuplicateB\t\n\x07outcome\".\n\x13GetOperationRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\"I\n\x14GetOperationResponse\x12\x31\n\toperation\x18\x01 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.Operation\":\n\x12PreviewToolRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x02 \x01(\t\"-\n\x13PreviewToolResponse\x12\x16\n\x0eimpact_summary\x18\x01 \x01(\t2\x93\x03\n\x0fToolHostService\x12Z\n\tListTools\x12%.agentrt.toolhost.v1.ListToolsRequest\x1a&.agentrt.toolhost.v1.ListToolsResponse\x12]\n\nInvokeTool\x12&.agentrt.toolhost.v1.InvokeToolRequest\x1a\'.agentrt.toolhost.v1.InvokeToolResponse\x12\x63\n\x0cGetOperation\x12(.agentrt.toolhost.v1.GetOperationRequest\x1a).agentrt.toolhost.v1.GetOperationResponse\x12`\n\x0bPreviewTool\x12\'.agentrt.toolhost.v1.PreviewToolRequest\x1a(.agentrt.toolhost.v1.PreviewToolResponseB\xbd\x01\n\x17\x64\x65v.agentrt.toolhost.v1B\x14ToolHostServiceProtoP\x01Z@github.com/agentrt/agentrt/gen/go/agentrt/toolhost/v1;toolhostv1\xa2\x02\x03\x41TX\xaa\x02\x13\x41gentrt.Toolhost.V1\xca\x02\x13\x41gentrt\\Toolhost\\V1\xea\x02\x15\x41gentrt::Toolhost::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+agentrt/toolhost/v1/tool_host_service.proto\x12\x13\x61gentrt.toolhost.v1\x1a\x1e\x61gentrt/toolhost/v1/tool.proto\"\x12\n\x10ListToolsRequest\"A\n\x11ListToolsResponse\x12,\n\x05tools\x18\x01 \x03(\x0b\x32\x1d.agentrt.toolhost.v1.ToolSpec\"9\n\x11InvokeToolRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x02 \x01(\t\"\xcb\x01\n\x12InvokeToolResponse\x12\x15\n\x0bresult_json\x18\x01 \x01(\tH\x00\x12/\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.ToolErrorH\x00\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12\x14\n\x0c\x64\x65\x64uplicated\x18\n \x01(\x08\x12:\n\x0c\x64uplicate_of\x18\x0b \x01(\x0b\x32$.agentrt.toolhost.v1.IntentDuplicateB\t\n\x07outcome\".\n\x13GetOperationRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\"I\n\x14GetOperationResponse\x12\x31\n\toperation\x18\x01 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.Operation\"A\n\x16\x43\x61ncelOperationRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"_\n\x17\x43\x61ncelOperationResponse\x12\x31\n\toperation\x18\x01 \x01(\x0b\x32\x1e.agentrt.toolhost.v1.Operation\x12\x11\n\tsignalled\x18\x02 \x01(\x08\":\n\x12PreviewToolRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x02 \x01(\t\"-\n\x13PreviewToolResponse\x12\x16\n\x0eimpact_summary\x18\x01 \x01(\t2\x81\x04\n\x0fToolHostService\x12Z\n\tListTools\x12%.agentrt.toolhost.v1.ListToolsRequest\x1a&.agentrt.toolhost.v1.ListToolsResponse\x12]\n\nInvokeTool\x12&.agentrt.toolhost.v1.InvokeToolRequest\x1a\'.agentrt.toolhost.v1.InvokeToolResponse\x12\x63\n\x0cGetOperation\x12(.agentrt.toolhost.v1.GetOperationRequest\x1a).agentrt.toolhost.v1.GetOperationResponse\x12`\n\x0bPreviewTool\x12\'.agentrt.toolhost.v1.PreviewToolRequest\x1a(.agentrt.toolhost.v1.PreviewToolResponse\x12l\n\x0f\x43\x61ncelOperation\x12+.agentrt.toolhost.v1.CancelOperationRequest\x1a,.agentrt.toolhost.v1.CancelOperationResponseB\xbd\x01\n\x17\x64\x65v.agentrt.toolhost.v1B\x14ToolHostServiceProtoP\x01Z@github.com/agentrt/agentrt/gen/go/agentrt/toolhost/v1;toolhostv1\xa2\x02\x03\x41TX\xaa\x02\x13\x41gentrt.Toolhost.V1\xca\x02\x13\x41gentrt\\Toolhost\\V1\xea\x02\x15\x41gentrt::Toolhost::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,10 +45,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETOPERATIONREQUEST']._serialized_end=498
   _globals['_GETOPERATIONRESPONSE']._serialized_start=500
   _globals['_GETOPERATIONRESPONSE']._serialized_end=573
-  _globals['_PREVIEWTOOLREQUEST']._serialized_start=575
-  _globals['_PREVIEWTOOLREQUEST']._serialized_end=633
-  _globals['_PREVIEWTOOLRESPONSE']._serialized_start=635
-  _globals['_PREVIEWTOOLRESPONSE']._serialized_end=680
-  _globals['_TOOLHOSTSERVICE']._serialized_start=683
-  _globals['_TOOLHOSTSERVICE']._serialized_end=1086
+  _globals['_CANCELOPERATIONREQUEST']._serialized_start=575
+  _globals['_CANCELOPERATIONREQUEST']._serialized_end=640
+  _globals['_CANCELOPERATIONRESPONSE']._serialized_start=642
+  _globals['_CANCELOPERATIONRESPONSE']._serialized_end=737
+  _globals['_PREVIEWTOOLREQUEST']._serialized_start=739
+  _globals['_PREVIEWTOOLREQUEST']._serialized_end=797
+  _globals['_PREVIEWTOOLRESPONSE']._serialized_start=799
+  _globals['_PREVIEWTOOLRESPONSE']._serialized_end=844
+  _globals['_TOOLHOSTSERVICE']._serialized_start=847
+  _globals['_TOOLHOSTSERVICE']._serialized_end=1360
 # @@protoc_insertion_point(module_scope)

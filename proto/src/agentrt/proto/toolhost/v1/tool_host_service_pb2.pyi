@@ -51,6 +51,22 @@ class GetOperationResponse(_message.Message):
     operation: _tool_pb2.Operation
     def __init__(self, operation: _Optional[_Union[_tool_pb2.Operation, _Mapping]] = ...) -> None: ...
 
+class CancelOperationRequest(_message.Message):
+    __slots__ = ("idempotency_key", "reason")
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    idempotency_key: str
+    reason: str
+    def __init__(self, idempotency_key: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelOperationResponse(_message.Message):
+    __slots__ = ("operation", "signalled")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    SIGNALLED_FIELD_NUMBER: _ClassVar[int]
+    operation: _tool_pb2.Operation
+    signalled: bool
+    def __init__(self, operation: _Optional[_Union[_tool_pb2.Operation, _Mapping]] = ..., signalled: _Optional[bool] = ...) -> None: ...
+
 class PreviewToolRequest(_message.Message):
     __slots__ = ("tool", "arguments_json")
     TOOL_FIELD_NUMBER: _ClassVar[int]

@@ -35,8 +35,15 @@ class ToolHostServiceStub:
     idempotency key, fencing token, tool, argument hash and expiry. A host that
     has grant keys verifies the grant before any ledger write or plugin code and
     refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
-    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
-    cancellation.
+    (PERMISSION_DENIED). The deadline is the gRPC deadline.
+
+    A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+    vanishes (its process died, its connection broke) looks the same as one that
+    cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+    write (a tool neither read-only nor idempotent) run to completion and records
+    its outcome, so the caller's successor finds it with GetOperation; only
+    CancelOperation stops a write. Read-only and idempotent tools are stopped when
+    their caller goes away (running them again is safe).
     """
 
     def __init__(self, channel):
@@ -65,6 +72,11 @@ class ToolHostServiceStub:
                 request_serializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.PreviewToolRequest.SerializeToString,
                 response_deserializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.PreviewToolResponse.FromString,
                 _registered_method=True)
+        self.CancelOperation = channel.unary_unary(
+                '/agentrt.toolhost.v1.ToolHostService/CancelOperation',
+                request_serializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.CancelOperationRequest.SerializeToString,
+                response_deserializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.CancelOperationResponse.FromString,
+                _registered_method=True)
 
 
 class ToolHostServiceServicer:
@@ -77,8 +89,15 @@ class ToolHostServiceServicer:
     idempotency key, fencing token, tool, argument hash and expiry. A host that
     has grant keys verifies the grant before any ledger write or plugin code and
     refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
-    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
-    cancellation.
+    (PERMISSION_DENIED). The deadline is the gRPC deadline.
+
+    A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+    vanishes (its process died, its connection broke) looks the same as one that
+    cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+    write (a tool neither read-only nor idempotent) run to completion and records
+    its outcome, so the caller's successor finds it with GetOperation; only
+    CancelOperation stops a write. Read-only and idempotent tools are stopped when
+    their caller goes away (running them again is safe).
     """
 
     def ListTools(self, request, context):
@@ -109,6 +128,19 @@ class ToolHostServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelOperation(self, request, context):
+        """Asks the host to stop a running invocation, by idempotency key: an explicit
+        cancel (the run was cancelled), unlike a caller that vanished. The tool sees
+        the signal at once; an async tool still running after the host's cancel
+        grace is cancelled; a sync tool cannot be interrupted and runs to its end.
+        Answers at once with the entry as it stands (often still RUNNING): the
+        InvokeTool call, or GetOperation later, reports the real outcome. NOT_FOUND
+        when the ledger has no such key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolHostServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +164,11 @@ def add_ToolHostServiceServicer_to_server(servicer, server):
                     request_deserializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.PreviewToolRequest.FromString,
                     response_serializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.PreviewToolResponse.SerializeToString,
             ),
+            'CancelOperation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelOperation,
+                    request_deserializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.CancelOperationRequest.FromString,
+                    response_serializer=agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.CancelOperationResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'agentrt.toolhost.v1.ToolHostService', rpc_method_handlers)
@@ -150,8 +187,15 @@ class ToolHostService:
     idempotency key, fencing token, tool, argument hash and expiry. A host that
     has grant keys verifies the grant before any ledger write or plugin code and
     refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
-    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
-    cancellation.
+    (PERMISSION_DENIED). The deadline is the gRPC deadline.
+
+    A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+    vanishes (its process died, its connection broke) looks the same as one that
+    cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+    write (a tool neither read-only nor idempotent) run to completion and records
+    its outcome, so the caller's successor finds it with GetOperation; only
+    CancelOperation stops a write. Read-only and idempotent tools are stopped when
+    their caller goes away (running them again is safe).
     """
 
     @staticmethod
@@ -252,6 +296,33 @@ class ToolHostService:
             '/agentrt.toolhost.v1.ToolHostService/PreviewTool',
             agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.PreviewToolRequest.SerializeToString,
             agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.PreviewToolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelOperation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.toolhost.v1.ToolHostService/CancelOperation',
+            agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.CancelOperationRequest.SerializeToString,
+            agentrt_dot_toolhost_dot_v1_dot_tool__host__service__pb2.CancelOperationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,8 +36,15 @@ class ToolHostServiceStub:
     idempotency key, fencing token, tool, argument hash and expiry. A host that
     has grant keys verifies the grant before any ledger write or plugin code and
     refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
-    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
-    cancellation.
+    (PERMISSION_DENIED). The deadline is the gRPC deadline.
+
+    A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+    vanishes (its process died, its connection broke) looks the same as one that
+    cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+    write (a tool neither read-only nor idempotent) run to completion and records
+    its outcome, so the caller's successor finds it with GetOperation; only
+    CancelOperation stops a write. Read-only and idempotent tools are stopped when
+    their caller goes away (running them again is safe).
     """
 
     @_typing.overload
@@ -52,6 +59,15 @@ class ToolHostServiceStub:
     """Reports a past invocation by idempotency key; NOT_FOUND when the ledger has no such key."""
     PreviewTool: _grpc.UnaryUnaryMultiCallable[_tool_host_service_pb2.PreviewToolRequest, _tool_host_service_pb2.PreviewToolResponse]
     """Describes the impact a call would have, for approvers; runs no effect."""
+    CancelOperation: _grpc.UnaryUnaryMultiCallable[_tool_host_service_pb2.CancelOperationRequest, _tool_host_service_pb2.CancelOperationResponse]
+    """Asks the host to stop a running invocation, by idempotency key: an explicit
+    cancel (the run was cancelled), unlike a caller that vanished. The tool sees
+    the signal at once; an async tool still running after the host's cancel
+    grace is cancelled; a sync tool cannot be interrupted and runs to its end.
+    Answers at once with the entry as it stands (often still RUNNING): the
+    InvokeTool call, or GetOperation later, reports the real outcome. NOT_FOUND
+    when the ledger has no such key.
+    """
 
 @_typing.type_check_only
 class ToolHostServiceAsyncStub(ToolHostServiceStub):
@@ -64,8 +80,15 @@ class ToolHostServiceAsyncStub(ToolHostServiceStub):
     idempotency key, fencing token, tool, argument hash and expiry. A host that
     has grant keys verifies the grant before any ledger write or plugin code and
     refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
-    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
-    cancellation.
+    (PERMISSION_DENIED). The deadline is the gRPC deadline.
+
+    A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+    vanishes (its process died, its connection broke) looks the same as one that
+    cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+    write (a tool neither read-only nor idempotent) run to completion and records
+    its outcome, so the caller's successor finds it with GetOperation; only
+    CancelOperation stops a write. Read-only and idempotent tools are stopped when
+    their caller goes away (running them again is safe).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -77,6 +100,15 @@ class ToolHostServiceAsyncStub(ToolHostServiceStub):
     """Reports a past invocation by idempotency key; NOT_FOUND when the ledger has no such key."""
     PreviewTool: _aio.UnaryUnaryMultiCallable[_tool_host_service_pb2.PreviewToolRequest, _tool_host_service_pb2.PreviewToolResponse]  # type: ignore[assignment]
     """Describes the impact a call would have, for approvers; runs no effect."""
+    CancelOperation: _aio.UnaryUnaryMultiCallable[_tool_host_service_pb2.CancelOperationRequest, _tool_host_service_pb2.CancelOperationResponse]  # type: ignore[assignment]
+    """Asks the host to stop a running invocation, by idempotency key: an explicit
+    cancel (the run was cancelled), unlike a caller that vanished. The tool sees
+    the signal at once; an async tool still running after the host's cancel
+    grace is cancelled; a sync tool cannot be interrupted and runs to its end.
+    Answers at once with the entry as it stands (often still RUNNING): the
+    InvokeTool call, or GetOperation later, reports the real outcome. NOT_FOUND
+    when the ledger has no such key.
+    """
 
 class ToolHostServiceServicer(metaclass=_abc_1.ABCMeta):
     """A tool host process serving plugin tools to agentrt runtimes.
@@ -88,8 +120,15 @@ class ToolHostServiceServicer(metaclass=_abc_1.ABCMeta):
     idempotency key, fencing token, tool, argument hash and expiry. A host that
     has grant keys verifies the grant before any ledger write or plugin code and
     refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
-    (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
-    cancellation.
+    (PERMISSION_DENIED). The deadline is the gRPC deadline.
+
+    A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+    vanishes (its process died, its connection broke) looks the same as one that
+    cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+    write (a tool neither read-only nor idempotent) run to completion and records
+    its outcome, so the caller's successor finds it with GetOperation; only
+    CancelOperation stops a write. Read-only and idempotent tools are stopped when
+    their caller goes away (running them again is safe).
     """
 
     @_abc_1.abstractmethod
@@ -123,5 +162,20 @@ class ToolHostServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tool_host_service_pb2.PreviewToolResponse, _abc.Awaitable[_tool_host_service_pb2.PreviewToolResponse]]:
         """Describes the impact a call would have, for approvers; runs no effect."""
+
+    @_abc_1.abstractmethod
+    def CancelOperation(
+        self,
+        request: _tool_host_service_pb2.CancelOperationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tool_host_service_pb2.CancelOperationResponse, _abc.Awaitable[_tool_host_service_pb2.CancelOperationResponse]]:
+        """Asks the host to stop a running invocation, by idempotency key: an explicit
+        cancel (the run was cancelled), unlike a caller that vanished. The tool sees
+        the signal at once; an async tool still running after the host's cancel
+        grace is cancelled; a sync tool cannot be interrupted and runs to its end.
+        Answers at once with the entry as it stands (often still RUNNING): the
+        InvokeTool call, or GetOperation later, reports the real outcome. NOT_FOUND
+        when the ledger has no such key.
+        """
 
 def add_ToolHostServiceServicer_to_server(servicer: ToolHostServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/runtime/v1/run.proto.
  */
 export const file_agentrt_runtime_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChxhZ2VudHJ0L3J1bnRpbWUvdjEvcnVuLnByb3RvEhJhZ2VudHJ0LnJ1bnRpbWUudjEihQMKB0J1ZGdldHMSFwoPbWF4X21vZGVsX3N0ZXBzGAEgASgFEhYKDm1heF90b29sX2NhbGxzGAIgASgFEkwKEm1heF9jYWxsc19wZXJfdG9vbBgDIAMoCzIwLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzLk1heENhbGxzUGVyVG9vbEVudHJ5EioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X2lucHV0X3Rva2VucxgFIAEoAxIZChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoAxIXCg9tYXhfY29zdF9taWNyb3MYCiABKAMSFAoMbWF4X2hhbmRvZmZzGAggASgFEh8KF21heF9wYXJhbGxlbF90b29sX2NhbGxzGAkgASgFGjYKFE1heENhbGxzUGVyVG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFKBAgHEAhSDG1heF9jb3N0X3VzZCKUAQoFVXNhZ2USEwoLbW9kZWxfc3RlcHMYASABKAUSEgoKdG9vbF9jYWxscxgCIAEoBRIUCgxpbnB1dF90b2tlbnMYAyABKAMSFQoNb3V0cHV0X3Rva2VucxgEIAEoAxITCgtjb3N0X21pY3JvcxgHIAEoAxIQCghoYW5kb2ZmcxgGIAEoBUoECAUQBlIIY29zdF91c2QiZgoJTW9kZWxTcGVjEhAKCHByb3ZpZGVyGAEgASgJEgwKBG5hbWUYAiABKAkSKAoHb3B0aW9ucxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHcHJvZmlsZRgEIAEoCSLBAQoJQWdlbnRTcGVjEgwKBG5hbWUYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEiwKBW1vZGVsGAMgASgLMh0uYWdlbnRydC5ydW50aW1lLnYxLk1vZGVsU3BlYxINCgV0b29scxgEIAMoCRIsCgdidWRnZXRzGAUgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSEAoIaGFuZG9mZnMYBiADKAkSEwoLYWdlbnRfdG9vbHMYByADKAkivQcKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhIKCmFnZW50X25hbWUYAyABKAkSKwoFcGhhc2UYBCABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USEAoIcmV2aXNpb24YBSABKAMSDQoFaW5wdXQYBiABKAkSDgoGb3V0cHV0GAcgASgJEg4KBnJlYXNvbhgIIAEoCRIsCgdidWRnZXRzGAkgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSKAoFdXNhZ2UYCiABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USEwoLcmVxdWVzdF9rZXkYCyABKAkSEgoKc2Vzc2lvbl9pZBgMIAEoCRI3CghtZXRhZGF0YRgNIAMoCzIlLmFnZW50cnQucnVudGltZS52MS5SdW4uTWV0YWRhdGFFbnRyeRIQCghsYXN0X3NlcRgOIAEoAxIvCgtjcmVhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/ChBwZW5kaW5nX2FwcHJvdmFsGBIgASgLMiUuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsUmVxdWVzdGVkEhIKCmNyZWF0ZWRfYnkYEyABKAkSMQoJaW5wdXRfcmVmGBQgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSMgoKb3V0cHV0X3JlZhgVIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmEi4KCnBydW5lX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2ZhdWx0X2NvdW50GBcgASgFEjkKCXZhcmlhYmxlcxgoIAMoCzImLmFnZW50cnQucnVudGltZS52MS5SdW4uVmFyaWFibGVzRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGkgKDlZhcmlhYmxlc0VudHJ5EgsKA2tleRgBIAEoCRIlCgV2YWx1ZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZToCOAEibAoIVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEhYKDmFyZ3VtZW50c19qc29uGAMgASgJEikKCWFyZ3VtZW50cxgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSI8CgtTZXNzaW9uVHVybhIOCgZydW5faWQYASABKAkSDQoFaW5wdXQYAiABKAkSDgoGb3V0cHV0GAMgASgJIowCCgpSdW5TdGFydGVkEhIKCmFnZW50X25hbWUYASABKAkSDQoFaW5wdXQYAiABKAkSLAoHYnVkZ2V0cxgDIAEoCzIbLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzEiwKCGRlYWRsaW5lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI4Cg9zZXNzaW9uX2hpc3RvcnkYBSADKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuU2Vzc2lvblR1cm4SEgoKc3RhcnRlZF9ieRgGIAEoCRIxCglpbnB1dF9yZWYYByABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiKHAQoLU3RlcFN0YXJ0ZWQSDAoEc3RlcBgBIAEoBRIqCgRraW5kGAUgASgOMhwuYWdlbnRydC5ydW50aW1lLnYxLlN0ZXBLaW5kEigKBXVzYWdlGAMgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEg4KBnJlYXNvbhgEIAEoCUoECAIQAyJRCg5Nb2RlbFRleHREZWx0YRIMCgRzdGVwGAEgASgFEgwKBHRleHQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRISCgpzdXBlcnNlZGVkGAQgASgIIvEBCg5Nb2RlbENvbXBsZXRlZBIMCgRzdGVwGAEgASgFEgwKBHRleHQYAiABKAkSMAoKdG9vbF9jYWxscxgDIAMoCzIcLmFnZW50cnQucnVudGltZS52MS5Ub29sQ2FsbBIvCgx1c2FnZV9iZWZvcmUYBCABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USLgoLdXNhZ2VfYWZ0ZXIYBSABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USMAoIdGV4dF9yZWYYBiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiLVAgoLVG9vbFN0YXJ0ZWQSDAoEc3RlcBgBIAEoBRIPCgdjYWxsX2lkGAIgASgJEgwKBHRvb2wYAyABKAkSFgoOYXJndW1lbnRzX2pzb24YBCABKAkSKQoJYXJndW1lbnRzGAsgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhcKD2lkZW1wb3RlbmN5X2tleRgFIAEoCRIPCgdhdHRlbXB0GAYgASgFEi8KDHVzYWdlX2JlZm9yZRgHIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZRIuCgt1c2FnZV9hZnRlchgIIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZRIUCgx0b29sX3ZlcnNpb24YCSABKAkSNQoNYXJndW1lbnRzX3JlZhgKIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmIqQCCg1Ub29sQ29tcGxldGVkEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEhMKC3Jlc3VsdF9qc29uGAQgASgJEiYKBnJlc3VsdBgIIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIQCghyZXBsYXllZBgFIAEoCBIyCgpyZXN1bHRfcmVmGAYgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSEQoJdHJ1bmNhdGVkGAcgASgIEhQKDGRlZHVwbGljYXRlZBgUIAEoCBI6CgxkdXBsaWNhdGVfb2YYFSABKAsyJC5hZ2VudHJ0LnRvb2xob3N0LnYxLkludGVudER1cGxpY2F0ZSJoCgpUb29sRmFpbGVkEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEi0KBWVycm9yGAQgASgLMh4uYWdlbnRydC50b29saG9zdC52MS5Ub29sRXJyb3Ii2QMKEUFwcHJvdmFsUmVxdWVzdGVkEhMKC2FwcHJvdmFsX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIWCg5hcmd1bWVudHNfanNvbhgEIAEoCRIpCglhcmd1bWVudHMYCyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEQoJYXJnc19oYXNoGAUgASgJEhYKDmltcGFjdF9zdW1tYXJ5GAYgASgJEhYKDnBvbGljeV92ZXJzaW9uGAcgASgJEi8KC2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxyZXF1ZXN0X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHRvb2xfdmVyc2lvbhgKIAEoCRJHCgl2YXJpYWJsZXMYFCADKAsyNC5hZ2VudHJ0LnJ1bnRpbWUudjEuQXBwcm92YWxSZXF1ZXN0ZWQuVmFyaWFibGVzRW50cnkaSAoOVmFyaWFibGVzRW50cnkSCwoDa2V5GAEgASgJEiUKBXZhbHVlGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlOgI4ASKbAQoQQXBwcm92YWxSZXNvbHZlZBITCgthcHByb3ZhbF9pZBgBIAEoCRI2CghkZWNpc2lvbhgCIAEoDjIkLmFnZW50cnQucnVudGltZS52MS5BcHByb3ZhbERlY2lzaW9uEhAKCGFwcHJvdmVyGAMgASgJEg8KB2NvbW1lbnQYBCABKAkSFwoPb3ZlcnJpZGVfaW50ZW50GBQgASgIIloKD091dGNvbWVSZXNvbHZlZBIPCgdjYWxsX2lkGAEgASgJEhAKCGRlY2lzaW9uGAIgASgJEhMKC3Jlc29sdmVkX2J5GAMgASgJEg8KB2NvbW1lbnQYBCABKAkiqAEKDlJldHJ5U2NoZWR1bGVkEg8KB2NhbGxfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIoCgVkZWxheRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkSLAoIZHVlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBHN0ZXAYBiABKAUinQEKElRvb2xPdXRjb21lVW5rbm93bhIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSDgoGcmVhc29uGAUgASgJEjEKDWNhbGxfZGVhZGxpbmUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIo4BCgdIYW5kb2ZmEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRISCgpmcm9tX2FnZW50GAMgASgJEhAKCHRvX2FnZW50GAQgASgJEg4KBnJlYXNvbhgFIAEoCRIuCgt1c2FnZV9hZnRlchgGIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZSImCg9SdW5DaGVja3BvaW50ZWQSEwoLdGhyb3VnaF9zZXEYASABKAMiNwoPQ2FuY2VsUmVxdWVzdGVkEg4KBnJlYXNvbhgBIAEoCRIUCgxyZXF1ZXN0ZWRfYnkYAiABKAkiUgoMUnVuQ29tcGxldGVkEg4KBm91dHB1dBgBIAEoCRIyCgpvdXRwdXRfcmVmGAIgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYiLAoJUnVuRmFpbGVkEg4KBnJlYXNvbhgBIAEoCRIPCgdtZXNzYWdlGAIgASgJIh4KDFJ1bkNhbmNlbGxlZBIOCgZyZWFzb24YASABKAkilQEKCFJ1bkVuZGVkEisKBXBoYXNlGAEgASgOMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1blBoYXNlEg4KBnJlYXNvbhgCIAEoCRIPCgdwYXJ0aWFsGAMgASgIEhEKCXJldHJ5YWJsZRgEIAEoCBIoCgV1c2FnZRgFIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZSL7CgoIUnVuRXZlbnQSDgoGcnVuX2lkGAEgASgJEgsKA3NlcRgCIAEoAxIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1CgtydW5fc3RhcnRlZBgKIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5SdW5TdGFydGVkSAASNwoMc3RlcF9zdGFydGVkGAsgASgLMh8uYWdlbnRydC5ydW50aW1lLnYxLlN0ZXBTdGFydGVkSAASPgoQbW9kZWxfdGV4dF9kZWx0YRgMIAEoCzIiLmFnZW50cnQucnVudGltZS52MS5Nb2RlbFRleHREZWx0YUgAEj0KD21vZGVsX2NvbXBsZXRlZBgNIAEoCzIiLmFnZW50cnQucnVudGltZS52MS5Nb2RlbENvbXBsZXRlZEgAEjcKDHRvb2xfc3RhcnRlZBgOIAEoCzIfLmFnZW50cnQucnVudGltZS52MS5Ub29sU3RhcnRlZEgAEjsKDnRvb2xfY29tcGxldGVkGA8gASgLMiEuYWdlbnRydC5ydW50aW1lLnYxLlRvb2xDb21wbGV0ZWRIABI1Cgt0b29sX2ZhaWxlZBgQIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5Ub29sRmFpbGVkSAASQwoSYXBwcm92YWxfcmVxdWVzdGVkGBEgASgLMiUuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASQQoRYXBwcm92YWxfcmVzb2x2ZWQYEiABKAsyJC5hZ2VudHJ0LnJ1bnRpbWUudjEuQXBwcm92YWxSZXNvbHZlZEgAEj0KD3JldHJ5X3NjaGVkdWxlZBgTIAEoCzIiLmFnZW50cnQucnVudGltZS52MS5SZXRyeVNjaGVkdWxlZEgAEj8KEHJ1bl9jaGVja3BvaW50ZWQYFCABKAsyIy5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQ2hlY2twb2ludGVkSAASPwoQY2FuY2VsX3JlcXVlc3RlZBgVIAEoCzIjLmFnZW50cnQucnVudGltZS52MS5DYW5jZWxSZXF1ZXN0ZWRIABI5Cg1ydW5fY29tcGxldGVkGBYgASgLMiAuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkNvbXBsZXRlZEgAEjMKCnJ1bl9mYWlsZWQYFyABKAsyHS5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuRmFpbGVkSAASOQoNcnVuX2NhbmNlbGxlZBgYIAEoCzIgLmFnZW50cnQucnVudGltZS52MS5SdW5DYW5jZWxsZWRIABIxCglydW5fZW5kZWQYGSABKAsyHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuRW5kZWRIABJGChR0b29sX291dGNvbWVfdW5rbm93bhgaIAEoCzImLmFnZW50cnQucnVudGltZS52MS5Ub29sT3V0Y29tZVVua25vd25IABIuCgdoYW5kb2ZmGBsgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkhhbmRvZmZIABI/ChBvdXRjb21lX3Jlc29sdmVkGBwgASgLMiMuYWdlbnRydC5ydW50aW1lLnYxLk91dGNvbWVSZXNvbHZlZEgAEjEKCXJ1bl9mYXVsdBgdIAEoCzIcLmFnZW50cnQucnVudGltZS52MS5SdW5GYXVsdEgAEjUKC3J1bl93YWl0aW5nGB4gASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlJ1bldhaXRpbmdIABI5Cg12YXJpYWJsZXNfc2V0GCggASgLMiAuYWdlbnRydC5ydW50aW1lLnYxLlZhcmlhYmxlc1NldEgAQgcKBWV2ZW50IvIBCgxWYXJpYWJsZXNTZXQSDAoEc3RlcBgBIAEoBRIPCgdjYWxsX2lkGAIgASgJEgwKBHRvb2wYAyABKAkSQgoJdmFyaWFibGVzGAQgAygLMi8uYWdlbnRydC5ydW50aW1lLnYxLlZhcmlhYmxlc1NldC5WYXJpYWJsZXNFbnRyeRIPCgdyZW1vdmVkGAUgAygJEhYKDnJlZnVzZWRfcmVhc29uGAYgASgJGkgKDlZhcmlhYmxlc0VudHJ5EgsKA2tleRgBIAEoCRIlCgV2YWx1ZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZToCOAEiaQoKUGF5bG9hZFJlZhISCgpwYXlsb2FkX2lkGAEgASgJEhIKCnNpemVfYnl0ZXMYAiABKAMSDgoGc2hhMjU2GAMgASgJEg8KB3ByZXZpZXcYBCABKAkSEgoKbWVkaWFfdHlwZRgFIAEoCSLHAQoIUnVuRmF1bHQSDAoEc3RlcBgBIAEoBRITCgtlcnJvcl9jbGFzcxgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhMKC2ZhdWx0X2NvdW50GAQgASgFEhIKCm1heF9mYXVsdHMYBSABKAUSLgoLdXNhZ2Vfc3BlbnQYBiABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USLgoLdXNhZ2VfYWZ0ZXIYByABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2UieQoKUnVuV2FpdGluZxIuCgZyZWFzb24YASABKA4yHi5hZ2VudHJ0LnJ1bnRpbWUudjEuV2FpdFJlYXNvbhIrCgVwaGFzZRgCIAEoDjIcLmFnZW50cnQucnVudGltZS52MS5SdW5QaGFzZRIOCgZkZXRhaWwYAyABKAkqxgIKCFJ1blBoYXNlEhkKFVJVTl9QSEFTRV9VTlNQRUNJRklFRBAAEhQKEFJVTl9QSEFTRV9RVUVVRUQQARIYChRSVU5fUEhBU0VfTU9ERUxfU1RFUBACEhcKE1JVTl9QSEFTRV9UT09MX1NURVAQAxIeChpSVU5fUEhBU0VfV0FJVElOR19BUFBST1ZBTBAEEhgKFFJVTl9QSEFTRV9SRVRSWV9XQUlUEAUSHgoaUlVOX1BIQVNFX0NBTkNFTF9SRVFVRVNURUQQBhIdChlSVU5fUEhBU0VfVU5LTk9XTl9PVVRDT01FEAcSFwoTUlVOX1BIQVNFX0NPTVBMRVRFRBAIEhQKEFJVTl9QSEFTRV9GQUlMRUQQCRIXChNSVU5fUEhBU0VfQ0FOQ0VMTEVEEAoSFQoRUlVOX1BIQVNFX0VYUElSRUQQCypuCghTdGVwS2luZBIZChVTVEVQX0tJTkRfVU5TUEVDSUZJRUQQABITCg9TVEVQX0tJTkRfTU9ERUwQARIYChRTVEVQX0tJTkRfRElBR05PU1RJQxACEhgKFFNURVBfS0lORF9DT1JSRUNUSVZFEAMqcgoQQXBwcm92YWxEZWNpc2lvbhIhCh1BUFBST1ZBTF9ERUNJU0lPTl9VTlNQRUNJRklFRBAAEh0KGUFQUFJPVkFMX0RFQ0lTSU9OX0FQUFJPVkUQARIcChhBUFBST1ZBTF9ERUNJU0lPTl9SRUpFQ1QQAiqbAQoKV2FpdFJlYXNvbhIbChdXQUlUX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFFdBSVRfUkVBU09OX0FQUFJPVkFMEAESHwobV0FJVF9SRUFTT05fVU5LTk9XTl9PVVRDT01FEAISFgoSV0FJVF9SRUFTT05fQlVER0VUEAMSHQoZV0FJVF9SRUFTT05fU0VTU0lPTl9RVUVVRRAEQqsBChZkZXYuYWdlbnRydC5ydW50aW1lLnYxQghSdW5Qcm90b1ABWj5naXRodWIuY29tL2FnZW50cnQvYWdlbnRydC9nZW4vZ28vYWdlbnRydC9ydW50aW1lL3YxO3J1bnRpbWV2MaICA0FSWKoCEkFnZW50cnQuUnVudGltZS5WMcoCEkFnZW50cnRcUnVudGltZVxWMeoCFEFnZW50cnQ6OlJ1bnRpbWU6OlYxYgZwcm90bzM", [file_agentrt_toolhost_v1_tool, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChxhZ2VudHJ0L3J1bnRpbWUvdjEvcnVuLnByb3RvEhJhZ2VudHJ0LnJ1bnRpbWUudjEihQMKB0J1ZGdldHMSFwoPbWF4X21vZGVsX3N0ZXBzGAEgASgFEhYKDm1heF90b29sX2NhbGxzGAIgASgFEkwKEm1heF9jYWxsc19wZXJfdG9vbBgDIAMoCzIwLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzLk1heENhbGxzUGVyVG9vbEVudHJ5EioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X2lucHV0X3Rva2VucxgFIAEoAxIZChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoAxIXCg9tYXhfY29zdF9taWNyb3MYCiABKAMSFAoMbWF4X2hhbmRvZmZzGAggASgFEh8KF21heF9wYXJhbGxlbF90b29sX2NhbGxzGAkgASgFGjYKFE1heENhbGxzUGVyVG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFKBAgHEAhSDG1heF9jb3N0X3VzZCKUAQoFVXNhZ2USEwoLbW9kZWxfc3RlcHMYASABKAUSEgoKdG9vbF9jYWxscxgCIAEoBRIUCgxpbnB1dF90b2tlbnMYAyABKAMSFQoNb3V0cHV0X3Rva2VucxgEIAEoAxITCgtjb3N0X21pY3JvcxgHIAEoAxIQCghoYW5kb2ZmcxgGIAEoBUoECAUQBlIIY29zdF91c2QiZgoJTW9kZWxTcGVjEhAKCHByb3ZpZGVyGAEgASgJEgwKBG5hbWUYAiABKAkSKAoHb3B0aW9ucxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHcHJvZmlsZRgEIAEoCSLBAQoJQWdlbnRTcGVjEgwKBG5hbWUYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEiwKBW1vZGVsGAMgASgLMh0uYWdlbnRydC5ydW50aW1lLnYxLk1vZGVsU3BlYxINCgV0b29scxgEIAMoCRIsCgdidWRnZXRzGAUgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSEAoIaGFuZG9mZnMYBiADKAkSEwoLYWdlbnRfdG9vbHMYByADKAkivQcKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhIKCmFnZW50X25hbWUYAyABKAkSKwoFcGhhc2UYBCABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USEAoIcmV2aXNpb24YBSABKAMSDQoFaW5wdXQYBiABKAkSDgoGb3V0cHV0GAcgASgJEg4KBnJlYXNvbhgIIAEoCRIsCgdidWRnZXRzGAkgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSKAoFdXNhZ2UYCiABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USEwoLcmVxdWVzdF9rZXkYCyABKAkSEgoKc2Vzc2lvbl9pZBgMIAEoCRI3CghtZXRhZGF0YRgNIAMoCzIlLmFnZW50cnQucnVudGltZS52MS5SdW4uTWV0YWRhdGFFbnRyeRIQCghsYXN0X3NlcRgOIAEoAxIvCgtjcmVhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/ChBwZW5kaW5nX2FwcHJvdmFsGBIgASgLMiUuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsUmVxdWVzdGVkEhIKCmNyZWF0ZWRfYnkYEyABKAkSMQoJaW5wdXRfcmVmGBQgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSMgoKb3V0cHV0X3JlZhgVIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmEi4KCnBydW5lX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2ZhdWx0X2NvdW50GBcgASgFEjkKCXZhcmlhYmxlcxgoIAMoCzImLmFnZW50cnQucnVudGltZS52MS5SdW4uVmFyaWFibGVzRW50cnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGkgKDlZhcmlhYmxlc0VudHJ5EgsKA2tleRgBIAEoCRIlCgV2YWx1ZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZToCOAEibAoIVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEhYKDmFyZ3VtZW50c19qc29uGAMgASgJEikKCWFyZ3VtZW50cxgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSI8CgtTZXNzaW9uVHVybhIOCgZydW5faWQYASABKAkSDQoFaW5wdXQYAiABKAkSDgoGb3V0cHV0GAMgASgJIowCCgpSdW5TdGFydGVkEhIKCmFnZW50X25hbWUYASABKAkSDQoFaW5wdXQYAiABKAkSLAoHYnVkZ2V0cxgDIAEoCzIbLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzEiwKCGRlYWRsaW5lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI4Cg9zZXNzaW9uX2hpc3RvcnkYBSADKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuU2Vzc2lvblR1cm4SEgoKc3RhcnRlZF9ieRgGIAEoCRIxCglpbnB1dF9yZWYYByABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiK7AQoLU3RlcFN0YXJ0ZWQSDAoEc3RlcBgBIAEoBRIqCgRraW5kGAUgASgOMhwuYWdlbnRydC5ydW50aW1lLnYxLlN0ZXBLaW5kEigKBXVzYWdlGAMgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEg4KBnJlYXNvbhgEIAEoCRIyCgdjb250ZXh0GAYgASgLMiEuYWdlbnRydC5ydW50aW1lLnYxLkNvbnRleHRXaW5kb3dKBAgCEAMiUQoOTW9kZWxUZXh0RGVsdGESDAoEc3RlcBgBIAEoBRIMCgR0ZXh0GAIgASgJEg8KB2F0dGVtcHQYAyABKAUSEgoKc3VwZXJzZWRlZBgEIAEoCCKAAwoOTW9kZWxDb21wbGV0ZWQSDAoEc3RlcBgBIAEoBRIMCgR0ZXh0GAIgASgJEjAKCnRvb2xfY2FsbHMYAyADKAsyHC5hZ2VudHJ0LnJ1bnRpbWUudjEuVG9vbENhbGwSLwoMdXNhZ2VfYmVmb3JlGAQgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEi4KC3VzYWdlX2FmdGVyGAUgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEjAKCHRleHRfcmVmGAYgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSKQoIc2FtcGxpbmcYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBW1vZGVsGAggASgJEhMKC3Jlc3BvbnNlX2lkGAkgASgJEhIKCnJlcXVlc3RfaWQYCiABKAkSKgoHbGF0ZW5jeRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLmAQoNQ29udGV4dFdpbmRvdxIQCghzdHJhdGVneRgBIAEoCRIUCgxsaW1pdF90b2tlbnMYAiABKAUSGAoQZXN0aW1hdGVkX3Rva2VucxgDIAEoBRITCgtmdWxsX3Rva2VucxgEIAEoBRIcChRvbWl0dGVkX2JlZm9yZV9pbnB1dBgFIAEoBRIbChNvbWl0dGVkX2FmdGVyX2lucHV0GAYgASgFEjIKB2NsaXBwZWQYByADKAsyIS5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2xpcHBlZFJlc3VsdBIPCgdzdW1tYXJ5GAggASgJIlcKDUNsaXBwZWRSZXN1bHQSDwoHY2FsbF9pZBgBIAEoCRISCgprZXB0X2J5dGVzGAIgASgFEhIKCmZ1bGxfYnl0ZXMYAyABKAUSDQoFZW50cnkYBCABKAUi1QIKC1Rvb2xTdGFydGVkEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJEikKCWFyZ3VtZW50cxgLIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSDwoHYXR0ZW1wdBgGIAEoBRIvCgx1c2FnZV9iZWZvcmUYByABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USLgoLdXNhZ2VfYWZ0ZXIYCCABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USFAoMdG9vbF92ZXJzaW9uGAkgASgJEjUKDWFyZ3VtZW50c19yZWYYCiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiKQAwoNVG9vbENvbXBsZXRlZBIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRITCgtyZXN1bHRfanNvbhgEIAEoCRImCgZyZXN1bHQYCCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEAoIcmVwbGF5ZWQYBSABKAgSMgoKcmVzdWx0X3JlZhgGIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmEhEKCXRydW5jYXRlZBgHIAEoCBIUCgxkZWR1cGxpY2F0ZWQYFCABKAgSOgoMZHVwbGljYXRlX29mGBUgASgLMiQuYWdlbnRydC50b29saG9zdC52MS5JbnRlbnREdXBsaWNhdGUSLgoKc3RhcnRfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGhvc3QYCyABKAki1AEKClRvb2xGYWlsZWQSDAoEc3RlcBgBIAEoBRIPCgdjYWxsX2lkGAIgASgJEgwKBHRvb2wYAyABKAkSLQoFZXJyb3IYBCABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xFcnJvchIuCgpzdGFydF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEaG9zdBgHIAEoCSLZAwoRQXBwcm92YWxSZXF1ZXN0ZWQSEwoLYXBwcm92YWxfaWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJEikKCWFyZ3VtZW50cxgLIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIRCglhcmdzX2hhc2gYBSABKAkSFgoOaW1wYWN0X3N1bW1hcnkYBiABKAkSFgoOcG9saWN5X3ZlcnNpb24YByABKAkSLwoLZXhwaXJlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHJlcXVlc3RfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdG9vbF92ZXJzaW9uGAogASgJEkcKCXZhcmlhYmxlcxgUIAMoCzI0LmFnZW50cnQucnVudGltZS52MS5BcHByb3ZhbFJlcXVlc3RlZC5WYXJpYWJsZXNFbnRyeRpICg5WYXJpYWJsZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWU6AjgBIpsBChBBcHByb3ZhbFJlc29sdmVkEhMKC2FwcHJvdmFsX2lkGAEgASgJEjYKCGRlY2lzaW9uGAIgASgOMiQuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsRGVjaXNpb24SEAoIYXBwcm92ZXIYAyABKAkSDwoHY29tbWVudBgEIAEoCRIXCg9vdmVycmlkZV9pbnRlbnQYFCABKAgiWgoPT3V0Y29tZVJlc29sdmVkEg8KB2NhbGxfaWQYASABKAkSEAoIZGVjaXNpb24YAiABKAkSEwoLcmVzb2x2ZWRfYnkYAyABKAkSDwoHY29tbWVudBgEIAEoCSKoAQoOUmV0cnlTY2hlZHVsZWQSDwoHY2FsbF9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEigKBWRlbGF5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCRIsCghkdWVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEc3RlcBgGIAEoBSKdAQoSVG9vbE91dGNvbWVVbmtub3duEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIOCgZyZWFzb24YBSABKAkSMQoNY2FsbF9kZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAijgEKB0hhbmRvZmYSDAoEc3RlcBgBIAEoBRIPCgdjYWxsX2lkGAIgASgJEhIKCmZyb21fYWdlbnQYAyABKAkSEAoIdG9fYWdlbnQYBCABKAkSDgoGcmVhc29uGAUgASgJEi4KC3VzYWdlX2FmdGVyGAYgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlIiYKD1J1bkNoZWNrcG9pbnRlZBITCgt0aHJvdWdoX3NlcRgBIAEoAyI3Cg9DYW5jZWxSZXF1ZXN0ZWQSDgoGcmVhc29uGAEgASgJEhQKDHJlcXVlc3RlZF9ieRgCIAEoCSJSCgxSdW5Db21wbGV0ZWQSDgoGb3V0cHV0GAEgASgJEjIKCm91dHB1dF9yZWYYAiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiIsCglSdW5GYWlsZWQSDgoGcmVhc29uGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiHgoMUnVuQ2FuY2VsbGVkEg4KBnJlYXNvbhgBIAEoCSKVAQoIUnVuRW5kZWQSKwoFcGhhc2UYASABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USDgoGcmVhc29uGAIgASgJEg8KB3BhcnRpYWwYAyABKAgSEQoJcmV0cnlhYmxlGAQgASgIEigKBXVzYWdlGAUgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlIvsKCghSdW5FdmVudBIOCgZydW5faWQYASABKAkSCwoDc2VxGAIgASgDEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKC3J1bl9zdGFydGVkGAogASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlJ1blN0YXJ0ZWRIABI3CgxzdGVwX3N0YXJ0ZWQYCyABKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuU3RlcFN0YXJ0ZWRIABI+ChBtb2RlbF90ZXh0X2RlbHRhGAwgASgLMiIuYWdlbnRydC5ydW50aW1lLnYxLk1vZGVsVGV4dERlbHRhSAASPQoPbW9kZWxfY29tcGxldGVkGA0gASgLMiIuYWdlbnRydC5ydW50aW1lLnYxLk1vZGVsQ29tcGxldGVkSAASNwoMdG9vbF9zdGFydGVkGA4gASgLMh8uYWdlbnRydC5ydW50aW1lLnYxLlRvb2xTdGFydGVkSAASOwoOdG9vbF9jb21wbGV0ZWQYDyABKAsyIS5hZ2VudHJ0LnJ1bnRpbWUudjEuVG9vbENvbXBsZXRlZEgAEjUKC3Rvb2xfZmFpbGVkGBAgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlRvb2xGYWlsZWRIABJDChJhcHByb3ZhbF9yZXF1ZXN0ZWQYESABKAsyJS5hZ2VudHJ0LnJ1bnRpbWUudjEuQXBwcm92YWxSZXF1ZXN0ZWRIABJBChFhcHByb3ZhbF9yZXNvbHZlZBgSIAEoCzIkLmFnZW50cnQucnVudGltZS52MS5BcHByb3ZhbFJlc29sdmVkSAASPQoPcmV0cnlfc2NoZWR1bGVkGBMgASgLMiIuYWdlbnRydC5ydW50aW1lLnYxLlJldHJ5U2NoZWR1bGVkSAASPwoQcnVuX2NoZWNrcG9pbnRlZBgUIAEoCzIjLmFnZW50cnQucnVudGltZS52MS5SdW5DaGVja3BvaW50ZWRIABI/ChBjYW5jZWxfcmVxdWVzdGVkGBUgASgLMiMuYWdlbnRydC5ydW50aW1lLnYxLkNhbmNlbFJlcXVlc3RlZEgAEjkKDXJ1bl9jb21wbGV0ZWQYFiABKAsyIC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQ29tcGxldGVkSAASMwoKcnVuX2ZhaWxlZBgXIAEoCzIdLmFnZW50cnQucnVudGltZS52MS5SdW5GYWlsZWRIABI5Cg1ydW5fY2FuY2VsbGVkGBggASgLMiAuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkNhbmNlbGxlZEgAEjEKCXJ1bl9lbmRlZBgZIAEoCzIcLmFnZW50cnQucnVudGltZS52MS5SdW5FbmRlZEgAEkYKFHRvb2xfb3V0Y29tZV91bmtub3duGBogASgLMiYuYWdlbnRydC5ydW50aW1lLnYxLlRvb2xPdXRjb21lVW5rbm93bkgAEi4KB2hhbmRvZmYYGyABKAsyGy5hZ2VudHJ0LnJ1bnRpbWUudjEuSGFuZG9mZkgAEj8KEG91dGNvbWVfcmVzb2x2ZWQYHCABKAsyIy5hZ2VudHJ0LnJ1bnRpbWUudjEuT3V0Y29tZVJlc29sdmVkSAASMQoJcnVuX2ZhdWx0GB0gASgLMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkZhdWx0SAASNQoLcnVuX3dhaXRpbmcYHiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuV2FpdGluZ0gAEjkKDXZhcmlhYmxlc19zZXQYKCABKAsyIC5hZ2VudHJ0LnJ1bnRpbWUudjEuVmFyaWFibGVzU2V0SABCBwoFZXZlbnQi8gEKDFZhcmlhYmxlc1NldBIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRJCCgl2YXJpYWJsZXMYBCADKAsyLy5hZ2VudHJ0LnJ1bnRpbWUudjEuVmFyaWFibGVzU2V0LlZhcmlhYmxlc0VudHJ5Eg8KB3JlbW92ZWQYBSADKAkSFgoOcmVmdXNlZF9yZWFzb24YBiABKAkaSAoOVmFyaWFibGVzRW50cnkSCwoDa2V5GAEgASgJEiUKBXZhbHVlGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlOgI4ASJpCgpQYXlsb2FkUmVmEhIKCnBheWxvYWRfaWQYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoAxIOCgZzaGEyNTYYAyABKAkSDwoHcHJldmlldxgEIAEoCRISCgptZWRpYV90eXBlGAUgASgJIscBCghSdW5GYXVsdBIMCgRzdGVwGAEgASgFEhMKC2Vycm9yX2NsYXNzGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSEwoLZmF1bHRfY291bnQYBCABKAUSEgoKbWF4X2ZhdWx0cxgFIAEoBRIuCgt1c2FnZV9zcGVudBgGIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZRIuCgt1c2FnZV9hZnRlchgHIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZSJ5CgpSdW5XYWl0aW5nEi4KBnJlYXNvbhgBIAEoDjIeLmFnZW50cnQucnVudGltZS52MS5XYWl0UmVhc29uEisKBXBoYXNlGAIgASgOMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1blBoYXNlEg4KBmRldGFpbBgDIAEoCSrGAgoIUnVuUGhhc2USGQoVUlVOX1BIQVNFX1VOU1BFQ0lGSUVEEAASFAoQUlVOX1BIQVNFX1FVRVVFRBABEhgKFFJVTl9QSEFTRV9NT0RFTF9TVEVQEAISFwoTUlVOX1BIQVNFX1RPT0xfU1RFUBADEh4KGlJVTl9QSEFTRV9XQUlUSU5HX0FQUFJPVkFMEAQSGAoUUlVOX1BIQVNFX1JFVFJZX1dBSVQQBRIeChpSVU5fUEhBU0VfQ0FOQ0VMX1JFUVVFU1RFRBAGEh0KGVJVTl9QSEFTRV9VTktOT1dOX09VVENPTUUQBxIXChNSVU5fUEhBU0VfQ09NUExFVEVEEAgSFAoQUlVOX1BIQVNFX0ZBSUxFRBAJEhcKE1JVTl9QSEFTRV9DQU5DRUxMRUQQChIVChFSVU5fUEhBU0VfRVhQSVJFRBALKm4KCFN0ZXBLaW5kEhkKFVNURVBfS0lORF9VTlNQRUNJRklFRBAAEhMKD1NURVBfS0lORF9NT0RFTBABEhgKFFNURVBfS0lORF9ESUFHTk9TVElDEAISGAoUU1RFUF9LSU5EX0NPUlJFQ1RJVkUQAypyChBBcHByb3ZhbERlY2lzaW9uEiEKHUFQUFJPVkFMX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASHQoZQVBQUk9WQUxfREVDSVNJT05fQVBQUk9WRRABEhwKGEFQUFJPVkFMX0RFQ0lTSU9OX1JFSkVDVBACKpsBCgpXYWl0UmVhc29uEhsKF1dBSVRfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoUV0FJVF9SRUFTT05fQVBQUk9WQUwQARIfChtXQUlUX1JFQVNPTl9VTktOT1dOX09VVENPTUUQAhIWChJXQUlUX1JFQVNPTl9CVURHRVQQAxIdChlXQUlUX1JFQVNPTl9TRVNTSU9OX1FVRVVFEARCqwEKFmRldi5hZ2VudHJ0LnJ1bnRpbWUudjFCCFJ1blByb3RvUAFaPmdpdGh1Yi5jb20vYWdlbnRydC9hZ2VudHJ0L2dlbi9nby9hZ2VudHJ0L3J1bnRpbWUvdjE7cnVudGltZXYxogIDQVJYqgISQWdlbnRydC5SdW50aW1lLlYxygISQWdlbnRydFxSdW50aW1lXFYx6gIUQWdlbnRydDo6UnVudGltZTo6VjFiBnByb3RvMw", [file_agentrt_toolhost_v1_tool, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Hard limits of one run (R6.1). Zero means "the agent's or server's default".
@@ -615,6 +615,14 @@ export type StepStarted = Message<"agentrt.runtime.v1.StepStarted"> & {
    * @generated from field: string reason = 4;
    */
   reason: string;
+
+  /**
+   * How the step's prompt was fitted to the model's context window; unset when no limit applies.
+   * A replay rebuilds the same request from the log and this decision.
+   *
+   * @generated from field: agentrt.runtime.v1.ContextWindow context = 6;
+   */
+  context?: ContextWindow | undefined;
 };
 
 /**
@@ -715,6 +723,41 @@ export type ModelCompleted = Message<"agentrt.runtime.v1.ModelCompleted"> & {
    * @generated from field: agentrt.runtime.v1.PayloadRef text_ref = 6;
    */
   textRef?: PayloadRef | undefined;
+
+  /**
+   * The options of the request that shape sampling (temperature, top_p, max_tokens, seed, ...).
+   *
+   * @generated from field: google.protobuf.Struct sampling = 7;
+   */
+  sampling?: JsonObject | undefined;
+
+  /**
+   * The model as it was called: "<provider>/<model name>".
+   *
+   * @generated from field: string model = 8;
+   */
+  model: string;
+
+  /**
+   * The provider's id of its response (e.g. OpenAI "chatcmpl-...", Anthropic "msg_..."), if it gave one.
+   *
+   * @generated from field: string response_id = 9;
+   */
+  responseId: string;
+
+  /**
+   * The provider's id of the HTTP request (its x-request-id or request-id header), if it gave one.
+   *
+   * @generated from field: string request_id = 10;
+   */
+  requestId: string;
+
+  /**
+   * How long the successful call took, from sending the request to the whole answer.
+   *
+   * @generated from field: google.protobuf.Duration latency = 11;
+   */
+  latency?: Duration | undefined;
 };
 
 /**
@@ -723,6 +766,124 @@ export type ModelCompleted = Message<"agentrt.runtime.v1.ModelCompleted"> & {
  */
 export const ModelCompletedSchema: GenMessage<ModelCompleted> = /*@__PURE__*/
   messageDesc(file_agentrt_runtime_v1_run, 10);
+
+/**
+ * How a model step's prompt was fitted to the model's context window.
+ *
+ * The prompt is: the instructions, then the history with `omitted_before_input` entries
+ * left out before the run's input (earlier session turns) and `omitted_after_input` entries
+ * left out right after it (the oldest steps), `summary` standing in for them, and each result
+ * in `clipped` cut to its kept bytes with a marker. The log keeps everything.
+ *
+ * @generated from message agentrt.runtime.v1.ContextWindow
+ */
+export type ContextWindow = Message<"agentrt.runtime.v1.ContextWindow"> & {
+  /**
+   * The strategy that decided: "keep_recent", "clip_tool_results" or "summarise".
+   *
+   * @generated from field: string strategy = 1;
+   */
+  strategy: string;
+
+  /**
+   * The model's context limit, in tokens.
+   *
+   * @generated from field: int32 limit_tokens = 2;
+   */
+  limitTokens: number;
+
+  /**
+   * Estimated tokens of the prompt as sent.
+   *
+   * @generated from field: int32 estimated_tokens = 3;
+   */
+  estimatedTokens: number;
+
+  /**
+   * Estimated tokens of the whole history, before fitting.
+   *
+   * @generated from field: int32 full_tokens = 4;
+   */
+  fullTokens: number;
+
+  /**
+   * History entries left out before the run's input (earlier turns of the session).
+   *
+   * @generated from field: int32 omitted_before_input = 5;
+   */
+  omittedBeforeInput: number;
+
+  /**
+   * History entries left out right after the run's input (the oldest steps).
+   *
+   * @generated from field: int32 omitted_after_input = 6;
+   */
+  omittedAfterInput: number;
+
+  /**
+   * Tool results shown cut, with a marker.
+   *
+   * @generated from field: repeated agentrt.runtime.v1.ClippedResult clipped = 7;
+   */
+  clipped: ClippedResult[];
+
+  /**
+   * A summary of what was left out, from the summariser hook; empty when none was made.
+   *
+   * @generated from field: string summary = 8;
+   */
+  summary: string;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.ContextWindow.
+ * Use `create(ContextWindowSchema)` to create a new message.
+ */
+export const ContextWindowSchema: GenMessage<ContextWindow> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_run, 11);
+
+/**
+ * A tool result shown to the model cut to its first bytes.
+ *
+ * @generated from message agentrt.runtime.v1.ClippedResult
+ */
+export type ClippedResult = Message<"agentrt.runtime.v1.ClippedResult"> & {
+  /**
+   * The call whose result was cut.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * Bytes of the result shown.
+   *
+   * @generated from field: int32 kept_bytes = 2;
+   */
+  keptBytes: number;
+
+  /**
+   * Bytes of the whole result.
+   *
+   * @generated from field: int32 full_bytes = 3;
+   */
+  fullBytes: number;
+
+  /**
+   * Position of the result among the history entries the step could show, from 0 (call ids
+   * need not be unique across steps).
+   *
+   * @generated from field: int32 entry = 4;
+   */
+  entry: number;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.ClippedResult.
+ * Use `create(ClippedResultSchema)` to create a new message.
+ */
+export const ClippedResultSchema: GenMessage<ClippedResult> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_run, 12);
 
 /**
  * A tool call is about to be sent; persisted before the call leaves.
@@ -813,7 +974,7 @@ export type ToolStarted = Message<"agentrt.runtime.v1.ToolStarted"> & {
  * Use `create(ToolStartedSchema)` to create a new message.
  */
 export const ToolStartedSchema: GenMessage<ToolStarted> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 11);
+  messageDesc(file_agentrt_runtime_v1_run, 13);
 
 /**
  * A tool call returned a result.
@@ -891,6 +1052,27 @@ export type ToolCompleted = Message<"agentrt.runtime.v1.ToolCompleted"> & {
    * @generated from field: agentrt.toolhost.v1.IntentDuplicate duplicate_of = 21;
    */
   duplicateOf?: IntentDuplicate | undefined;
+
+  /**
+   * When the attempt that produced the result was sent; unset when it was learned from a ledger query.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 9;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * When the result arrived.
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 10;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * The tool host that served the call (its configured name).
+   *
+   * @generated from field: string host = 11;
+   */
+  host: string;
 };
 
 /**
@@ -898,7 +1080,7 @@ export type ToolCompleted = Message<"agentrt.runtime.v1.ToolCompleted"> & {
  * Use `create(ToolCompletedSchema)` to create a new message.
  */
 export const ToolCompletedSchema: GenMessage<ToolCompleted> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 12);
+  messageDesc(file_agentrt_runtime_v1_run, 14);
 
 /**
  * A tool call failed with a typed error.
@@ -933,6 +1115,27 @@ export type ToolFailed = Message<"agentrt.runtime.v1.ToolFailed"> & {
    * @generated from field: agentrt.toolhost.v1.ToolError error = 4;
    */
   error?: ToolError | undefined;
+
+  /**
+   * When the attempt that failed was sent; unset when the call never left or was learned from a query.
+   *
+   * @generated from field: google.protobuf.Timestamp start_time = 5;
+   */
+  startTime?: Timestamp | undefined;
+
+  /**
+   * When the failure was known.
+   *
+   * @generated from field: google.protobuf.Timestamp end_time = 6;
+   */
+  endTime?: Timestamp | undefined;
+
+  /**
+   * The tool host that served the call (its configured name); empty when none did.
+   *
+   * @generated from field: string host = 7;
+   */
+  host: string;
 };
 
 /**
@@ -940,7 +1143,7 @@ export type ToolFailed = Message<"agentrt.runtime.v1.ToolFailed"> & {
  * Use `create(ToolFailedSchema)` to create a new message.
  */
 export const ToolFailedSchema: GenMessage<ToolFailed> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 13);
+  messageDesc(file_agentrt_runtime_v1_run, 15);
 
 /**
  * A call waits for a person.
@@ -1038,7 +1241,7 @@ export type ApprovalRequested = Message<"agentrt.runtime.v1.ApprovalRequested"> 
  * Use `create(ApprovalRequestedSchema)` to create a new message.
  */
 export const ApprovalRequestedSchema: GenMessage<ApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 14);
+  messageDesc(file_agentrt_runtime_v1_run, 16);
 
 /**
  * An approval was resolved.
@@ -1087,7 +1290,7 @@ export type ApprovalResolved = Message<"agentrt.runtime.v1.ApprovalResolved"> & 
  * Use `create(ApprovalResolvedSchema)` to create a new message.
  */
 export const ApprovalResolvedSchema: GenMessage<ApprovalResolved> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 15);
+  messageDesc(file_agentrt_runtime_v1_run, 17);
 
 /**
  * A person settled a call whose outcome was unknown (ResolveOutcome).
@@ -1129,7 +1332,7 @@ export type OutcomeResolved = Message<"agentrt.runtime.v1.OutcomeResolved"> & {
  * Use `create(OutcomeResolvedSchema)` to create a new message.
  */
 export const OutcomeResolvedSchema: GenMessage<OutcomeResolved> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 16);
+  messageDesc(file_agentrt_runtime_v1_run, 18);
 
 /**
  * A retry was scheduled after a transient failure.
@@ -1185,7 +1388,7 @@ export type RetryScheduled = Message<"agentrt.runtime.v1.RetryScheduled"> & {
  * Use `create(RetryScheduledSchema)` to create a new message.
  */
 export const RetryScheduledSchema: GenMessage<RetryScheduled> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 17);
+  messageDesc(file_agentrt_runtime_v1_run, 19);
 
 /**
  * The result of a started write is not known (the call was cut off and its tool host could
@@ -1244,7 +1447,7 @@ export type ToolOutcomeUnknown = Message<"agentrt.runtime.v1.ToolOutcomeUnknown"
  * Use `create(ToolOutcomeUnknownSchema)` to create a new message.
  */
 export const ToolOutcomeUnknownSchema: GenMessage<ToolOutcomeUnknown> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 18);
+  messageDesc(file_agentrt_runtime_v1_run, 20);
 
 /**
  * Control of the run passed to another agent (R9.1); counted against the handoff budget.
@@ -1300,7 +1503,7 @@ export type Handoff = Message<"agentrt.runtime.v1.Handoff"> & {
  * Use `create(HandoffSchema)` to create a new message.
  */
 export const HandoffSchema: GenMessage<Handoff> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 19);
+  messageDesc(file_agentrt_runtime_v1_run, 21);
 
 /**
  * A checkpoint was written.
@@ -1321,7 +1524,7 @@ export type RunCheckpointed = Message<"agentrt.runtime.v1.RunCheckpointed"> & {
  * Use `create(RunCheckpointedSchema)` to create a new message.
  */
 export const RunCheckpointedSchema: GenMessage<RunCheckpointed> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 20);
+  messageDesc(file_agentrt_runtime_v1_run, 22);
 
 /**
  * Someone asked to cancel the run.
@@ -1350,7 +1553,7 @@ export type CancelRequested = Message<"agentrt.runtime.v1.CancelRequested"> & {
  * Use `create(CancelRequestedSchema)` to create a new message.
  */
 export const CancelRequestedSchema: GenMessage<CancelRequested> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 21);
+  messageDesc(file_agentrt_runtime_v1_run, 23);
 
 /**
  * The run completed with a confirmed answer.
@@ -1378,7 +1581,7 @@ export type RunCompleted = Message<"agentrt.runtime.v1.RunCompleted"> & {
  * Use `create(RunCompletedSchema)` to create a new message.
  */
 export const RunCompletedSchema: GenMessage<RunCompleted> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 22);
+  messageDesc(file_agentrt_runtime_v1_run, 24);
 
 /**
  * The run failed.
@@ -1406,7 +1609,7 @@ export type RunFailed = Message<"agentrt.runtime.v1.RunFailed"> & {
  * Use `create(RunFailedSchema)` to create a new message.
  */
 export const RunFailedSchema: GenMessage<RunFailed> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 23);
+  messageDesc(file_agentrt_runtime_v1_run, 25);
 
 /**
  * The run was cancelled.
@@ -1427,7 +1630,7 @@ export type RunCancelled = Message<"agentrt.runtime.v1.RunCancelled"> & {
  * Use `create(RunCancelledSchema)` to create a new message.
  */
 export const RunCancelledSchema: GenMessage<RunCancelled> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 24);
+  messageDesc(file_agentrt_runtime_v1_run, 26);
 
 /**
  * Last event of every run.
@@ -1476,7 +1679,7 @@ export type RunEnded = Message<"agentrt.runtime.v1.RunEnded"> & {
  * Use `create(RunEndedSchema)` to create a new message.
  */
 export const RunEndedSchema: GenMessage<RunEnded> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 25);
+  messageDesc(file_agentrt_runtime_v1_run, 27);
 
 /**
  * One event of a run. seq is gapless per run; state events are persisted before they are sent.
@@ -1694,7 +1897,7 @@ export type RunEvent = Message<"agentrt.runtime.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 26);
+  messageDesc(file_agentrt_runtime_v1_run, 28);
 
 /**
  * A tool result set (or removed) run variables, or asked to and was refused (the run goes on).
@@ -1750,7 +1953,7 @@ export type VariablesSet = Message<"agentrt.runtime.v1.VariablesSet"> & {
  * Use `create(VariablesSetSchema)` to create a new message.
  */
 export const VariablesSetSchema: GenMessage<VariablesSet> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 27);
+  messageDesc(file_agentrt_runtime_v1_run, 29);
 
 /**
  * A value stored once outside the events (R8.4): fetched in chunks with GetPayload.
@@ -1799,7 +2002,7 @@ export type PayloadRef = Message<"agentrt.runtime.v1.PayloadRef"> & {
  * Use `create(PayloadRefSchema)` to create a new message.
  */
 export const PayloadRefSchema: GenMessage<PayloadRef> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 28);
+  messageDesc(file_agentrt_runtime_v1_run, 30);
 
 /**
  * An unexpected error while driving a run (a bug, a hook that raised, a store error).
@@ -1862,7 +2065,7 @@ export type RunFault = Message<"agentrt.runtime.v1.RunFault"> & {
  * Use `create(RunFaultSchema)` to create a new message.
  */
 export const RunFaultSchema: GenMessage<RunFault> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 29);
+  messageDesc(file_agentrt_runtime_v1_run, 31);
 
 /**
  * The last item of a RunAgent stream that ends before the run does.
@@ -1897,7 +2100,7 @@ export type RunWaiting = Message<"agentrt.runtime.v1.RunWaiting"> & {
  * Use `create(RunWaitingSchema)` to create a new message.
  */
 export const RunWaitingSchema: GenMessage<RunWaiting> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 30);
+  messageDesc(file_agentrt_runtime_v1_run, 32);
 
 /**
  * Phase of a run's state machine (DESIGN §4). Terminal phases are final.

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/toolhost/v1/tool_host_service.proto.
  */
 export const file_agentrt_toolhost_v1_tool_host_service: GenFile = /*@__PURE__*/
-  fileDesc("CithZ2VudHJ0L3Rvb2xob3N0L3YxL3Rvb2xfaG9zdF9zZXJ2aWNlLnByb3RvEhNhZ2VudHJ0LnRvb2xob3N0LnYxIhIKEExpc3RUb29sc1JlcXVlc3QiQQoRTGlzdFRvb2xzUmVzcG9uc2USLAoFdG9vbHMYASADKAsyHS5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xTcGVjIjkKEUludm9rZVRvb2xSZXF1ZXN0EgwKBHRvb2wYASABKAkSFgoOYXJndW1lbnRzX2pzb24YAiABKAkiywEKEkludm9rZVRvb2xSZXNwb25zZRIVCgtyZXN1bHRfanNvbhgBIAEoCUgAEi8KBWVycm9yGAIgASgLMh4uYWdlbnRydC50b29saG9zdC52MS5Ub29sRXJyb3JIABIQCghyZXBsYXllZBgDIAEoCBIUCgxkZWR1cGxpY2F0ZWQYCiABKAgSOgoMZHVwbGljYXRlX29mGAsgASgLMiQuYWdlbnRydC50b29saG9zdC52MS5JbnRlbnREdXBsaWNhdGVCCQoHb3V0Y29tZSIuChNHZXRPcGVyYXRpb25SZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgBIAEoCSJJChRHZXRPcGVyYXRpb25SZXNwb25zZRIxCglvcGVyYXRpb24YASABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLk9wZXJhdGlvbiI6ChJQcmV2aWV3VG9vbFJlcXVlc3QSDAoEdG9vbBgBIAEoCRIWCg5hcmd1bWVudHNfanNvbhgCIAEoCSItChNQcmV2aWV3VG9vbFJlc3BvbnNlEhYKDmltcGFjdF9zdW1tYXJ5GAEgASgJMpMDCg9Ub29sSG9zdFNlcnZpY2USWgoJTGlzdFRvb2xzEiUuYWdlbnRydC50b29saG9zdC52MS5MaXN0VG9vbHNSZXF1ZXN0GiYuYWdlbnRydC50b29saG9zdC52MS5MaXN0VG9vbHNSZXNwb25zZRJdCgpJbnZva2VUb29sEiYuYWdlbnRydC50b29saG9zdC52MS5JbnZva2VUb29sUmVxdWVzdBonLmFnZW50cnQudG9vbGhvc3QudjEuSW52b2tlVG9vbFJlc3BvbnNlEmMKDEdldE9wZXJhdGlvbhIoLmFnZW50cnQudG9vbGhvc3QudjEuR2V0T3BlcmF0aW9uUmVxdWVzdBopLmFnZW50cnQudG9vbGhvc3QudjEuR2V0T3BlcmF0aW9uUmVzcG9uc2USYAoLUHJldmlld1Rvb2wSJy5hZ2VudHJ0LnRvb2xob3N0LnYxLlByZXZpZXdUb29sUmVxdWVzdBooLmFnZW50cnQudG9vbGhvc3QudjEuUHJldmlld1Rvb2xSZXNwb25zZUK9AQoXZGV2LmFnZW50cnQudG9vbGhvc3QudjFCFFRvb2xIb3N0U2VydmljZVByb3RvUAFaQGdpdGh1Yi5jb20vYWdlbnRydC9hZ2VudHJ0L2dlbi9nby9hZ2VudHJ0L3Rvb2xob3N0L3YxO3Rvb2xob3N0djGiAgNBVFiqAhNBZ2VudHJ0LlRvb2xob3N0LlYxygITQWdlbnRydFxUb29saG9zdFxWMeoCFUFnZW50cnQ6OlRvb2xob3N0OjpWMWIGcHJvdG8z", [file_agentrt_toolhost_v1_tool]);
+  fileDesc("CithZ2VudHJ0L3Rvb2xob3N0L3YxL3Rvb2xfaG9zdF9zZXJ2aWNlLnByb3RvEhNhZ2VudHJ0LnRvb2xob3N0LnYxIhIKEExpc3RUb29sc1JlcXVlc3QiQQoRTGlzdFRvb2xzUmVzcG9uc2USLAoFdG9vbHMYASADKAsyHS5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xTcGVjIjkKEUludm9rZVRvb2xSZXF1ZXN0EgwKBHRvb2wYASABKAkSFgoOYXJndW1lbnRzX2pzb24YAiABKAkiywEKEkludm9rZVRvb2xSZXNwb25zZRIVCgtyZXN1bHRfanNvbhgBIAEoCUgAEi8KBWVycm9yGAIgASgLMh4uYWdlbnRydC50b29saG9zdC52MS5Ub29sRXJyb3JIABIQCghyZXBsYXllZBgDIAEoCBIUCgxkZWR1cGxpY2F0ZWQYCiABKAgSOgoMZHVwbGljYXRlX29mGAsgASgLMiQuYWdlbnRydC50b29saG9zdC52MS5JbnRlbnREdXBsaWNhdGVCCQoHb3V0Y29tZSIuChNHZXRPcGVyYXRpb25SZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgBIAEoCSJJChRHZXRPcGVyYXRpb25SZXNwb25zZRIxCglvcGVyYXRpb24YASABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLk9wZXJhdGlvbiJBChZDYW5jZWxPcGVyYXRpb25SZXF1ZXN0EhcKD2lkZW1wb3RlbmN5X2tleRgBIAEoCRIOCgZyZWFzb24YAiABKAkiXwoXQ2FuY2VsT3BlcmF0aW9uUmVzcG9uc2USMQoJb3BlcmF0aW9uGAEgASgLMh4uYWdlbnRydC50b29saG9zdC52MS5PcGVyYXRpb24SEQoJc2lnbmFsbGVkGAIgASgIIjoKElByZXZpZXdUb29sUmVxdWVzdBIMCgR0b29sGAEgASgJEhYKDmFyZ3VtZW50c19qc29uGAIgASgJIi0KE1ByZXZpZXdUb29sUmVzcG9uc2USFgoOaW1wYWN0X3N1bW1hcnkYASABKAkygQQKD1Rvb2xIb3N0U2VydmljZRJaCglMaXN0VG9vbHMSJS5hZ2VudHJ0LnRvb2xob3N0LnYxLkxpc3RUb29sc1JlcXVlc3QaJi5hZ2VudHJ0LnRvb2xob3N0LnYxLkxpc3RUb29sc1Jlc3BvbnNlEl0KCkludm9rZVRvb2wSJi5hZ2VudHJ0LnRvb2xob3N0LnYxLkludm9rZVRvb2xSZXF1ZXN0GicuYWdlbnRydC50b29saG9zdC52MS5JbnZva2VUb29sUmVzcG9uc2USYwoMR2V0T3BlcmF0aW9uEiguYWdlbnRydC50b29saG9zdC52MS5HZXRPcGVyYXRpb25SZXF1ZXN0GikuYWdlbnRydC50b29saG9zdC52MS5HZXRPcGVyYXRpb25SZXNwb25zZRJgCgtQcmV2aWV3VG9vbBInLmFnZW50cnQudG9vbGhvc3QudjEuUHJldmlld1Rvb2xSZXF1ZXN0GiguYWdlbnRydC50b29saG9zdC52MS5QcmV2aWV3VG9vbFJlc3BvbnNlEmwKD0NhbmNlbE9wZXJhdGlvbhIrLmFnZW50cnQudG9vbGhvc3QudjEuQ2FuY2VsT3BlcmF0aW9uUmVxdWVzdBosLmFnZW50cnQudG9vbGhvc3QudjEuQ2FuY2VsT3BlcmF0aW9uUmVzcG9uc2VCvQEKF2Rldi5hZ2VudHJ0LnRvb2xob3N0LnYxQhRUb29sSG9zdFNlcnZpY2VQcm90b1ABWkBnaXRodWIuY29tL2FnZW50cnQvYWdlbnRydC9nZW4vZ28vYWdlbnRydC90b29saG9zdC92MTt0b29saG9zdHYxogIDQVRYqgITQWdlbnRydC5Ub29saG9zdC5WMcoCE0FnZW50cnRcVG9vbGhvc3RcVjHqAhVBZ2VudHJ0OjpUb29saG9zdDo6VjFiBnByb3RvMw", [file_agentrt_toolhost_v1_tool]);
 
 /**
  * Request of ListTools.
@@ -180,6 +180,63 @@ export const GetOperationResponseSchema: GenMessage<GetOperationResponse> = /*@_
   messageDesc(file_agentrt_toolhost_v1_tool_host_service, 5);
 
 /**
+ * Request of CancelOperation.
+ *
+ * @generated from message agentrt.toolhost.v1.CancelOperationRequest
+ */
+export type CancelOperationRequest = Message<"agentrt.toolhost.v1.CancelOperationRequest"> & {
+  /**
+   * The idempotency key of the call to stop.
+   *
+   * @generated from field: string idempotency_key = 1;
+   */
+  idempotencyKey: string;
+
+  /**
+   * Why, for the host's log (e.g. the run's cancel reason).
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message agentrt.toolhost.v1.CancelOperationRequest.
+ * Use `create(CancelOperationRequestSchema)` to create a new message.
+ */
+export const CancelOperationRequestSchema: GenMessage<CancelOperationRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 6);
+
+/**
+ * Response of CancelOperation.
+ *
+ * @generated from message agentrt.toolhost.v1.CancelOperationResponse
+ */
+export type CancelOperationResponse = Message<"agentrt.toolhost.v1.CancelOperationResponse"> & {
+  /**
+   * The ledger entry once the tool was signalled; RUNNING until the tool has stopped.
+   *
+   * @generated from field: agentrt.toolhost.v1.Operation operation = 1;
+   */
+  operation?: Operation | undefined;
+
+  /**
+   * True when this host was running the call and signalled it; false when it had
+   * already ended (or an earlier host process ran it).
+   *
+   * @generated from field: bool signalled = 2;
+   */
+  signalled: boolean;
+};
+
+/**
+ * Describes the message agentrt.toolhost.v1.CancelOperationResponse.
+ * Use `create(CancelOperationResponseSchema)` to create a new message.
+ */
+export const CancelOperationResponseSchema: GenMessage<CancelOperationResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 7);
+
+/**
  * Request of PreviewTool.
  *
  * @generated from message agentrt.toolhost.v1.PreviewToolRequest
@@ -205,7 +262,7 @@ export type PreviewToolRequest = Message<"agentrt.toolhost.v1.PreviewToolRequest
  * Use `create(PreviewToolRequestSchema)` to create a new message.
  */
 export const PreviewToolRequestSchema: GenMessage<PreviewToolRequest> = /*@__PURE__*/
-  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 6);
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 8);
 
 /**
  * Response of PreviewTool.
@@ -226,7 +283,7 @@ export type PreviewToolResponse = Message<"agentrt.toolhost.v1.PreviewToolRespon
  * Use `create(PreviewToolResponseSchema)` to create a new message.
  */
 export const PreviewToolResponseSchema: GenMessage<PreviewToolResponse> = /*@__PURE__*/
-  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 7);
+  messageDesc(file_agentrt_toolhost_v1_tool_host_service, 9);
 
 /**
  * A tool host process serving plugin tools to agentrt runtimes.
@@ -238,8 +295,15 @@ export const PreviewToolResponseSchema: GenMessage<PreviewToolResponse> = /*@__P
  * idempotency key, fencing token, tool, argument hash and expiry. A host that
  * has grant keys verifies the grant before any ledger write or plugin code and
  * refuses a call without one (UNAUTHENTICATED) or whose grant does not match it
- * (PERMISSION_DENIED). The deadline is the gRPC deadline; cancellation is gRPC
- * cancellation.
+ * (PERMISSION_DENIED). The deadline is the gRPC deadline.
+ *
+ * A cancelled InvokeTool RPC is not a request to stop the tool: a caller that
+ * vanishes (its process died, its connection broke) looks the same as one that
+ * cancelled, since gRPC cancellation carries no reason. The host therefore lets a
+ * write (a tool neither read-only nor idempotent) run to completion and records
+ * its outcome, so the caller's successor finds it with GetOperation; only
+ * CancelOperation stops a write. Read-only and idempotent tools are stopped when
+ * their caller goes away (running them again is safe).
  *
  * @generated from service agentrt.toolhost.v1.ToolHostService
  */
@@ -283,6 +347,22 @@ export const ToolHostService: GenService<{
     methodKind: "unary";
     input: typeof PreviewToolRequestSchema;
     output: typeof PreviewToolResponseSchema;
+  },
+  /**
+   * Asks the host to stop a running invocation, by idempotency key: an explicit
+   * cancel (the run was cancelled), unlike a caller that vanished. The tool sees
+   * the signal at once; an async tool still running after the host's cancel
+   * grace is cancelled; a sync tool cannot be interrupted and runs to its end.
+   * Answers at once with the entry as it stands (often still RUNNING): the
+   * InvokeTool call, or GetOperation later, reports the real outcome. NOT_FOUND
+   * when the ledger has no such key.
+   *
+   * @generated from rpc agentrt.toolhost.v1.ToolHostService.CancelOperation
+   */
+  cancelOperation: {
+    methodKind: "unary";
+    input: typeof CancelOperationRequestSchema;
+    output: typeof CancelOperationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_agentrt_toolhost_v1_tool_host_service, 0);

@@ -63,7 +63,9 @@ export type ToolSpec = Message<"agentrt.toolhost.v1.ToolSpec"> & {
   idempotent: boolean;
 
   /**
-   * True when GetOperation can answer for this tool's past invocations.
+   * True when GetOperation can answer for this tool's past invocations even after the
+   * host process died while one ran: a plugin answers from the tool's own store, or the
+   * tool is read-only or idempotent (such a call is simply run again).
    *
    * @generated from field: bool supports_query = 7;
    */
@@ -223,6 +225,11 @@ export type ToolError = Message<"agentrt.toolhost.v1.ToolError"> & {
 
   /**
    * Optional structured details as JSON text (for INVALID_INPUT: the validation errors).
+   * The host itself sets two keys a caller must honour for writes: "still_running": true
+   * (the call overran its deadline and has not stopped: its outcome is not known yet) and
+   * "effect": "unknown" (the host stopped the tool where it stood, so it cannot say whether
+   * the effect happened). A TRANSIENT or CANCELLED error without them is the tool's own
+   * word that it did not complete: the same key may run it again.
    *
    * @generated from field: string details_json = 3;
    */
