@@ -151,6 +151,7 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
     run.fault_count = record.fault_count or 0  # None on a record create_run built (server default)
     if record.pruned_ms is not None:
         run.prune_time.CopyFrom(_timestamp(record.pruned_ms))
+    run.needs_attention = bool(record.needs_attention)  # None on a record create_run built
     return run
 
 

@@ -68,6 +68,7 @@ from agentrt.server.core._events import (
     ApprovalDecision,
     ApprovalRequested,
     ApprovalResolved,
+    CallSummary,
     CancelRequested,
     ClippedResult,
     ContextWindow,
@@ -83,6 +84,7 @@ from agentrt.server.core._events import (
     RunCheckpointed,
     RunCompleted,
     RunEnded,
+    RunEscalated,
     RunFailed,
     RunFault,
     RunStarted,
@@ -134,7 +136,7 @@ from agentrt.server.core._phases import (
     transition,
 )
 from agentrt.server.core._retention import RetentionPolicy
-from agentrt.server.core._state import CallState, HistoryEntry, RunState, replay
+from agentrt.server.core._state import CallFate, CallRecord, CallState, HistoryEntry, RunState, replay
 from agentrt.server.core._timefmt import parse_rfc3339_ms, rfc3339
 from agentrt.server.core._upgrade import (
     STATE_VERSION,
@@ -143,6 +145,13 @@ from agentrt.server.core._upgrade import (
     RawEvent,
     compatible_tool_versions,
     upgrade,
+)
+from agentrt.server.core._waits import (
+    EscalationReason,
+    WaitPolicy,
+    escalation,
+    escalation_due_ms,
+    reconcile_delay_ms,
 )
 
 __all__ = [
@@ -165,8 +174,11 @@ __all__ = [
     "ApprovalRequested",
     "ApprovalResolved",
     "Budgets",
+    "CallFate",
     "CallModel",
+    "CallRecord",
     "CallState",
+    "CallSummary",
     "CancelRequested",
     "CheckpointUnusable",
     "ClippedResult",
@@ -174,6 +186,7 @@ __all__ = [
     "ContextPolicy",
     "ContextWindow",
     "Decision",
+    "EscalationReason",
     "Event",
     "FaultDecision",
     "Finalize",
@@ -214,6 +227,7 @@ __all__ = [
     "RunCheckpointed",
     "RunCompleted",
     "RunEnded",
+    "RunEscalated",
     "RunFailed",
     "RunFault",
     "RunStarted",
@@ -232,6 +246,7 @@ __all__ = [
     "ToolStarted",
     "Trigger",
     "Usage",
+    "WaitPolicy",
     "WaitUntil",
     "args_hash",
     "backoff_delay_s",
@@ -243,6 +258,8 @@ __all__ = [
     "decide",
     "decide_fault",
     "end_events",
+    "escalation",
+    "escalation_due_ms",
     "estimate_tokens",
     "events",
     "exhausted_before_model_step",
@@ -259,6 +276,7 @@ __all__ = [
     "parse_rfc3339_ms",
     "plan_window",
     "price_micros",
+    "reconcile_delay_ms",
     "replay",
     "restore_checkpoint",
     "retry_fits",

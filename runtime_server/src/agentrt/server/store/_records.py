@@ -45,6 +45,8 @@ class RunRecord:
     input_ref: str | None = None  # JSON PayloadRef
     output_ref: str | None = None  # JSON PayloadRef
     pruned_ms: int | None = None
+    reconcile_attempts: int = 0  # ledger queries of the current unknown outcome so far
+    needs_attention: bool = False  # the current wait was escalated
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

@@ -18,6 +18,7 @@ COUNTER_NAMES: tuple[str, ...] = (
     "partial_run_count",
     "lease_lost_count",
     "run_fault_count",  # run.fault events written: exceptions contained while driving a run
+    "escalated_count",  # run.escalated events written: waits that need a person
 )
 
 
