@@ -152,6 +152,8 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
     if record.pruned_ms is not None:
         run.prune_time.CopyFrom(_timestamp(record.pruned_ms))
     run.needs_attention = bool(record.needs_attention)  # None on a record create_run built
+    if record.call_summary:
+        json_format.ParseDict(json.loads(record.call_summary), run, ignore_unknown_fields=True)
     return run
 
 

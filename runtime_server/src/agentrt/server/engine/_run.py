@@ -27,6 +27,7 @@ from agentrt.server.core import (
     LeaseLost,
     Phase,
     Policy,
+    RunEnded,
     RunState,
     StepStarted,
     Usage,
@@ -39,7 +40,7 @@ from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.engine._sizes import check_event_sizes
-from agentrt.server.store import StoredEvent, encode_event
+from agentrt.server.store import StoredEvent, call_summary_json, encode_event
 from agentrt.server.tools import CallMetadata
 
 T = TypeVar("T")
@@ -225,6 +226,9 @@ class RunContext:
         }
         if state.ended:  # the closing commit also gives the lease back: one commit, not two
             values.update(lease_owner=None, lease_expires_ms=None)
+            ended = next((e for e in self.buffer if isinstance(e, RunEnded)), None)
+            if ended is not None and ended.partial:
+                values["call_summary"] = call_summary_json(ended)
         attention = state.escalation is not None
         if attention != self.needs_attention:
             values["needs_attention"] = attention

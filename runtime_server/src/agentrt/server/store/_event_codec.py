@@ -370,6 +370,14 @@ def _run_ended(e: ev.RunEnded) -> dict[str, Any]:
     return out
 
 
+def call_summary_json(ended: ev.RunEnded) -> str:
+    """The calls a run.ended lists, as the ``runs.call_summary`` column keeps them for GetRun."""
+    data = _run_ended(ended)
+    return json.dumps(
+        {k: data[k] for k in ("completed_calls", "not_completed_calls", "unknown_calls") if k in data}
+    )
+
+
 def _call_summary(c: ev.CallSummary) -> dict[str, Any]:
     out: dict[str, Any] = {"call_id": c.call_id, "tool": c.tool, "step": c.step}
     # One text field on the wire: a failed call's error code by its wire name, else the detail.

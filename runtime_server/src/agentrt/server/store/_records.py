@@ -47,6 +47,7 @@ class RunRecord:
     pruned_ms: int | None = None
     reconcile_attempts: int = 0  # ledger queries of the current unknown outcome so far
     needs_attention: bool = False  # the current wait was escalated
+    call_summary: str | None = None  # JSON: a partial run's calls, as its run.ended lists them
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

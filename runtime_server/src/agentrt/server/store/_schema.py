@@ -76,6 +76,8 @@ runs = Table(
     Column("reconcile_attempts", Integer, nullable=False, server_default="0"),
     # The current wait was escalated (run.escalated): a person is needed; ListRuns filters on it.
     Column("needs_attention", Boolean, nullable=False, server_default=false()),
+    # JSON {completed_calls, not_completed_calls, unknown_calls} of a partial run's run.ended.
+    Column("call_summary", Text, nullable=True),
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),
