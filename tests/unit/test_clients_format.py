@@ -204,6 +204,14 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         },
         'tool.outcome.unknown  refund.issue ?? outcome unknown call=call_2 key=k1 reason="host unreachable"',
     ),
+    "run_escalated": (
+        {
+            "run_escalated": run_pb2.RunEscalated(
+                reason="unknown_outcome_age", age=duration_pb2.Duration(seconds=3600), call_id="call_2"
+            )
+        },
+        "run.escalated  needs attention: unknown_outcome_age waited=3600s call=call_2",
+    ),
 }
 
 ONEOF_FIELDS = [f.name for f in run_pb2.RunEvent.DESCRIPTOR.oneofs_by_name["event"].fields]
@@ -320,3 +328,18 @@ def test_all_is_complete_and_sorted() -> None:
     assert set(clients.__all__) == public
     # isort-style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then functions.
     assert clients.__all__ == sorted(clients.__all__, key=lambda n: (not n.isupper(), not n[0].isupper(), n))
+
+
+def test_a_partial_end_lists_done_not_done_and_unknown_calls() -> None:
+    ended = run_pb2.RunEnded(
+        phase=run_pb2.RUN_PHASE_CANCELLED,
+        reason="stop",
+        partial=True,
+        completed_calls=[run_pb2.CallSummary(call_id="c1", tool="orders.lookup", step=1)],
+        not_completed_calls=[
+            run_pb2.CallSummary(call_id="c2", tool="mail.send", step=2, detail="not_started")
+        ],
+        unknown_calls=[run_pb2.CallSummary(call_id="c3", tool="refund.issue", step=2)],
+    )
+    line = format_event(run_pb2.RunEvent(seq=9, run_ended=ended))
+    assert line.endswith("done=orders.lookup:c1 not_done=mail.send:c2 unknown=refund.issue:c3")

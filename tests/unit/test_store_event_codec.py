@@ -23,6 +23,7 @@ from agentrt.server.core import (
     ApprovalRequested,
     ApprovalResolved,
     Budgets,
+    CallSummary,
     CancelRequested,
     ClippedResult,
     ContextWindow,
@@ -39,6 +40,7 @@ from agentrt.server.core import (
     RunCheckpointed,
     RunCompleted,
     RunEnded,
+    RunEscalated,
     RunFailed,
     RunFault,
     RunStarted,
@@ -107,6 +109,18 @@ variable_values = st.dictionaries(
 duplicate = st.builds(
     IntentDuplicate, intent_key=text, idempotency_key=text, run_id=text, call_id=text, first_time=stamp
 )
+# A summary carries an error code or a detail (one text on the wire), never both.
+call_summaries = st.lists(
+    st.builds(CallSummary, call_id=text, tool=text, step=small, error=st.sampled_from(ToolErrorCode))
+    | st.builds(
+        CallSummary,
+        call_id=text,
+        tool=text,
+        step=small,
+        detail=st.sampled_from(["", "not_started", "no_outcome"]),
+    ),
+    max_size=3,
+).map(tuple)
 window = st.builds(
     ContextWindow,
     strategy=st.sampled_from(["keep_recent", "clip_tool_results", "summarise"]),
@@ -239,6 +253,9 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         partial=st.booleans(),
         retryable=st.booleans(),
         usage=usage,
+        completed_calls=call_summaries,
+        not_completed_calls=call_summaries,
+        unknown_calls=call_summaries,
     ),
     ToolOutcomeUnknown: st.builds(
         ToolOutcomeUnknown,
@@ -248,7 +265,9 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         idempotency_key=text,
         reason=text,
         call_deadline=stamp,
+        unknown_time=stamp,
     ),
+    RunEscalated: st.builds(RunEscalated, reason=text, age=st.none() | text, call_id=text, approval_id=text),
     Handoff: st.builds(
         Handoff, step=small, call_id=text, from_agent=text, to_agent=text, reason=text, usage_after=usage
     ),
@@ -453,6 +472,27 @@ WRITTEN: list[tuple[str, str]] = [
     (
         ev.TOOL_OUTCOME_UNKNOWN,
         '{"step": 2, "call_id": "c1", "tool": "t", "idempotency_key": "k", "reason": "recovered call"}',
+    ),
+    (
+        ev.TOOL_OUTCOME_UNKNOWN,
+        '{"step": 2, "call_id": "c1", "tool": "t", "idempotency_key": "k", "reason": "cut off", '
+        '"call_deadline": "2026-05-01T12:00:30.000Z", "unknown_time": "2026-05-01T12:00:30.500Z"}',
+    ),
+    (
+        ev.RUN_ENDED,
+        f'{{"phase": "RUN_PHASE_CANCELLED", "reason": "user", "partial": true, "retryable": false, '
+        f'"usage": {_U2}, "completed_calls": [{{"call_id": "c1", "tool": "t", "step": 2}}], '
+        '"not_completed_calls": [{"call_id": "c2", "tool": "u", "step": 2, "detail": "not_started"}, '
+        '{"call_id": "c3", "tool": "v", "step": 3, "detail": "TOOL_ERROR_CODE_PERMANENT"}], '
+        '"unknown_calls": [{"call_id": "c4", "tool": "w", "step": 3}]}',
+    ),
+    (
+        ev.RUN_ESCALATED,
+        '{"reason": "unknown_outcome_age", "age": "3600.000s", "call_id": "c1", "approval_id": ""}',
+    ),
+    (
+        ev.RUN_ESCALATED,
+        '{"reason": "approval_age", "age": "14400.500s", "call_id": "c1", "approval_id": "a1"}',
     ),
     *(
         (

@@ -80,7 +80,12 @@ def _start_fields(
 
 
 def _list_request(
-    page_size: int, page_token: str, phases: Sequence[run_pb2.RunPhase], agent_name: str, session_id: str
+    page_size: int,
+    page_token: str,
+    phases: Sequence[run_pb2.RunPhase],
+    agent_name: str,
+    session_id: str,
+    needs_attention: bool = False,
 ) -> runtime_service_pb2.ListRunsRequest:
     return runtime_service_pb2.ListRunsRequest(
         page_size=page_size,
@@ -88,6 +93,7 @@ def _list_request(
         phases=list(phases),
         agent_name=agent_name,
         session_id=session_id,
+        needs_attention=needs_attention,
     )
 
 
@@ -328,6 +334,7 @@ class AsyncClient:
         phases: Sequence[run_pb2.RunPhase] = (),
         agent_name: str = "",
         session_id: str = "",
+        needs_attention: bool = False,
     ) -> runtime_service_pb2.ListRunsResponse:
         """Lists runs, newest first.
 
@@ -337,11 +344,12 @@ class AsyncClient:
             phases: Only runs in these phases.
             agent_name: Only runs of this agent.
             session_id: Only runs of this session.
+            needs_attention: Only runs whose wait was escalated (``Run.needs_attention``).
 
         Returns:
             The page: ``runs`` and ``next_page_token`` ("" on the last page).
         """
-        request = _list_request(page_size, page_token, phases, agent_name, session_id)
+        request = _list_request(page_size, page_token, phases, agent_name, session_id, needs_attention)
         return await self._unary(self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata))
 
     def stream_events(

@@ -202,10 +202,21 @@ def _run_cancelled(e: run_pb2.RunCancelled) -> str:
 
 
 def _run_ended(e: run_pb2.RunEnded) -> str:
-    return (
+    text = (
         f"{phase_name(e.phase)} reason={e.reason} partial={_bool(e.partial)} "
         f"retryable={_bool(e.retryable)} usage: {_usage(e.usage)}"
     )
+    lists = (("done", e.completed_calls), ("not_done", e.not_completed_calls), ("unknown", e.unknown_calls))
+    for name, calls in lists:
+        if calls:
+            text += f" {name}=" + ",".join(f"{c.tool}:{c.call_id}" for c in calls)
+    return text
+
+
+def _run_escalated(e: run_pb2.RunEscalated) -> str:
+    waited = f" waited={e.age.ToTimedelta().total_seconds():.0f}s" if e.HasField("age") else ""
+    call = f" call={e.call_id}" if e.call_id else ""
+    return f"needs attention: {e.reason}{waited}{call}"
 
 
 def _run_fault(e: run_pb2.RunFault) -> str:
@@ -272,6 +283,7 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "run_fault": _run_fault,
     "run_waiting": _run_waiting,
     "variables_set": _variables_set,
+    "run_escalated": _run_escalated,
 }
 
 

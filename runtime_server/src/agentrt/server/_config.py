@@ -35,6 +35,7 @@ from agentrt.server._config_security import (
     ModelProfileConfig,
     TlsConfig,
 )
+from agentrt.server._config_waits import EscalationConfig, ReconcileConfig
 from agentrt.server.core import Budgets, LoopPolicy, price_micros, usd_to_micros
 
 
@@ -229,6 +230,8 @@ class Settings(_Strict):
     model_cache: ModelCacheConfig = Field(default_factory=ModelCacheConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+    reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
+    escalation: EscalationConfig = Field(default_factory=EscalationConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

@@ -118,6 +118,7 @@ class MemoryRunLog:
         self.checkpoint_reads = 0
         self._signal_ids = itertools.count(1)
         self.appends = 0
+        self.reparks = 0  # parks that recorded nothing: a row update, no commit of the log
 
     # -- the port -----------------------------------------------------------------------------------
 
@@ -177,6 +178,21 @@ class MemoryRunLog:
         record = self.runs.get(run_id)
         if record is not None and record.lease_owner == owner:
             self.runs[run_id] = dataclasses.replace(record, lease_owner=None, lease_expires_ms=None)
+
+    async def repark(
+        self, run_id: str, *, owner: str, expected_revision: int, wake_ms: int, reconcile_attempts: int
+    ) -> None:
+        record = self.runs[run_id]
+        if record.lease_owner != owner or record.revision != expected_revision:
+            raise LeaseLost(f"run {run_id} moved past revision {expected_revision} or changed owner")
+        self.runs[run_id] = dataclasses.replace(
+            record,
+            wake_ms=wake_ms,
+            reconcile_attempts=reconcile_attempts,
+            lease_owner=None,
+            lease_expires_ms=None,
+        )
+        self.reparks += 1
 
     async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
         latest = self.checkpoints.get(checkpoint.run_id)

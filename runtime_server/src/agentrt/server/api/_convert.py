@@ -182,6 +182,9 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
     if record.variables:
         for name, value in json.loads(record.variables).items():
             run.variables[name].CopyFrom(_value(value))
+    run.needs_attention = bool(record.needs_attention)  # None on a record create_run built
+    if record.call_summary:
+        json_format.ParseDict(json.loads(record.call_summary), run, ignore_unknown_fields=True)
     return run
 
 

@@ -234,6 +234,8 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             self._id(request.session_id, "session_id", required=False)
             tenant = self._principal().tenant
             scope = [tenant, *phases, request.agent_name, request.session_id]
+            if request.needs_attention:  # only then: tokens of unfiltered listings stay as they were
+                scope.append("needs_attention")
             cursor = self.page_tokens.open(request.page_token, scope=scope) if request.page_token else ""
             try:
                 records, token = await self.store.list_runs(
@@ -241,6 +243,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     phases=phases,
                     agent_name=request.agent_name,
                     session_id=request.session_id,
+                    needs_attention=request.needs_attention,
                     page_size=request.page_size or 50,
                     page_token=cursor,
                 )

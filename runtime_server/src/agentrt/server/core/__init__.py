@@ -68,6 +68,7 @@ from agentrt.server.core._events import (
     ApprovalDecision,
     ApprovalRequested,
     ApprovalResolved,
+    CallSummary,
     CancelRequested,
     ClippedResult,
     ContextWindow,
@@ -84,6 +85,7 @@ from agentrt.server.core._events import (
     RunCheckpointed,
     RunCompleted,
     RunEnded,
+    RunEscalated,
     RunFailed,
     RunFault,
     RunStarted,
@@ -137,7 +139,7 @@ from agentrt.server.core._phases import (
     transition,
 )
 from agentrt.server.core._retention import RetentionPolicy
-from agentrt.server.core._state import CallState, HistoryEntry, RunState, replay
+from agentrt.server.core._state import CallFate, CallRecord, CallState, HistoryEntry, RunState, replay
 from agentrt.server.core._timefmt import parse_rfc3339_ms, rfc3339
 from agentrt.server.core._upgrade import (
     STATE_VERSION,
@@ -153,6 +155,13 @@ from agentrt.server.core._variables import (
     VariableChange,
     variables_json,
     variables_requested,
+)
+from agentrt.server.core._waits import (
+    EscalationReason,
+    WaitPolicy,
+    escalation,
+    escalation_due_ms,
+    reconcile_delay_ms,
 )
 
 __all__ = [
@@ -177,8 +186,11 @@ __all__ = [
     "ApprovalRequested",
     "ApprovalResolved",
     "Budgets",
+    "CallFate",
     "CallModel",
+    "CallRecord",
     "CallState",
+    "CallSummary",
     "CancelRequested",
     "CheckpointUnusable",
     "ClippedResult",
@@ -186,6 +198,7 @@ __all__ = [
     "ContextPolicy",
     "ContextWindow",
     "Decision",
+    "EscalationReason",
     "Event",
     "FaultDecision",
     "Finalize",
@@ -227,6 +240,7 @@ __all__ = [
     "RunCheckpointed",
     "RunCompleted",
     "RunEnded",
+    "RunEscalated",
     "RunFailed",
     "RunFault",
     "RunStarted",
@@ -248,6 +262,7 @@ __all__ = [
     "VariableChange",
     "VariableValue",
     "VariablesSet",
+    "WaitPolicy",
     "WaitUntil",
     "args_hash",
     "backoff_delay_s",
@@ -259,6 +274,8 @@ __all__ = [
     "decide",
     "decide_fault",
     "end_events",
+    "escalation",
+    "escalation_due_ms",
     "estimate_tokens",
     "events",
     "exhausted_before_model_step",
@@ -275,6 +292,7 @@ __all__ = [
     "parse_rfc3339_ms",
     "plan_window",
     "price_micros",
+    "reconcile_delay_ms",
     "replay",
     "restore_checkpoint",
     "retry_fits",

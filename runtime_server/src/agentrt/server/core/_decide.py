@@ -9,6 +9,7 @@ commit points of R5.2 with one commit per step.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,7 +24,7 @@ from agentrt.server.core._json import DEFAULT_JSON_LIMITS, JsonBoundsError, Json
 from agentrt.server.core._keys import idempotency_key
 from agentrt.server.core._loops import LoopPolicy
 from agentrt.server.core._phases import Phase
-from agentrt.server.core._state import CallState, RunState
+from agentrt.server.core._state import CallFate, CallState, RunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +190,32 @@ def end_events(
 
 def _ended(state: RunState, phase: Phase, reason: str, *, retryable: bool = False) -> ev.RunEnded:
     partial = state.any_tool_started and phase is not Phase.COMPLETED
-    return ev.RunEnded(
+    ended = ev.RunEnded(
         phase=phase, reason=reason, partial=partial, retryable=retryable, usage=state.usage.totals()
+    )
+    return _with_summary(ended, state) if partial else ended
+
+
+def _with_summary(ended: ev.RunEnded, state: RunState) -> ev.RunEnded:
+    """A partial end says what was done, what was not, and what nobody knows (S002 §7.3)."""
+    done: list[ev.CallSummary] = []
+    not_done: list[ev.CallSummary] = []
+    unknown: list[ev.CallSummary] = []
+    for record in state.call_records:
+        summary = ev.CallSummary(call_id=record.call_id, tool=record.tool, step=record.step)
+        if record.fate is CallFate.COMPLETED:
+            done.append(summary)
+        elif record.fate is CallFate.UNKNOWN:
+            unknown.append(summary)
+        elif record.fate is CallFate.STARTED:
+            # Sent, and the run ended before any outcome was recorded: nobody knows its effect.
+            unknown.append(dataclasses.replace(summary, detail="no_outcome"))
+        elif record.fate is CallFate.FAILED:
+            not_done.append(dataclasses.replace(summary, error=record.error_code))
+        else:
+            not_done.append(dataclasses.replace(summary, detail="not_started"))
+    return dataclasses.replace(
+        ended, completed_calls=tuple(done), not_completed_calls=tuple(not_done), unknown_calls=tuple(unknown)
     )
 
 

@@ -44,6 +44,7 @@ HANDOFF = "handoff"
 OUTCOME_RESOLVED = "outcome.resolved"
 RUN_FAULT = "run.fault"
 VARIABLES_SET = "variables.set"
+RUN_ESCALATED = "run.escalated"
 RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
 
 EVENT_TYPES: tuple[str, ...] = (
@@ -69,6 +70,7 @@ EVENT_TYPES: tuple[str, ...] = (
     RUN_FAULT,
     RUN_WAITING,
     VARIABLES_SET,
+    RUN_ESCALATED,
 )
 
 
@@ -125,6 +127,17 @@ class OutcomeDecision(StrEnum):
 
 
 # -- values events carry -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallSummary:
+    """One tool call in a partial run's summary (the proto ``CallSummary``)."""
+
+    call_id: str
+    tool: str = ""
+    step: int = 0
+    error: ToolErrorCode | None = None  # a call that failed: its error code
+    detail: str = ""  # otherwise why it is listed where it is: "not_started", "no_outcome"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,6 +445,10 @@ class RunEnded:
     partial: bool = False
     retryable: bool = False
     usage: Usage = field(default_factory=Usage)
+    # A partial run's summary (S002 §7.3): what was done, what was not, what nobody knows.
+    completed_calls: tuple[CallSummary, ...] = ()
+    not_completed_calls: tuple[CallSummary, ...] = ()
+    unknown_calls: tuple[CallSummary, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -444,10 +461,28 @@ class ToolOutcomeUnknown:
     idempotency_key: str = ""
     reason: str = ""
     call_deadline: str | None = None  # RFC 3339, of the attempt whose outcome is unknown
+    unknown_time: str | None = None  # RFC 3339: when it was found unknown (the wait's age counts from it)
 
     @property
     def call_deadline_ms(self) -> int:
         return parse_rfc3339_ms(self.call_deadline) if self.call_deadline else 0
+
+    @property
+    def unknown_ms(self) -> int:
+        """0 when the event predates the field (the wait's age is then not known)."""
+        return parse_rfc3339_ms(self.unknown_time) if self.unknown_time else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEscalated:
+    """A wait outlived its configured age (or the run's deadline): a person is needed."""
+
+    type_name: ClassVar[str] = RUN_ESCALATED
+
+    reason: str  # an EscalationReason value
+    age: str | None = None  # duration text, e.g. "3600s"
+    call_id: str = ""
+    approval_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -521,6 +556,7 @@ Event = (
     | OutcomeResolved
     | RunFault
     | VariablesSet
+    | RunEscalated
 )
 
 # Every event class, by its stored type name (run.waiting is made and sent by the API alone).
@@ -548,5 +584,6 @@ EVENT_CLASSES: Mapping[str, type[Event]] = {
         OutcomeResolved,
         RunFault,
         VariablesSet,
+        RunEscalated,
     )
 }

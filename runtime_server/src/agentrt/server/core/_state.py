@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from agentrt.server.core import _events as ev
 from agentrt.server.core._budgets import Usage
@@ -49,6 +50,7 @@ class CallState:
     tool_version: str = ""  # contract version when the call started (or was put to a person)
     unknown: bool = False  # the latest attempt's outcome is not known
     call_deadline_ms: int = 0  # of the attempt whose outcome is unknown
+    unknown_since_ms: int = 0  # when it was found unknown; 0: not recorded (an older log)
 
     @property
     def started(self) -> bool:
@@ -57,6 +59,27 @@ class CallState:
     @property
     def finished(self) -> bool:
         return self.result_json is not None or self.error is not None
+
+
+class CallFate(StrEnum):
+    """How far a call of the run got, for a partial run's summary."""
+
+    REQUESTED = "requested"  # the model asked for it; it never started
+    STARTED = "started"  # sent at least once, no outcome recorded
+    COMPLETED = "completed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"  # its outcome is not known
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """One call of the whole run (``RunState.calls`` holds only the current step's)."""
+
+    call_id: str
+    tool: str
+    step: int
+    fate: CallFate = CallFate.REQUESTED
+    error_code: ev.ToolErrorCode | None = None  # of a failed call
 
 
 @dataclass(slots=True)
@@ -102,6 +125,8 @@ class RunState:
     input_view: str = ""  # ``input`` as run.started recorded it (a view when ``input_ref`` is set)
     input_index: int = 0  # where the run's input is in ``history`` (after earlier session turns)
     window: ev.ContextWindow | None = None  # how the current step's prompt was fitted, if it was
+    call_records: list[CallRecord] = field(default_factory=list)  # every call of the run, in order
+    escalation: str | None = None  # why the current wait was escalated; None once the wait ends
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -110,6 +135,11 @@ class RunState:
             IllegalTransition: the event implies a phase move the table forbids.
             ValueError: the event names a call or an approval the run does not have.
         """
+        self._fold(event)
+        if self.escalation is not None and self.phase not in (Phase.UNKNOWN_OUTCOME, Phase.WAITING_APPROVAL):
+            self.escalation = None  # the wait that needed a person is over
+
+    def _fold(self, event: ev.Event) -> None:
         match event:
             case ev.RunStarted():
                 for turn in event.session_history:
@@ -150,6 +180,7 @@ class RunState:
                 )
                 if calls:
                     self._move(Trigger.MODEL_CALLED_TOOLS)
+                    self.call_records.extend(CallRecord(c.call_id, c.tool, self.step + 1) for c in calls)
                     self.calls = [
                         CallState(
                             call_id=c.call_id,
@@ -182,11 +213,13 @@ class RunState:
                     1 if call.attempts == 1 else 0
                 )
                 self.any_tool_started = True
+                self._record(call, CallFate.STARTED)
             case ev.ToolCompleted():
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(event.call_id)
                 call.result_json = event.result_json
+                self._record(call, CallFate.COMPLETED)
                 self.loops.on_result(call.tool, call.result_json)
                 content = _duplicate_content(event) if event.deduplicated else call.result_json
                 self.history.append(HistoryEntry(role="tool", content=content, tool_call_id=call.call_id))
@@ -195,6 +228,7 @@ class RunState:
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(event.call_id)
                 error = call.error = event.error
+                self._record(call, CallFate.FAILED, error.code)
                 self.loops.on_error(call.tool, error.code, error.message)
                 self.history.append(
                     HistoryEntry(
@@ -208,6 +242,7 @@ class RunState:
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(event.call_id)
                 call.result_json = json.dumps({"handed_off_to": event.to_agent})
+                self._record(call, CallFate.COMPLETED)
                 self.history.append(
                     HistoryEntry(role="tool", content=call.result_json, tool_call_id=call.call_id)
                 )
@@ -247,6 +282,13 @@ class RunState:
                 call = self._call(event.call_id)
                 call.unknown = True
                 call.call_deadline_ms = event.call_deadline_ms
+                call.unknown_since_ms = event.unknown_ms
+                self.escalation = None  # a new wait
+                self._record(call, CallFate.UNKNOWN)
+            case ev.RunEscalated():
+                if self.phase not in (Phase.UNKNOWN_OUTCOME, Phase.WAITING_APPROVAL):
+                    raise ValueError(f"run.escalated while {self.phase.value}: nothing waits")
+                self.escalation = event.reason
             case ev.RunFault():
                 # No phase move: the faulted attempt is retried from the last committed event.
                 counted = event.fault_count
@@ -260,6 +302,7 @@ class RunState:
                 if event.call_id:  # empty for a budget pause: no call waits
                     self._call(event.call_id).tool_version = event.tool_version or ""
                 self.pending_approval = event
+                self.escalation = None  # a new wait
             case ev.ApprovalResolved():
                 pending = self.pending_approval
                 if pending is None or pending.approval_id != event.approval_id:
@@ -286,6 +329,15 @@ class RunState:
     def unknown_call(self) -> CallState | None:
         """The write whose outcome is not known, while the run is in UNKNOWN_OUTCOME."""
         return next((c for c in self.calls if c.unknown), None)
+
+    def _record(self, call: CallState, fate: CallFate, error_code: ev.ToolErrorCode | None = None) -> None:
+        for record in reversed(self.call_records):
+            if record.call_id == call.call_id and record.step == call.step:
+                record.fate = fate
+                record.error_code = error_code
+                return
+        # A log written before call records were folded from a checkpoint: keep what is seen now.
+        self.call_records.append(CallRecord(call.call_id, call.tool, call.step, fate, error_code))
 
     def _move(self, trigger: Trigger) -> None:
         self.phase = transition(self.phase, trigger)

@@ -39,6 +39,7 @@ from agentrt.server.core import (
     compatible_tool_versions,
     decide,
     end_events,
+    escalation,
     replay,
     upgrade,
 )
@@ -147,6 +148,8 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         deadline_s=record.deadline_ms / 1000,
         pending_values=pending_values,
         agent_config_hash=record.agent_config_hash,
+        reconcile_attempts=record.reconcile_attempts or 0,  # None: a record built before the column
+        needs_attention=bool(record.needs_attention),
     )
     if state.input_ref is not None:  # the model sees the whole input, not its view
         await hydrate_input(ctx)
@@ -240,6 +243,22 @@ class StepLoop:
             elif signal.kind == "approval_decision":
                 self.approvals.apply_decision(json.loads(signal.payload))
 
+    def escalate_if_due(self) -> None:
+        """A wait past its configured age (or an unknown outcome past the deadline) needs a person."""
+        ctx = self.ctx
+        if ctx.state.phase not in (Phase.UNKNOWN_OUTCOME, Phase.WAITING_APPROVAL):
+            return
+        escalated = escalation(
+            ctx.state,
+            now_ms=ctx.ports.now_ms(),
+            deadline_ms=round(ctx.deadline_s * 1000),
+            policy=ctx.waits,
+        )
+        if escalated is not None:
+            ctx.add(escalated)
+            ctx.ports.counters.inc("escalated_count")
+            log.warning("run %s escalated: %s (waited %s)", ctx.run_id, escalated.reason, escalated.age)
+
     async def run(self) -> None:
         ctx, ports = self.ctx, self.ctx.ports
         handle = ctx.handle
@@ -251,6 +270,7 @@ class StepLoop:
                 and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)
             ):
                 ctx.add(CancelRequested(reason=handle.cancel_reason, requested_by=handle.cancel_by))
+            self.escalate_if_due()
             clock = Clock(
                 now_s=ports.clock(), deadline_s=ctx.deadline_s, reserve_s=ctx.settings.call_reserve_s
             )
@@ -296,6 +316,10 @@ class StepLoop:
                 case Finalize(answer=answer, corrected=corrected):
                     finalize(ctx, answer, corrected=corrected)
                 case Idle():
+                    pending = ctx.state.pending_approval
+                    if ctx.state.phase is Phase.WAITING_APPROVAL and pending is not None:
+                        # Still waiting for a person: wake at the expiry (or the wait's escalation).
+                        await ctx.park(pending.expire_ms)
                     await ctx.flush()
                     return
                 case _:

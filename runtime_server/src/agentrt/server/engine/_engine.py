@@ -257,6 +257,8 @@ class Engine:
             "state_version": STATE_VERSION,
             "runtime_version": RUNTIME_VERSION,
             "agent_config_hash": request.agent.config_hash(),
+            "reconcile_attempts": 0,
+            "needs_attention": False,
         }
         started = encode_event(
             RunStarted(

@@ -99,6 +99,16 @@ class RunLog(Protocol):
 
     async def release(self, run_id: str, *, owner: str) -> None: ...
 
+    async def repark(
+        self, run_id: str, *, owner: str, expected_revision: int, wake_ms: int, reconcile_attempts: int
+    ) -> None:
+        """Park again with nothing to record: new wake time, lease given back, no revision.
+
+        Raises:
+            LeaseLost: another owner or revision.
+        """
+        ...
+
     async def write_checkpoint(self, checkpoint: StoredCheckpoint) -> None:
         """Keep it as the run's latest checkpoint (its run.checkpointed is committed)."""
         ...

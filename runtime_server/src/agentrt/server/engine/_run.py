@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server._config_waits import wait_policy
 from agentrt.server.core import (
     ApprovalRequested,
     Budgets,
@@ -26,18 +27,20 @@ from agentrt.server.core import (
     LeaseLost,
     Phase,
     Policy,
+    RunEnded,
     RunState,
     StepStarted,
     Usage,
     backoff_delay_s,
     call_timeout_s,
+    escalation_due_ms,
 )
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.engine._sizes import check_event_sizes
-from agentrt.server.store import StoredEvent, encode_event
+from agentrt.server.store import StoredEvent, call_summary_json, encode_event
 from agentrt.server.tools import CallMetadata
 
 T = TypeVar("T")
@@ -55,7 +58,6 @@ class RunHandle:
     cancel_reason: str | None = None
     cancel_by: str = ""  # who asked for the cancel, recorded on cancel.requested
     session_id: str = ""  # set once the run's row is read: its end may let a waiting turn start
-    reconcile_attempts: int = 0  # ledger queries of an unknown outcome in this ownership
 
 
 def signal_cancel(handle: RunHandle, reason: str, requested_by: str) -> None:
@@ -112,6 +114,8 @@ class RunContext:
         deadline_s: float,
         pending_values: dict[str, Any] | None = None,
         agent_config_hash: str = "",
+        reconcile_attempts: int = 0,
+        needs_attention: bool = False,
     ):
         self.ports = ports
         self.settings = ports.settings
@@ -132,6 +136,11 @@ class RunContext:
         self.unrecorded = Usage()  # model usage spent since the last commit (a fault records it)
         self.hidden: tuple[str, ...] = ()  # the bound model profile's secrets: never in an event
         self.released = False
+        # Ledger queries of the current unknown outcome, as the row holds them (it outlives parking).
+        self.reconcile_attempts = reconcile_attempts
+        self.committed_attempts = reconcile_attempts
+        self.needs_attention = needs_attention  # as the row holds it
+        self.waits = wait_policy(self.settings.reconcile, self.settings.escalation)
 
     # -- the run's rules ----------------------------------------------------------------------------
 
@@ -219,6 +228,16 @@ class RunContext:
         }
         if state.ended:  # the closing commit also gives the lease back: one commit, not two
             values.update(lease_owner=None, lease_expires_ms=None)
+            ended = next((e for e in self.buffer if isinstance(e, RunEnded)), None)
+            if ended is not None and ended.partial:
+                values["call_summary"] = call_summary_json(ended)
+        attention = state.escalation is not None
+        if attention != self.needs_attention:
+            values["needs_attention"] = attention
+        if state.phase is not Phase.UNKNOWN_OUTCOME and self.reconcile_attempts:
+            self.reconcile_attempts = 0  # the unknown outcome was settled: a later one starts afresh
+        if "reconcile_attempts" not in values and self.reconcile_attempts != self.committed_attempts:
+            values["reconcile_attempts"] = self.reconcile_attempts
         ports.faults.around_commit("before", types)
         self.revision = await ports.log.append(
             self.run_id,
@@ -231,6 +250,8 @@ class RunContext:
             consume_signals=self.consumed_signals,
         )
         self.unrecorded = Usage()
+        self.needs_attention = attention
+        self.committed_attempts = values.get("reconcile_attempts", self.committed_attempts)
         ports.faults.around_commit("after", types)
         self.consumed_signals = []
         self.pending_values = {}
@@ -250,10 +271,28 @@ class RunContext:
     async def park(self, wake_ms: int) -> None:
         """Commit what is buffered, give the lease back and ask to be woken at ``wake_ms``.
 
+        Woken earlier when the run's wait escalates before then. With nothing to record, parking
+        again is one row update (new wake time, attempt count, lease given back), not a commit of
+        the log: a wait that learns nothing costs no revision.
+
         Raises:
             Parked: always; the driver stops here.
         """
-        await self.flush(wake_ms=wake_ms, lease_owner=None, lease_expires_ms=None)
+        due = escalation_due_ms(self.state, deadline_ms=round(self.deadline_s * 1000), policy=self.waits)
+        if due is not None:
+            wake_ms = min(wake_ms, max(due, self.ports.now_ms() + 1))
+        if self.buffer or self.consumed_signals or self.pending_values or self.state.ended:
+            await self.flush(wake_ms=wake_ms, lease_owner=None, lease_expires_ms=None)
+        else:
+            await self.ports.log.repark(
+                self.run_id,
+                owner=self.ports.owner,
+                expected_revision=self.revision,
+                wake_ms=wake_ms,
+                reconcile_attempts=self.reconcile_attempts,
+            )
+            self.committed_attempts = self.reconcile_attempts
+            self.released = True
         raise Parked()
 
     def publish_live(self, event: Event) -> None:

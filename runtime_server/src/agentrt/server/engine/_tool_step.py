@@ -48,6 +48,7 @@ from agentrt.server.core import (
     loads_bounded,
     nesting_depth,
     not_allowed_error,
+    reconcile_delay_ms,
     retry_fits,
     rfc3339,
     variables_json,
@@ -60,8 +61,6 @@ from agentrt.server.engine._ports import LedgerAnswer, StartRequest
 from agentrt.server.engine._run import RunContext
 from agentrt.server.store import outcome_decision_from_json, tool_error_from_json
 from agentrt.server.tools import ToolOutcome
-
-RECONCILE_MAX_DELAY_S = 60.0
 
 
 def is_write(spec: tool_pb2.ToolSpec | None) -> bool:
@@ -447,6 +446,7 @@ class ToolStep:
             idempotency_key=call.idempotency_key,
             reason=reason,
             call_deadline=rfc3339(call_deadline_ms) if call_deadline_ms else None,
+            unknown_time=rfc3339(self.ctx.ports.now_ms()),
         )
         self.ctx.add(unknown)
 
@@ -532,12 +532,18 @@ class ToolStep:
                 return
             await d.park(settled_ms + 1)
             return
-        await d.park(now_ms + math.ceil(self._reconcile_delay_s() * 1000))
+        await d.park(now_ms + self._reconcile_delay_ms())
 
-    def _reconcile_delay_s(self) -> float:
-        handle = self.ctx.handle
-        handle.reconcile_attempts += 1
-        return min(RECONCILE_MAX_DELAY_S, max(0.5, self.ctx.backoff(handle.reconcile_attempts + 2)))
+    def _reconcile_delay_ms(self) -> int:
+        """The next query's delay; the attempt count is persisted with the park, so it keeps growing."""
+        d = self.ctx
+        d.reconcile_attempts += 1
+        return reconcile_delay_ms(
+            attempt=d.reconcile_attempts,
+            escalated=d.state.escalation is not None,
+            policy=d.waits,
+            rand=d.ports.rand(),
+        )
 
     async def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
         """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""

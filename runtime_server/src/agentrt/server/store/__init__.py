@@ -17,6 +17,7 @@ from agentrt.server.store._db import (
 from agentrt.server.store._event_codec import (
     UndecodableEvent,
     approval_decision_from_json,
+    call_summary_json,
     decode_event,
     encode_event,
     event_to_json,
@@ -53,6 +54,7 @@ __all__ = [
     "UndecodableEvent",
     "UnreadableRecord",
     "approval_decision_from_json",
+    "call_summary_json",
     "check_payload_id",
     "decode_event",
     "encode_event",

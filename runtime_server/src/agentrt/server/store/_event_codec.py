@@ -405,6 +405,36 @@ def _run_ended(e: ev.RunEnded) -> dict[str, Any]:
     out["partial"] = e.partial
     out["retryable"] = e.retryable
     out["usage"] = e.usage.to_json()
+    for name in ("completed_calls", "not_completed_calls", "unknown_calls"):
+        calls: tuple[ev.CallSummary, ...] = getattr(e, name)
+        if calls:  # proto3 JSON leaves an empty list out
+            out[name] = [_call_summary(c) for c in calls]
+    return out
+
+
+def call_summary_json(ended: ev.RunEnded) -> str:
+    """The calls a run.ended lists, as the ``runs.call_summary`` column keeps them for GetRun."""
+    data = _run_ended(ended)
+    return json.dumps(
+        {k: data[k] for k in ("completed_calls", "not_completed_calls", "unknown_calls") if k in data}
+    )
+
+
+def _call_summary(c: ev.CallSummary) -> dict[str, Any]:
+    out: dict[str, Any] = {"call_id": c.call_id, "tool": c.tool, "step": c.step}
+    # One text field on the wire: a failed call's error code by its wire name, else the detail.
+    detail = _CODE_WIRE[c.error] if c.error is not None else c.detail
+    if detail:
+        out["detail"] = detail
+    return out
+
+
+def _run_escalated(e: ev.RunEscalated) -> dict[str, Any]:
+    out: dict[str, Any] = {"reason": e.reason}
+    if e.age is not None:
+        out["age"] = e.age
+    out["call_id"] = e.call_id
+    out["approval_id"] = e.approval_id
     return out
 
 
@@ -418,6 +448,8 @@ def _tool_outcome_unknown(e: ev.ToolOutcomeUnknown) -> dict[str, Any]:
     }
     if e.call_deadline is not None:
         out["call_deadline"] = e.call_deadline
+    if e.unknown_time is not None:
+        out["unknown_time"] = e.unknown_time
     return out
 
 
@@ -486,6 +518,7 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.OutcomeResolved: _outcome_resolved,
     ev.RunFault: _run_fault,
     ev.VariablesSet: _variables_set,
+    ev.RunEscalated: _run_escalated,
 }
 
 
@@ -670,6 +703,37 @@ def _d_run_ended(d: Mapping[str, Any]) -> ev.RunEnded:
         partial=bool(d.get("partial", False)),
         retryable=bool(d.get("retryable", False)),
         usage=Usage.from_json(d.get("usage", _EMPTY)),
+        completed_calls=_d_call_summaries(d.get("completed_calls", [])),
+        not_completed_calls=_d_call_summaries(d.get("not_completed_calls", [])),
+        unknown_calls=_d_call_summaries(d.get("unknown_calls", [])),
+    )
+
+
+def _d_call_summaries(items: Any) -> tuple[ev.CallSummary, ...]:
+    if not isinstance(items, list):
+        raise TypeError("a call summary list is not a list")
+    summaries: list[ev.CallSummary] = []
+    for c in items:
+        detail = c.get("detail", "")
+        error = _CODE_FROM.get(detail) if isinstance(detail, str) else None
+        summaries.append(
+            ev.CallSummary(
+                call_id=c.get("call_id", ""),
+                tool=c.get("tool", ""),
+                step=int(c.get("step", 0)),
+                error=error,
+                detail="" if error is not None else detail,
+            )
+        )
+    return tuple(summaries)
+
+
+def _d_run_escalated(d: Mapping[str, Any]) -> ev.RunEscalated:
+    return ev.RunEscalated(
+        reason=d.get("reason", ""),
+        age=d.get("age"),
+        call_id=d.get("call_id", ""),
+        approval_id=d.get("approval_id", ""),
     )
 
 
@@ -681,6 +745,7 @@ def _d_tool_outcome_unknown(d: Mapping[str, Any]) -> ev.ToolOutcomeUnknown:
         idempotency_key=d.get("idempotency_key", ""),
         reason=d.get("reason", ""),
         call_deadline=d.get("call_deadline"),
+        unknown_time=d.get("unknown_time"),
     )
 
 
@@ -750,6 +815,7 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.OUTCOME_RESOLVED: _d_outcome_resolved,
     ev.RUN_FAULT: _d_run_fault,
     ev.VARIABLES_SET: _d_variables_set,
+    ev.RUN_ESCALATED: _d_run_escalated,
 }
 
 

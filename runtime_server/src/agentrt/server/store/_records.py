@@ -46,6 +46,9 @@ class RunRecord:
     output_ref: str | None = None  # JSON PayloadRef
     pruned_ms: int | None = None
     variables: str | None = None  # JSON object of the run variables, when any was set
+    reconcile_attempts: int = 0  # ledger queries of the current unknown outcome so far
+    needs_attention: bool = False  # the current wait was escalated
+    call_summary: str | None = None  # JSON: a partial run's calls, as its run.ended lists them
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

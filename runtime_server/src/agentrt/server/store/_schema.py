@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Index,
     Integer,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 NAMING = {
@@ -71,11 +73,18 @@ runs = Table(
     Column("output_ref", Text, nullable=True),  # JSON PayloadRef when the output is stored as a payload
     Column("pruned_ms", BigInteger, nullable=True),  # retention removed events and payloads: a tombstone
     Column("variables", Text, nullable=True),  # JSON object: the run variables tools set (S004 §1.2)
+    # Ledger queries of the current unknown outcome so far: its backoff survives the run's parking.
+    Column("reconcile_attempts", Integer, nullable=False, server_default="0"),
+    # The current wait was escalated (run.escalated): a person is needed; ListRuns filters on it.
+    Column("needs_attention", Boolean, nullable=False, server_default=false()),
+    # JSON {completed_calls, not_completed_calls, unknown_calls} of a partial run's run.ended.
+    Column("call_summary", Text, nullable=True),
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),
     Index("ix_runs_tenant_phase", "tenant_id", "phase"),  # admission counts
     Index("ix_runs_phase_updated", "phase", "updated_ms"),  # retention scans ended runs by age
+    Index("ix_runs_tenant_attention", "tenant_id", "needs_attention"),  # ListRuns(needs_attention)
 )
 
 events = Table(

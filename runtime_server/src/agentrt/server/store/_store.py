@@ -246,6 +246,7 @@ class Store:
         phases: Sequence[str] = (),
         agent_name: str = "",
         session_id: str = "",
+        needs_attention: bool = False,
         page_size: int = 50,
         page_token: str = "",
     ) -> tuple[list[RunRecord], str]:
@@ -260,6 +261,8 @@ class Store:
                 query = query.where(runs.c.agent_name == agent_name)
             if session_id:
                 query = query.where(runs.c.session_id == session_id)
+            if needs_attention:
+                query = query.where(runs.c.needs_attention.is_(True))
             if after is not None:
                 created, run_id = after
                 query = query.where(
@@ -514,6 +517,40 @@ class Store:
             return {r[0]: ((r[2] or "cancelled"), r[3] or "") if r[1] is not None else None for r in rows}
 
         return await self.db.transaction(write)
+
+    async def repark(
+        self, run_id: str, *, owner: str, expected_revision: int, wake_ms: int, reconcile_attempts: int
+    ) -> None:
+        """Park the run again with nothing new to record: a new wake time, the lease given back.
+
+        No event and no revision: a wait that learned nothing costs one row update, not a commit
+        of the log.
+
+        Raises:
+            LeaseLost: the run's revision or owner is not what this worker expects.
+        """
+
+        def write(conn: Connection) -> int:
+            return conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.revision == expected_revision,
+                    runs.c.lease_owner == owner,
+                )
+                .values(
+                    wake_ms=wake_ms,
+                    reconcile_attempts=reconcile_attempts,
+                    lease_owner=None,
+                    lease_expires_ms=None,
+                )
+            ).rowcount
+
+        if await self.db.transaction(write) != 1:
+            raise LeaseLost(
+                f"run {run_id} moved past revision {expected_revision} or changed owner",
+                metadata={"run_id": run_id},
+            )
 
     async def release(self, run_id: str, *, owner: str) -> None:
         """Give up the lease (run ended or paused); a no-op when another worker owns it."""

@@ -31,7 +31,19 @@ if TYPE_CHECKING:
 
 __all__ = ["CHANNEL_OPTIONS", "HostChannel", "HostTls"]
 
-CHANNEL_OPTIONS = (("grpc.enable_retries", 0), ("grpc.max_receive_message_length", 16 * 1024 * 1024))
+# gRPC spaces its reconnects to a down host up to 120 s by default: a host back after a long
+# outage would stay unreachable to the runtime that long, past the reconcile interval of an
+# unknown outcome. A reconnect a second to a down host is cheap.
+RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+CHANNEL_OPTIONS = (
+    ("grpc.enable_retries", 0),
+    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+    *RECONNECT_OPTIONS,
+)
 TLS_CHECK_S = 3.0
 # Calls still running on a replaced channel get this long before it is closed under them; tool
 # timeouts are far shorter in practice, and the runtime's recovery handles anything cut off.
@@ -109,6 +121,7 @@ class HostChannel:
             self._options = (
                 ("grpc.enable_retries", 0),
                 ("grpc.max_receive_message_length", max_receive_bytes),
+                *RECONNECT_OPTIONS,
             )
         self.address = address
         self._tls = tls

@@ -149,7 +149,7 @@ class AgentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables")
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables", "needs_attention", "completed_calls", "not_completed_calls", "unknown_calls")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +188,10 @@ class Run(_message.Message):
     PRUNE_TIME_FIELD_NUMBER: _ClassVar[int]
     FAULT_COUNT_FIELD_NUMBER: _ClassVar[int]
     VARIABLES_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    NOT_COMPLETED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_CALLS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     tenant_id: str
     agent_name: str
@@ -212,7 +216,11 @@ class Run(_message.Message):
     prune_time: _timestamp_pb2.Timestamp
     fault_count: int
     variables: _containers.MessageMap[str, _struct_pb2.Value]
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ...) -> None: ...
+    needs_attention: bool
+    completed_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
+    not_completed_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
+    unknown_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., needs_attention: _Optional[bool] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("call_id", "tool", "arguments_json", "arguments")
@@ -490,20 +498,46 @@ class RetryScheduled(_message.Message):
     def __init__(self, call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ToolOutcomeUnknown(_message.Message):
-    __slots__ = ("step", "call_id", "tool", "idempotency_key", "reason", "call_deadline")
+    __slots__ = ("step", "call_id", "tool", "idempotency_key", "reason", "call_deadline", "unknown_time")
     STEP_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CALL_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_TIME_FIELD_NUMBER: _ClassVar[int]
     step: int
     call_id: str
     tool: str
     idempotency_key: str
     reason: str
     call_deadline: _timestamp_pb2.Timestamp
-    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., reason: _Optional[str] = ..., call_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    unknown_time: _timestamp_pb2.Timestamp
+    def __init__(self, step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., reason: _Optional[str] = ..., call_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unknown_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RunEscalated(_message.Message):
+    __slots__ = ("reason", "age", "call_id", "approval_id")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    AGE_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    age: _duration_pb2.Duration
+    call_id: str
+    approval_id: str
+    def __init__(self, reason: _Optional[str] = ..., age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., call_id: _Optional[str] = ..., approval_id: _Optional[str] = ...) -> None: ...
+
+class CallSummary(_message.Message):
+    __slots__ = ("call_id", "tool", "step", "detail")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    tool: str
+    step: int
+    detail: str
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., step: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Handoff(_message.Message):
     __slots__ = ("step", "call_id", "from_agent", "to_agent", "reason", "usage_after")
@@ -558,21 +592,27 @@ class RunCancelled(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class RunEnded(_message.Message):
-    __slots__ = ("phase", "reason", "partial", "retryable", "usage")
+    __slots__ = ("phase", "reason", "partial", "retryable", "usage", "completed_calls", "not_completed_calls", "unknown_calls")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    NOT_COMPLETED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_CALLS_FIELD_NUMBER: _ClassVar[int]
     phase: RunPhase
     reason: str
     partial: bool
     retryable: bool
     usage: Usage
-    def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    completed_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
+    not_completed_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
+    unknown_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
+    def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting", "variables_set")
+    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting", "variables_set", "run_escalated")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -598,6 +638,7 @@ class RunEvent(_message.Message):
     RUN_FAULT_FIELD_NUMBER: _ClassVar[int]
     RUN_WAITING_FIELD_NUMBER: _ClassVar[int]
     VARIABLES_SET_FIELD_NUMBER: _ClassVar[int]
+    RUN_ESCALATED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -623,7 +664,8 @@ class RunEvent(_message.Message):
     run_fault: RunFault
     run_waiting: RunWaiting
     variables_set: VariablesSet
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ..., variables_set: _Optional[_Union[VariablesSet, _Mapping]] = ...) -> None: ...
+    run_escalated: RunEscalated
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ..., variables_set: _Optional[_Union[VariablesSet, _Mapping]] = ..., run_escalated: _Optional[_Union[RunEscalated, _Mapping]] = ...) -> None: ...
 
 class VariablesSet(_message.Message):
     __slots__ = ("step", "call_id", "tool", "variables", "removed", "refused_reason")
