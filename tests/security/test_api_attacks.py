@@ -267,7 +267,7 @@ def grpcurl(stack: SecureStack, token: str | None, *args: str) -> subprocess.Com
 
 def test_grpcurl_with_tls_and_a_bearer_token(stack: SecureStack) -> None:
     anonymous = grpcurl(stack, None, stack.runtime.address, "list")
-    assert anonymous.returncode != 0 and "NotAuthenticated" in anonymous.stderr
+    assert anonymous.returncode != 0 and "Unauthenticated" in anonymous.stderr
     listed = grpcurl(stack, stack.tokens["alice"], stack.runtime.address, "list")
     assert listed.returncode == 0, listed.stderr
     assert SERVICE in listed.stdout.split()
