@@ -82,6 +82,7 @@ class LoopsConfig(_Strict):
     max_identical_calls: int = Field(3, ge=0)
     max_repeated_errors: int = Field(3, ge=0)
     max_steps_without_new_fact: int = Field(6, ge=0)
+    max_flip_flops: int = Field(2, ge=0, le=8)  # answers A, B, A, B with no new fact: 2 swings
 
     def to_policy(self) -> LoopPolicy:
         return LoopPolicy(**self.model_dump())

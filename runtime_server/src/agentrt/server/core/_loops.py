@@ -1,4 +1,5 @@
-"""Soft loop exits (R6.2): repeated identical calls, repeated errors, steps with no new fact.
+"""Soft loop exits (R6.2): repeated identical calls, repeated errors, steps with no new fact,
+and answers flip-flopping between two states with no new fact in between (S000).
 
 Pure bookkeeping folded from events; the decider asks :meth:`LoopTracker.detected`
 before each new model step and before each call.
@@ -27,6 +28,9 @@ NON_RETRYABLE_CODES = frozenset(
 )
 
 
+_ANSWERS_KEPT = 16  # enough for any flip-flop threshold a config may set (bounded: validated)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopPolicy:
     """Thresholds; 0 turns a check off."""
@@ -34,6 +38,7 @@ class LoopPolicy:
     max_identical_calls: int = 3
     max_repeated_errors: int = 3
     max_steps_without_new_fact: int = 6
+    max_flip_flops: int = 2  # A, B, A, B with no new fact: two full swings
 
 
 def signature(tool: str, payload_json: str) -> str:
@@ -57,6 +62,8 @@ class LoopTracker:
     new_fact_this_step: bool = False
     steps_without_new_fact: int = 0  # completed steps, not counting the current one
     model_steps_seen: int = 0
+    # Signatures of the model's answers (text and calls) since the last new fact, newest last.
+    answers: list[str] = field(default_factory=list)
 
     def on_call_started(self, tool: str, arguments_json: str) -> None:
         key = signature(tool, arguments_json)
@@ -75,8 +82,18 @@ class LoopTracker:
             self.errors[key] += 1
             self.error_names[key] = f"{tool}: {code.value}"
 
+    def on_answer(self, text: str, calls: list[tuple[str, str]]) -> None:
+        """The model answered: what it said and asked for, call ids aside (they differ every step)."""
+        shape = json.dumps([text, [[tool, signature(tool, arguments)] for tool, arguments in calls]])
+        self.answers.append(signature("answer", shape))
+        del self.answers[:-_ANSWERS_KEPT]
+
     def on_model_step(self, *, first: bool) -> None:
         """A model step starts: the previous step either brought a new fact or it did not."""
+        if self.new_fact_this_step:
+            # A new fact: what the model says next may rightly differ. The answer that earned the
+            # fact stays, as the state a flip-flop would go back to.
+            del self.answers[:-1]
         if not first:
             self.steps_without_new_fact = self._through_current_step()
         self.new_fact_this_step = False
@@ -99,8 +116,21 @@ class LoopTracker:
             for key, count in self.errors.items():
                 if count >= limit:
                     return f"repeated_error: {self.error_names[key]} {count} times"
+        flip_flop = self._flip_flop(policy.max_flip_flops)
+        if flip_flop is not None:
+            return flip_flop
         limit = policy.max_steps_without_new_fact
         stalled = self._through_current_step() if self.model_steps_seen else 0
         if limit and stalled >= limit:
             return f"no_progress: {stalled} steps without a new fact"
+        return None
+
+    def _flip_flop(self, swings: int) -> str | None:
+        """Detail when the last answers alternate A, B, A, B ... (``swings`` times) with no new fact."""
+        if not swings or len(self.answers) < 2 * swings:
+            return None
+        tail = self.answers[-2 * swings :]
+        first, second = tail[0], tail[1]
+        if first != second and all(a == (first if i % 2 == 0 else second) for i, a in enumerate(tail)):
+            return f"flip_flop: the answer alternated between two states {swings} times with no new fact"
         return None

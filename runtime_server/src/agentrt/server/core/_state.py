@@ -171,6 +171,7 @@ class RunState:
                 self.step = event.step
                 self._usage_from(event.usage_after)
                 calls = event.tool_calls
+                self.loops.on_answer(event.text, [(c.tool, c.arguments_json) for c in calls])
                 self.history.append(
                     HistoryEntry(
                         role="assistant",
