@@ -59,6 +59,10 @@ def _reject_constant(name: str) -> Any:
     raise JsonBoundsError(f"{name} is not a JSON value", reason="invalid")
 
 
+# Built once: json.loads with a keyword argument builds a new decoder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def nesting_depth(text: str, *, stop_at: int) -> int:
     """The deepest bracket nesting of ``text`` outside strings (exact once above ``stop_at``).
 
@@ -93,7 +97,7 @@ def loads_bounded(text: str | bytes, limits: JsonLimits = DEFAULT_JSON_LIMITS) -
     if nesting_depth(text, stop_at=limits.max_depth) > limits.max_depth:
         raise JsonBoundsError(f"JSON nests deeper than {limits.max_depth} levels", reason="too_deep")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return _DECODER.decode(text)
     except JsonBoundsError:
         raise
     except RecursionError:  # defence in depth: the scan above should have caught it
