@@ -83,6 +83,7 @@ class TimedTools(FakeTools):
         super().__init__()
         self.clock = clock
         self.takes_s = takes_s
+        self.cut_writes_land = False  # a cut write's effect is in the ledger when it is asked
         self.timeouts: list[float] = []
 
     async def invoke(
@@ -93,7 +94,8 @@ class TimedTools(FakeTools):
         if takes_s > timeout_s:
             self.clock.advance(timeout_s)
             if self.specs[tool].side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY:  # the host may still run it
-                self.ledger[metadata.idempotency_key] = "running"
+                landed = ToolOutcome('{"landed": true}', None, host=self.host)
+                self.ledger[metadata.idempotency_key] = landed if self.cut_writes_land else "running"
             return ToolOutcome.failure("TRANSIENT", DEADLINE_MESSAGE, in_doubt=True)
         self.clock.advance(takes_s)
         return await super().invoke(tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
@@ -250,3 +252,17 @@ async def test_a_model_step_without_a_step_layer_fails_after_its_attempts() -> N
 
     assert world.log.runs[run_id].reason == "model_unavailable"
     assert [r.timeout_s for r in world.models.requests] == [120.0, 120.0, 120.0]  # model_timeout_s
+
+
+async def test_a_write_cut_by_the_step_layer_whose_effect_landed_is_recorded_completed() -> None:
+    world, tools = world_with(takes_s=(100,), tool_step_s=10)
+    tools.add("order.status", answer, side_effect="write")
+    tools.cut_writes_land = True
+    run_id = world.create_run()
+
+    await world.drive(run_id)
+
+    (completed,) = world.log.payloads(run_id, "tool.completed")
+    assert completed["result_json"] == '{"landed": true}'
+    assert "tool.failed" not in world.log.types(run_id)
+    assert world.log.phase(run_id) == "COMPLETED"

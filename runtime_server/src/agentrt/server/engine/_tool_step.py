@@ -183,7 +183,9 @@ class ToolStep:
                 return
         error = outcome.error or {}
         retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
-        step_fired = timed_out and budget.layer is TimeoutLayer.STEP
+        # The outcome as settled (a ledger's answer replaces a timed-out write's): did the step cut it?
+        final = str(error.get("message", ""))
+        step_fired = budget.layer is TimeoutLayer.STEP and ("deadline" in final or "timeout" in final)
         if retryable and not step_fired:
             scheduled = self._schedule_retry(
                 call, error, expected_call_s=ports.clock() - started, step_deadline=step_deadline
