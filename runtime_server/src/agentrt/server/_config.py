@@ -35,6 +35,7 @@ from agentrt.server._config_security import (
     ModelProfileConfig,
     TlsConfig,
 )
+from agentrt.server._config_timeouts import TimeoutsConfig
 from agentrt.server._config_waits import EscalationConfig, ReconcileConfig
 from agentrt.server.core import Budgets, LoopPolicy, price_micros, usd_to_micros
 
@@ -203,7 +204,8 @@ class Settings(_Strict):
     poll_interval_s: float = Field(1.0, gt=0)
     max_concurrent_runs: int = Field(512, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
-    connect_timeout_s: float = Field(10.0, gt=0)  # how long start waits for each tool host to answer
+    # How long start waits for each tool host to answer ListTools; a call's connect: [timeouts] connect_s.
+    connect_timeout_s: float = Field(10.0, gt=0)
     model_timeout_s: float = Field(120.0, gt=0)
     call_reserve_s: float = Field(0.2, ge=0)
     tool_attempts: int = Field(3, ge=1)
@@ -233,6 +235,7 @@ class Settings(_Strict):
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

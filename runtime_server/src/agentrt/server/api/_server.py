@@ -51,6 +51,7 @@ class RuntimeServer:
         self.tools = ToolRouter(
             slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls),
             max_result_bytes=settings.payloads.max_tool_result_bytes,
+            connect_s=settings.timeouts.connect_s,
         )
         self.spawned: list[SpawnedToolHost] = []
         self.store: Store | None = None

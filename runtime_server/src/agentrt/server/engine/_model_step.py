@@ -30,6 +30,7 @@ from agentrt.server.core import (
     Phase,
     RetryScheduled,
     StepStarted,
+    TimeoutLayer,
     ToolCallRequest,
     Usage,
     end_events,
@@ -38,6 +39,7 @@ from agentrt.server.core import (
     plan_window,
     retry_fits,
     rfc3339,
+    step_deadline_s,
     usage_plus,
     windowed_history,
     with_summary,
@@ -234,9 +236,15 @@ class ModelStep:
         # Messages of provider errors enter events: a profile's endpoints and key sources must not.
         redact = bound.redact
         attempt = 0
+        # The step, retries and backoff included, must end by then ([timeouts] model_step_s).
+        step_deadline = step_deadline_s(began_s=ports.clock(), step_s=ctx.settings.timeouts.model_step_s)
         while True:
             attempt += 1
-            timeout = ctx.timeout(ctx.settings.model_timeout_s)
+            budget = ctx.budget(ctx.settings.model_timeout_s, step_deadline)
+            timeout = budget.timeout_s
+            if timeout <= 0 and budget.layer is TimeoutLayer.STEP:
+                self._step_timeout(redact("the step's deadline left no time for another attempt"))
+                return
             if timeout <= 0:
                 ctx.add(*end_events(self.ctx.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
                 return
@@ -256,9 +264,21 @@ class ModelStep:
                     # Clients drop what this attempt streamed; the step is retried as a whole.
                     self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
                 delay = max(exc.retry_after_s or 0.0, self.ctx.backoff(attempt))
-                fits = retry_fits(
-                    now_s=ports.clock(), delay_s=delay, expected_call_s=0.0, deadline_s=ctx.deadline_s
+                now = ports.clock()
+                fits_run = retry_fits(
+                    now_s=now, delay_s=delay, expected_call_s=0.0, deadline_s=ctx.deadline_s
                 )
+                fits = fits_run and retry_fits(
+                    now_s=now,
+                    delay_s=delay,
+                    expected_call_s=0.0,
+                    deadline_s=ctx.deadline_s,
+                    step_deadline_s=step_deadline,
+                )
+                if attempt < ctx.settings.model_attempts and fits_run and not fits:
+                    ports.counters.inc("retry_exhausted_count")
+                    self._step_timeout(redact(str(exc)))
+                    return
                 if attempt >= ctx.settings.model_attempts or not fits:
                     ports.counters.inc("retry_exhausted_count")
                     reason = "model_unavailable"
@@ -346,6 +366,14 @@ class ModelStep:
         # Models without a price entry cost 0: the cost budget only binds priced models.
         price = self.ctx.settings.prices.get(bound.spec.name)
         return price.cost_micros(input_tokens, output_tokens) if price is not None else 0
+
+    def _step_timeout(self, message: str) -> None:
+        """The step layer fired: the run ends failed with ``step_timeout`` (retryable, like an outage)."""
+        limit = self.ctx.settings.timeouts.model_step_s
+        message = f"the model step with its retries did not finish within model_step_s={limit:g}s: {message}"
+        self.ctx.add(
+            *end_events(self.ctx.state, Phase.FAILED, "step_timeout", message=message, retryable=True)
+        )
 
     def _delta_sink(self, step: int, attempt: int) -> _DeltaSink:
         return _DeltaSink(self, step, attempt)

@@ -21,6 +21,7 @@ from agentrt.server._config_waits import wait_policy
 from agentrt.server.core import (
     ApprovalRequested,
     Budgets,
+    CallBudget,
     CallState,
     ContextWindow,
     Event,
@@ -32,6 +33,7 @@ from agentrt.server.core import (
     StepStarted,
     Usage,
     backoff_delay_s,
+    call_budget,
     call_timeout_s,
     escalation_due_ms,
 )
@@ -317,6 +319,16 @@ class RunContext:
             now_s=self.ports.clock(),
             run_deadline_s=self.deadline_s,
             call_timeout_s=call_timeout,
+            reserve_s=self.settings.call_reserve_s,
+        )
+
+    def budget(self, call_timeout: float, step_deadline: float) -> CallBudget:
+        """A call's timeout under its own, its step's and the run's deadline, and which one binds."""
+        return call_budget(
+            now_s=self.ports.clock(),
+            call_timeout_s=call_timeout,
+            step_deadline_s=step_deadline,
+            run_deadline_s=self.deadline_s,
             reserve_s=self.settings.call_reserve_s,
         )
 

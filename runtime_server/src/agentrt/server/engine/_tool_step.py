@@ -37,6 +37,7 @@ from agentrt.server.core import (
     PayloadRef,
     Phase,
     RetryScheduled,
+    TimeoutLayer,
     ToolCompleted,
     ToolError,
     ToolErrorCode,
@@ -51,6 +52,7 @@ from agentrt.server.core import (
     reconcile_delay_ms,
     retry_fits,
     rfc3339,
+    step_deadline_s,
     variables_json,
     variables_requested,
 )
@@ -84,10 +86,26 @@ class ToolStep:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self._sent: dict[str, tuple[int, int]] = {}  # call id -> (sent, answered) ms of its last attempt
+        # call id -> when its step (first attempt here) began: held per ownership, so a new owner
+        # gives an inherited call a fresh step budget (the run's deadline still bounds it).
+        self._step_began: dict[str, float] = {}
 
     def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
         seconds = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
         return seconds or self.ctx.settings.tool_timeout_s
+
+    def _step_deadline(self, call: CallState) -> float:
+        """When this call, all its attempts and backoff included, must end (``[timeouts] tool_step_s``)."""
+        began = self._step_began.setdefault(call.call_id, self.ctx.ports.clock())
+        return step_deadline_s(began_s=began, step_s=self.ctx.settings.timeouts.tool_step_s)
+
+    def _step_timeout(self, call: CallState, last: dict[str, Any] | None = None) -> ToolOutcome:
+        """The step layer fired: the call ends failed, saying so (never a write in doubt: see callers)."""
+        limit = self.ctx.settings.timeouts.tool_step_s
+        message = f"step_timeout: {call.tool} with its retries did not finish within tool_step_s={limit:g}s"
+        if last:
+            message += f" (last attempt: {last.get('message', '')})"
+        return ToolOutcome.failure("TRANSIENT", message)
 
     # -- one call -----------------------------------------------------------------------------------
 
@@ -118,7 +136,12 @@ class ToolStep:
             never_sent = call.attempts == 1
         if call.approved and never_sent and await self._vetoed(call):
             return
-        timeout = d.timeout(self._spec_timeout(spec))
+        step_deadline = self._step_deadline(call)
+        budget = d.budget(self._spec_timeout(spec), step_deadline)
+        timeout = budget.timeout_s
+        if timeout <= 0 and budget.layer is TimeoutLayer.STEP:
+            self.record(call, self._step_timeout(call))
+            return
         if timeout <= 0:
             d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
             return
@@ -144,7 +167,8 @@ class ToolStep:
                 return
         ports.faults.hit("tool_response_received")
         message = (outcome.error or {}).get("message", "")
-        if outcome.error and ("deadline" in message or "timeout" in message):
+        timed_out = outcome.error is not None and ("deadline" in message or "timeout" in message)
+        if timed_out:
             ports.counters.inc("timeout_count")
         if outcome.in_doubt and write:
             # The request may have reached the host, or the host cannot tell what the tool did:
@@ -159,8 +183,19 @@ class ToolStep:
                 return
         error = outcome.error or {}
         retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
-        if retryable and self._schedule_retry(call, error, expected_call_s=ports.clock() - started):
-            return
+        # The outcome as settled (a ledger's answer replaces a timed-out write's): did the step cut it?
+        final = str(error.get("message", ""))
+        step_fired = budget.layer is TimeoutLayer.STEP and ("deadline" in final or "timeout" in final)
+        if retryable and not step_fired:
+            scheduled = self._schedule_retry(
+                call, error, expected_call_s=ports.clock() - started, step_deadline=step_deadline
+            )
+            if scheduled is True:
+                return
+            step_fired = scheduled is TimeoutLayer.STEP
+        if step_fired:
+            outcome = self._step_timeout(call, error)
+        self._step_began.pop(call.call_id, None)
         self.record(call, await bound_tool_outcome(d, outcome))
 
     async def _vetoed(self, call: CallState) -> bool:
@@ -255,15 +290,27 @@ class ToolStep:
             "host": outcome.host,
         }
 
-    def _schedule_retry(self, call: CallState, error: dict[str, Any], *, expected_call_s: float) -> bool:
+    def _schedule_retry(
+        self, call: CallState, error: dict[str, Any], *, expected_call_s: float, step_deadline: float
+    ) -> bool | TimeoutLayer:
+        """True when a retry is scheduled; else False, or STEP when only the step's deadline stops it."""
         d, ports = self.ctx, self.ctx.ports
         delay = d.backoff(call.attempts)
+        now = ports.clock()
+        fits_run = retry_fits(
+            now_s=now, delay_s=delay, expected_call_s=expected_call_s, deadline_s=d.deadline_s
+        )
         fits = retry_fits(
-            now_s=ports.clock(), delay_s=delay, expected_call_s=expected_call_s, deadline_s=d.deadline_s
+            now_s=now,
+            delay_s=delay,
+            expected_call_s=expected_call_s,
+            deadline_s=d.deadline_s,
+            step_deadline_s=step_deadline,
         )
         if call.attempts >= d.settings.tool_attempts or not fits:
             ports.counters.inc("retry_exhausted_count")
-            return False
+            attempts_left = call.attempts < d.settings.tool_attempts
+            return TimeoutLayer.STEP if attempts_left and fits_run else False
         ports.counters.inc("retry_count")
         due_ms = ports.now_ms() + math.ceil(delay * 1000)
         d.add(self._retry_event(call, call.attempts + 1, delay, error, due_ms))
@@ -412,20 +459,37 @@ class ToolStep:
         d, ports = self.ctx, self.ctx.ports
         spec = ports.tools.spec(call.tool)
         attempt = call.attempts
+        step_deadline = self._step_deadline(call)
+        self._step_began.pop(call.call_id, None)  # the whole step runs inside this method
         while True:
-            timeout = d.timeout(self._spec_timeout(spec))
-            if timeout <= 0:
-                steps.append((None, ToolOutcome.failure("TRANSIENT", "the run's deadline left no time")))
+            budget = d.budget(self._spec_timeout(spec), step_deadline)
+            if budget.timeout_s <= 0:
+                if budget.layer is TimeoutLayer.STEP:
+                    steps.append((None, self._step_timeout(call)))
+                else:
+                    steps.append((None, ToolOutcome.failure("TRANSIENT", "the run's deadline left no time")))
                 return
             began = ports.clock()
-            outcome = await self._send(call, timeout_s=timeout)
+            outcome = await self._send(call, timeout_s=budget.timeout_s)
             error = outcome.error or {}
+            message = str(error.get("message", ""))
+            if budget.layer is TimeoutLayer.STEP and ("deadline" in message or "timeout" in message):
+                steps.append((None, self._step_timeout(call, error)))
+                return
             if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and attempt < d.settings.tool_attempts:
                 delay = d.backoff(attempt)
-                expected = ports.clock() - began
-                if retry_fits(
-                    now_s=ports.clock(), delay_s=delay, expected_call_s=expected, deadline_s=d.deadline_s
-                ):
+                expected, now = ports.clock() - began, ports.clock()
+                fits_run = retry_fits(
+                    now_s=now, delay_s=delay, expected_call_s=expected, deadline_s=d.deadline_s
+                )
+                fits = fits_run and retry_fits(
+                    now_s=now,
+                    delay_s=delay,
+                    expected_call_s=expected,
+                    deadline_s=d.deadline_s,
+                    step_deadline_s=step_deadline,
+                )
+                if fits:
                     ports.counters.inc("retry_count")
                     attempt += 1
                     due_ms = ports.now_ms() + math.ceil(delay * 1000)
@@ -434,6 +498,9 @@ class ToolStep:
                     await d.ports.sleep(delay)
                     continue
                 ports.counters.inc("retry_exhausted_count")
+                if fits_run:  # only the step's deadline stops the retry
+                    steps.append((None, self._step_timeout(call, error)))
+                    return
             steps.append((None, outcome))
             return
 

@@ -176,6 +176,24 @@ class HostChannel:
         task.add_done_callback(lambda done: self._retiring.pop(done, None))
         _log.info("TLS files of tool host %r changed: new calls use a new channel", self.name)
 
+    async def connected(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a connection to the host; False when none was made in time.
+
+        A call is sent only on a ready channel: then a call that found no connection provably never
+        left, however the connect failed (refused, silent, a stalled handshake). ``wait_for_ready=False``
+        plus the call's deadline cannot say that: its DEADLINE_EXCEEDED looks the same whether the
+        request was queued for a connection or reached the host.
+        """
+        channel = self.channel
+        if channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
+            return True
+        try:
+            async with asyncio.timeout(timeout_s):
+                await channel.channel_ready()
+        except TimeoutError:
+            return False
+        return True
+
     async def close(self) -> None:
         """Close the channel and any replaced one still finishing calls."""
         for task, old in list(self._retiring.items()):

@@ -21,6 +21,7 @@ from google.protobuf import json_format
 
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.server.core import connect_timeout_s
 from agentrt.server.tools._channel import TLS_CHECK_S, HostChannel, HostTls
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
 from agentrt.toolhost.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
@@ -102,6 +103,8 @@ class ToolRouter:
             None sends none (``grants.enabled = false``; only hosts without grant keys obey).
         tls_check_s: Seconds between looks at TLS files (and at the signing key, for the log).
         slots: Per-tool concurrency limits (none by default).
+        connect_s: How long a call waits for a connection to its host (``[timeouts] connect_s``);
+            past it the call fails TRANSIENT, provably unsent, so a write is sent again under its key.
     """
 
     def __init__(
@@ -111,8 +114,10 @@ class ToolRouter:
         tls_check_s: float = TLS_CHECK_S,
         slots: ToolSlots | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        connect_s: float = 5.0,
     ) -> None:
         self.signer = signer
+        self.connect_s = connect_s
         self.slots = slots or ToolSlots()
         self.max_result_bytes = max_result_bytes
         self._tls_check_s = tls_check_s
@@ -250,10 +255,20 @@ class ToolRouter:
     async def _invoke(
         self, host: HostChannel, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:
+        stub = host.stub()  # first: it may move the host to a new channel (rotated TLS files)
+        began = time.monotonic()
+        connect_s = connect_timeout_s(connect_s=self.connect_s, call_timeout_s=timeout_s)
+        if not await host.connected(connect_s):
+            return ToolOutcome.failure(
+                "TRANSIENT",
+                f"tool host UNAVAILABLE: failed to connect to {host.name!r} within {connect_s:g}s; not sent",
+                in_doubt=False,
+            )
+        left = max(0.0, timeout_s - (time.monotonic() - began))
         try:
-            reply = await host.stub().InvokeTool(
+            reply = await stub.InvokeTool(
                 svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json),
-                timeout=timeout_s,
+                timeout=left,
                 metadata=self._metadata(host, tool, arguments_json, metadata),
             )
         except grpc.aio.AioRpcError as exc:
