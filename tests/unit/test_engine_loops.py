@@ -21,11 +21,7 @@ async def bad_id(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
 
 
 def diagnostic_reasons(world: EngineWorld, run_id: str) -> list[str]:
-    return [
-        p["reason"]
-        for p in world.log.payloads(run_id, "step.started")
-        if p.get("kind") == "diagnostic"
-    ]
+    return [p["reason"] for p in world.log.payloads(run_id, "step.started") if p.get("kind") == "diagnostic"]
 
 
 async def test_an_answer_flip_flopping_between_two_states_ends_the_run() -> None:
