@@ -41,8 +41,8 @@ from agentrt.server.core import events as ev
 from agentrt.server.engine._control import Cancelled
 from agentrt.server.engine._driver import RunDriver, read_log
 from agentrt.server.engine._ports import Fresh, Ports
-from agentrt.server.engine._run import RunHandle, cancellable
-from agentrt.server.store import RunRecord, StoredEvent, encode_event
+from agentrt.server.engine._run import RunHandle, cancellable, commit_after_row
+from agentrt.server.store import RunRecord
 
 log = logging.getLogger("agentrt.engine")
 
@@ -141,22 +141,8 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
         )
     elif decision.park:  # UNKNOWN_OUTCOME is never collapsed into FAILED (R4.4): a person settles it
         values.update(wake_ms=now_ms + int(FAULT_PARK_S * 1000), lease_owner=None, lease_expires_ms=None)
-    payloads = [encode_event(e) for e in events]
-    first_seq = record.last_seq + 1
-    await ports.log.append(
-        record.run_id,
-        expected_revision=record.revision,
-        owner=ports.owner,
-        first_seq=first_seq,
-        new_events=payloads,
-        values=values,
-        now_ms=now_ms,
-    )
+    await commit_after_row(ports, record, events, values, now_ms)
     ports.counters.inc("run_fault_count")
-    ports.live.publish(
-        record.run_id,
-        [StoredEvent(record.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
-    )
     if decision.end:
         ports.counters.inc("runs_ended")
         if state.any_tool_started:

@@ -52,9 +52,9 @@ from agentrt.server.engine._finalize import finalize
 from agentrt.server.engine._model_step import ModelStep
 from agentrt.server.engine._payload_step import hydrate_input
 from agentrt.server.engine._ports import Fresh, Ports
-from agentrt.server.engine._run import RunContext, RunHandle
+from agentrt.server.engine._run import RunContext, RunHandle, commit_after_row
 from agentrt.server.engine._tool_step import ToolStep
-from agentrt.server.store import RunRecord, StoredEvent, decode_event, encode_event
+from agentrt.server.store import RunRecord, StoredEvent, decode_event
 
 log = logging.getLogger("agentrt.engine")
 
@@ -189,22 +189,7 @@ async def _end_incompatible(ports: Ports, record: RunRecord, events: list[RawEve
         "lease_owner": None,
         "lease_expires_ms": None,
     }
-    now_ms = ports.now_ms()
-    payloads = [encode_event(e) for e in ending]
-    first_seq = record.last_seq + 1
-    await ports.log.append(
-        record.run_id,
-        expected_revision=record.revision,
-        owner=ports.owner,
-        first_seq=first_seq,
-        new_events=payloads,
-        values=values,
-        now_ms=now_ms,
-    )
-    ports.live.publish(
-        record.run_id,
-        [StoredEvent(record.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
-    )
+    await commit_after_row(ports, record, ending, values, ports.now_ms())
     ports.counters.inc("runs_ended")
     if state.any_tool_started:
         ports.counters.inc("partial_run_count")

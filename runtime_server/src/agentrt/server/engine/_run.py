@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,7 +42,7 @@ from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.engine._sizes import check_event_sizes
-from agentrt.server.store import StoredEvent, call_summary_json, encode_event
+from agentrt.server.store import RunRecord, StoredEvent, call_summary_json, encode_event
 from agentrt.server.tools import CallMetadata
 
 T = TypeVar("T")
@@ -259,10 +259,7 @@ class RunContext:
         self.pending_values = {}
         self.buffer.clear()
         self.released = state.ended or values.get("lease_owner", "") is None
-        ports.live.publish(
-            self.run_id,
-            [StoredEvent(self.run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)],
-        )
+        ports.live.publish(self.run_id, stored_events(self.run_id, first_seq, payloads, now_ms))
         if checkpoint is not None:  # after the commit: it describes committed events only
             await write_checkpoint(ports, checkpoint[0])
         if state.ended:
@@ -388,6 +385,37 @@ async def cancellable(handle: RunHandle, make: Callable[[], Awaitable[T]]) -> T:
         raise
     finally:
         handle.io = None
+
+
+async def commit_after_row(
+    ports: Ports, record: RunRecord, events: Sequence[Event], values: Mapping[str, Any], now_ms: int
+) -> None:
+    """Append ``events`` after the row's last one and move the row, fenced by its revision and
+    owner, then tell live readers: a commit made from the row alone, with no RunContext (a fault,
+    or a log this runtime cannot fold).
+
+    Raises:
+        LeaseLost: another worker owns the run now, or the row moved on.
+    """
+    payloads = [encode_event(e) for e in events]
+    first_seq = record.last_seq + 1
+    await ports.log.append(
+        record.run_id,
+        expected_revision=record.revision,
+        owner=ports.owner,
+        first_seq=first_seq,
+        new_events=payloads,
+        values=values,
+        now_ms=now_ms,
+    )
+    ports.live.publish(record.run_id, stored_events(record.run_id, first_seq, payloads, now_ms))
+
+
+def stored_events(
+    run_id: str, first_seq: int, payloads: Sequence[tuple[str, str]], now_ms: int
+) -> list[StoredEvent]:
+    """Committed events as the store holds them, for live readers."""
+    return [StoredEvent(run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)]
 
 
 def _pending_json(pending: ApprovalRequested | None) -> str | None:
