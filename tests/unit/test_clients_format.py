@@ -212,6 +212,38 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         },
         "run.escalated  needs attention: unknown_outcome_age waited=3600s call=call_2",
     ),
+    "run_closing": (
+        {"run_closing": run_pb2.RunClosing(phase=run_pb2.RUN_PHASE_CANCELLED, reason="user")},
+        'run.closing  ending CANCELLED reason="user": releasing registered resources first',
+    ),
+    "cleanup_registered": (
+        {
+            "cleanup_registered": run_pb2.CleanupRegistered(
+                cleanup_id="c1",
+                kind=run_pb2.CLEANUP_KIND_TOOL,
+                target="sandbox.destroy",
+                arguments_json='{"sandbox_id":"s1"}',
+                call_id="call_1",
+            )
+        },
+        'cleanup.registered  c1 tool sandbox.destroy {"sandbox_id":"s1"} call=call_1',
+    ),
+    "cleanup_started": (
+        {"cleanup_started": run_pb2.CleanupStarted(cleanup_id="c1", attempt=2)},
+        "cleanup.started  c1 attempt=2",
+    ),
+    "cleanup_completed": (
+        {"cleanup_completed": run_pb2.CleanupCompleted(cleanup_id="c1", attempt=1)},
+        "cleanup.completed  c1 released attempt=1",
+    ),
+    "cleanup_failed": (
+        {
+            "cleanup_failed": run_pb2.CleanupFailed(
+                cleanup_id="c1", attempt=3, message="TRANSIENT: down", final=True
+            )
+        },
+        'cleanup.failed  c1 attempt=3 "TRANSIENT: down" (given up: CLEANUP_UNKNOWN)',
+    ),
 }
 
 ONEOF_FIELDS = [f.name for f in run_pb2.RunEvent.DESCRIPTOR.oneofs_by_name["event"].fields]

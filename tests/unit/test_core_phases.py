@@ -59,6 +59,13 @@ def test_every_rule_has_a_precondition_and_every_phase_is_reachable() -> None:
     assert reachable == set(Phase)
 
 
-def test_completed_only_from_a_model_step() -> None:
+def test_completed_only_from_a_model_step_or_once_resources_are_released() -> None:
     sources = {p for p in Phase if rule_for(p, Trigger.COMPLETE) is not None}
-    assert sources == {Phase.MODEL_STEP}
+    assert sources == {Phase.MODEL_STEP, Phase.CLEANING_UP}
+
+
+def test_cleaning_up_leaves_only_to_an_end() -> None:
+    targets = {rule.target for rule in RULES if Phase.CLEANING_UP in rule.sources}
+    assert targets == {Phase.COMPLETED, Phase.FAILED, Phase.CANCELLED, Phase.EXPIRED}
+    assert rule_for(Phase.UNKNOWN_OUTCOME, Trigger.CLOSE) is None  # never closed over an unknown write
+    assert rule_for(Phase.CLEANING_UP, Trigger.REQUEST_CANCEL) is None  # the run is ending already

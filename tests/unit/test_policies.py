@@ -17,6 +17,7 @@ def test_policy_hooks_are_documented_with_their_parameters() -> None:
     names = sorted(n for n in dir(hookspecs) if n.startswith("agentrt_"))
     assert names == [
         "agentrt_approval_policy",
+        "agentrt_cleanup",
         "agentrt_output_guardrail",
         "agentrt_postcondition",
         "agentrt_recheck_approved",

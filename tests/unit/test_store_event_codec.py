@@ -25,6 +25,11 @@ from agentrt.server.core import (
     Budgets,
     CallSummary,
     CancelRequested,
+    CleanupCompleted,
+    CleanupFailed,
+    CleanupKind,
+    CleanupRegistered,
+    CleanupStarted,
     ClippedResult,
     ContextWindow,
     Handoff,
@@ -38,6 +43,7 @@ from agentrt.server.core import (
     RetryScheduled,
     RunCancelled,
     RunCheckpointed,
+    RunClosing,
     RunCompleted,
     RunEnded,
     RunEscalated,
@@ -297,6 +303,32 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         removed=st.lists(text, max_size=2).map(tuple),
         refused_reason=text,
     ),
+    RunClosing: st.builds(
+        RunClosing,
+        phase=st.sampled_from(Phase),
+        reason=text,
+        message=text,
+        retryable=st.booleans(),
+        output=text,
+        output_ref=st.none() | ref,
+    ),
+    CleanupRegistered: st.builds(
+        CleanupRegistered,
+        cleanup_id=text,
+        kind=st.sampled_from(CleanupKind),
+        target=text,
+        arguments_json=text,
+        call_id=text,
+        step=small,
+        refused_reason=text,
+    ),
+    CleanupStarted: st.builds(
+        CleanupStarted, cleanup_id=text, attempt=small, idempotency_key=text, deadline=stamp
+    ),
+    CleanupCompleted: st.builds(CleanupCompleted, cleanup_id=text, attempt=small),
+    CleanupFailed: st.builds(
+        CleanupFailed, cleanup_id=text, attempt=small, message=text, final=st.booleans()
+    ),
 }
 
 
@@ -535,6 +567,33 @@ WRITTEN: list[tuple[str, str]] = [
         ev.VARIABLES_SET,
         '{"step": 2, "call_id": "c1", "tool": "t", "refused_reason": "variables refused: too many"}',
     ),
+    (
+        ev.RUN_CLOSING,
+        '{"phase": "RUN_PHASE_CANCELLED", "reason": "user", "message": "", "retryable": false, "output": ""}',
+    ),
+    (
+        ev.RUN_CLOSING,
+        '{"phase": "RUN_PHASE_COMPLETED", "reason": "final_answer", "message": "", "retryable": false, '
+        f'"output": "view", "output_ref": {_REF}}}',
+    ),
+    (
+        ev.CLEANUP_REGISTERED,
+        '{"cleanup_id": "c1", "kind": "CLEANUP_KIND_TOOL", "target": "sandbox.destroy", '
+        '"arguments_json": "{\\"id\\":\\"s1\\"}", "call_id": "c1", "step": 2}',
+    ),
+    (
+        ev.CLEANUP_REGISTERED,
+        '{"cleanup_id": "", "kind": "CLEANUP_KIND_HOOK", "target": "x", "arguments_json": "", '
+        '"call_id": "c1", "step": 2, "refused_reason": "cleanup refused: too many"}',
+    ),
+    (
+        ev.CLEANUP_STARTED,
+        '{"cleanup_id": "c1", "attempt": 1, "idempotency_key": "cleanup:r:c1", '
+        '"deadline": "2026-05-01T12:01:00.000Z"}',
+    ),
+    (ev.CLEANUP_STARTED, '{"cleanup_id": "c2", "attempt": 2, "idempotency_key": "cleanup:r:c2"}'),
+    (ev.CLEANUP_COMPLETED, '{"cleanup_id": "c1", "attempt": 1}'),
+    (ev.CLEANUP_FAILED, '{"cleanup_id": "c1", "attempt": 3, "message": "TRANSIENT: down", "final": true}'),
 ]
 
 
@@ -582,7 +641,7 @@ def test_every_proto_shape_decodes_and_re_encodes_to_the_same_message(event_type
 
 @pytest.mark.parametrize("event_type", [t for t, payload in _SHAPES if payload == "{}"])
 def test_an_empty_payload_decodes_to_the_defaults(event_type: str) -> None:
-    if event_type == ev.RUN_ENDED:  # RunPhase has no default a run can end in
+    if event_type in (ev.RUN_ENDED, ev.RUN_CLOSING):  # RunPhase has no default a run can end in
         with pytest.raises(UndecodableEvent, match="without a phase"):
             decode_event(event_type, "{}")
         return

@@ -86,6 +86,7 @@ def _list_request(
     agent_name: str,
     session_id: str,
     needs_attention: bool = False,
+    cleanup_unknown: bool = False,
 ) -> runtime_service_pb2.ListRunsRequest:
     return runtime_service_pb2.ListRunsRequest(
         page_size=page_size,
@@ -94,6 +95,7 @@ def _list_request(
         agent_name=agent_name,
         session_id=session_id,
         needs_attention=needs_attention,
+        cleanup_unknown=cleanup_unknown,
     )
 
 
@@ -335,6 +337,7 @@ class AsyncClient:
         agent_name: str = "",
         session_id: str = "",
         needs_attention: bool = False,
+        cleanup_unknown: bool = False,
     ) -> runtime_service_pb2.ListRunsResponse:
         """Lists runs, newest first.
 
@@ -345,11 +348,15 @@ class AsyncClient:
             agent_name: Only runs of this agent.
             session_id: Only runs of this session.
             needs_attention: Only runs whose wait was escalated (``Run.needs_attention``).
+            cleanup_unknown: Only runs whose cleanups may have left a resource behind
+                (``Run.cleanup_status`` UNKNOWN).
 
         Returns:
             The page: ``runs`` and ``next_page_token`` ("" on the last page).
         """
-        request = _list_request(page_size, page_token, phases, agent_name, session_id, needs_attention)
+        request = _list_request(
+            page_size, page_token, phases, agent_name, session_id, needs_attention, cleanup_unknown
+        )
         return await self._unary(self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata))
 
     def stream_events(

@@ -106,7 +106,13 @@ def format_run(run: run_pb2.Run) -> str:
 def format_run_line(run: run_pb2.Run) -> str:
     """Renders a run as one line, for listings: id, phase, agent, last update, reason."""
     updated = run.update_time.ToJsonString() if run.HasField("update_time") else "-"
-    return f"{run.run_id}  {phase_name(run.phase)}  {run.agent_name}  {updated}  {run.reason}".rstrip()
+    flags = ""
+    if run.needs_attention:
+        flags += "  NEEDS_ATTENTION"
+    if run.cleanup_status == run_pb2.CLEANUP_STATUS_UNKNOWN:
+        flags += f"  CLEANUP_UNKNOWN({run.cleanups_unknown})"
+    line = f"{run.run_id}  {phase_name(run.phase)}  {run.agent_name}  {updated}  {run.reason}{flags}"
+    return line.rstrip()
 
 
 # --- one renderer per RunEvent case; tests check every oneof field has one ---
@@ -255,6 +261,36 @@ def _variables_set(e: run_pb2.VariablesSet) -> str:
     return f"{e.tool} call={e.call_id} " + " ".join(parts)
 
 
+def _run_closing(e: run_pb2.RunClosing) -> str:
+    reason = f" reason={_quote(e.reason)}" if e.reason else ""
+    return f"ending {phase_name(e.phase)}{reason}: releasing registered resources first"
+
+
+def _cleanup_registered(e: run_pb2.CleanupRegistered) -> str:
+    kind = (
+        run_pb2.CleanupKind.Name(e.kind).removeprefix("CLEANUP_KIND_").lower()
+        if e.kind in run_pb2.CleanupKind.values()
+        else str(e.kind)
+    )
+    if e.refused_reason:
+        return f"call={e.call_id} {kind} {e.target} refused: {_quote(e.refused_reason)}"
+    arguments = f" {_clip(e.arguments_json)}" if e.arguments_json else ""
+    return f"{e.cleanup_id} {kind} {e.target}{arguments} call={e.call_id}"
+
+
+def _cleanup_started(e: run_pb2.CleanupStarted) -> str:
+    return f"{e.cleanup_id} attempt={e.attempt}"
+
+
+def _cleanup_completed(e: run_pb2.CleanupCompleted) -> str:
+    return f"{e.cleanup_id} released attempt={e.attempt}"
+
+
+def _cleanup_failed(e: run_pb2.CleanupFailed) -> str:
+    final = " (given up: CLEANUP_UNKNOWN)" if e.final else ""
+    return f"{e.cleanup_id} attempt={e.attempt} {_quote(e.message)}{final}"
+
+
 def _handoff(e: run_pb2.Handoff) -> str:
     reason = f" reason={_quote(e.reason)}" if e.reason else ""
     return f"{e.from_agent} -> {e.to_agent}{reason}"
@@ -284,6 +320,11 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "run_waiting": _run_waiting,
     "variables_set": _variables_set,
     "run_escalated": _run_escalated,
+    "run_closing": _run_closing,
+    "cleanup_registered": _cleanup_registered,
+    "cleanup_started": _cleanup_started,
+    "cleanup_completed": _cleanup_completed,
+    "cleanup_failed": _cleanup_failed,
 }
 
 

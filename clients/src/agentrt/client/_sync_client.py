@@ -170,9 +170,12 @@ class Client:
         agent_name: str = "",
         session_id: str = "",
         needs_attention: bool = False,
+        cleanup_unknown: bool = False,
     ) -> runtime_service_pb2.ListRunsResponse:
         """Lists runs, newest first; see :meth:`AsyncClient.list_runs`."""
-        request = _list_request(page_size, page_token, phases, agent_name, session_id, needs_attention)
+        request = _list_request(
+            page_size, page_token, phases, agent_name, session_id, needs_attention, cleanup_unknown
+        )
         try:
             return self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as exc:

@@ -167,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", default="", metavar="S")
     p.add_argument("--limit", type=_positive_int, default=50, metavar="N")
     p.add_argument("--page-token", default="", metavar="T", help="next_page_token of a previous listing")
+    p.add_argument(
+        "--needs-attention", action="store_true", help="only runs whose wait was escalated to a person"
+    )
+    p.add_argument(
+        "--cleanup-unknown",
+        action="store_true",
+        help="only runs whose cleanups may have left a resource behind (cleanup status UNKNOWN)",
+    )
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("cancel", parents=[common], help="ask a run to stop")
@@ -406,6 +414,8 @@ def _cmd_list(ns: argparse.Namespace) -> int:
             phases=ns.phase,
             agent_name=ns.agent,
             session_id=ns.session,
+            needs_attention=ns.needs_attention,
+            cleanup_unknown=ns.cleanup_unknown,
         )
     for run in page.runs:
         print(run_to_json(run) if ns.json else format_run_line(run))

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentrt.server._config_cleanup import CleanupConfig
 from agentrt.server._config_context import CheckpointsConfig, ContextConfig
 from agentrt.server._config_limits import (
     AdmissionConfig,
@@ -236,6 +237,7 @@ class Settings(_Strict):
     reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
+    cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

@@ -347,6 +347,9 @@ class FakeTools:
     def spec(self, tool: str) -> tool_pb2.ToolSpec | None:
         return self.specs.get(tool)
 
+    def host_of(self, tool: str) -> str:
+        return self.host if tool in self.specs else ""
+
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:

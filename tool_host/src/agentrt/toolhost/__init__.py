@@ -39,6 +39,7 @@ from agentrt.toolhost._host import SERVICE_NAME, ToolHost
 from agentrt.toolhost._ledger_retention import LedgerRetention
 from agentrt.toolhost._plugins import collect_tools, get_plugin_manager, load_plugin
 from agentrt.toolhost._sdk import (
+    CLEANUP,
     SET_VARIABLES,
     Intent,
     IntentScope,
@@ -47,12 +48,14 @@ from agentrt.toolhost._sdk import (
     ToolFunction,
     canonical_json,
     tool,
+    with_cleanup,
     with_variables,
 )
 from agentrt.toolhost._validate import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
 from agentrt.toolhost.hookspecs import hookimpl, hookspec
 
 __all__ = [
+    "CLEANUP",
     "MAX_JSON_DEPTH",
     "SERVICE_NAME",
     "SET_VARIABLES",
@@ -85,5 +88,6 @@ __all__ = [
     "loads_bounded",
     "main",
     "tool",
+    "with_cleanup",
     "with_variables",
 ]

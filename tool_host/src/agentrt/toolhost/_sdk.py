@@ -21,6 +21,7 @@ from agentrt.toolhost._errors import InvalidInput, PermanentError
 from agentrt.toolhost._validate import JsonBoundsError, loads_bounded
 
 __all__ = [
+    "CLEANUP",
     "SET_VARIABLES",
     "Intent",
     "IntentScope",
@@ -29,11 +30,15 @@ __all__ = [
     "ToolFunction",
     "canonical_json",
     "tool",
+    "with_cleanup",
     "with_variables",
 ]
 
 SET_VARIABLES = "_set_variables"
 """The reserved member of a result object through which a tool sets run variables."""
+
+CLEANUP = "_cleanup"
+"""The reserved member of a result object through which a tool registers cleanups."""
 
 ToolFunction = Callable[[Any, ToolContext], Any]
 """``def f(args: Model, ctx: ToolContext) -> JSON-able`` or the ``async def`` equivalent."""
@@ -102,6 +107,33 @@ def with_variables(
     sets the same variables again.
     """
     return {**result, SET_VARIABLES: dict(variables)}
+
+
+def with_cleanup(
+    result: Mapping[str, Any],
+    *,
+    tool: str | None = None,
+    hook: str | None = None,
+    arguments: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Return ``result`` registering a cleanup the runtime runs when the run ends (S002 §8).
+
+    Name exactly one of ``tool`` (a tool of this same host, e.g. ``"sandbox.destroy"``, that needs
+    no approval) or ``hook`` (a name the runtime's ``agentrt_cleanup`` plugin handles). When the
+    run ends (completed, failed, cancelled or expired) the runtime calls it, newest registration
+    first, before it commits the end; with retries under one idempotency key, so make it
+    idempotent. Call it again on its own output to register more than one.
+
+    Example: ``return with_cleanup({"sandbox_id": sid}, tool="sandbox.destroy",
+    arguments={"sandbox_id": sid})``.
+    """
+    if (tool is None) == (hook is None):
+        raise ValueError("a cleanup names exactly one of tool and hook")
+    request: dict[str, Any] = {"tool": tool} if tool is not None else {"hook": hook}
+    request["arguments"] = dict(arguments or {})
+    earlier = result.get(CLEANUP)
+    requests = [*(earlier if isinstance(earlier, list) else [earlier] if earlier else []), request]
+    return {**result, CLEANUP: requests if len(requests) > 1 else request}
 
 
 def canonical_json(value: Any) -> str:

@@ -99,6 +99,7 @@ STRUCTURED_TWINS: tuple[tuple[type[Message], str, str], ...] = (
     (run_pb2.ToolStarted, "arguments_json", "arguments"),
     (run_pb2.ToolCompleted, "result_json", "result"),
     (run_pb2.ApprovalRequested, "arguments_json", "arguments"),
+    (run_pb2.CleanupRegistered, "arguments_json", "arguments"),
 )
 _TWINS = {cls: (text, twin) for cls, text, twin in STRUCTURED_TWINS}
 
@@ -183,6 +184,10 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
         for name, value in json.loads(record.variables).items():
             run.variables[name].CopyFrom(_value(value))
     run.needs_attention = bool(record.needs_attention)  # None on a record create_run built
+    if record.cleanup_status:
+        status = run_pb2.CleanupStatus.Value(f"CLEANUP_STATUS_{record.cleanup_status}")
+        run.cleanup_status = cast("run_pb2.CleanupStatus", status)
+    run.cleanups_unknown = record.cleanups_unknown or 0
     if record.call_summary:
         json_format.ParseDict(json.loads(record.call_summary), run, ignore_unknown_fields=True)
     return run

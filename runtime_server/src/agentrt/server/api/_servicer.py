@@ -236,6 +236,8 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             scope = [tenant, *phases, request.agent_name, request.session_id]
             if request.needs_attention:  # only then: tokens of unfiltered listings stay as they were
                 scope.append("needs_attention")
+            if request.cleanup_unknown:
+                scope.append("cleanup_unknown")
             cursor = self.page_tokens.open(request.page_token, scope=scope) if request.page_token else ""
             try:
                 records, token = await self.store.list_runs(
@@ -244,6 +246,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     agent_name=request.agent_name,
                     session_id=request.session_id,
                     needs_attention=request.needs_attention,
+                    cleanup_unknown=request.cleanup_unknown,
                     page_size=request.page_size or 50,
                     page_token=cursor,
                 )

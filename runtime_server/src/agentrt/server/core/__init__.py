@@ -20,6 +20,7 @@ from agentrt.server.core._checkpoint import (
     checkpoint_text,
 )
 from agentrt.server.core._checkpoint import restore as restore_checkpoint
+from agentrt.server.core._cleanups import CleanupRequest, CleanupStatus, cleanup_key, cleanups_requested
 from agentrt.server.core._context import (
     ContextPolicy,
     estimate_tokens,
@@ -53,6 +54,7 @@ from agentrt.server.core._decide import (
     Policy,
     Reconcile,
     RequestApproval,
+    RunCleanup,
     WaitUntil,
     corrective_step,
     decide,
@@ -79,6 +81,11 @@ from agentrt.server.core._events import (
     ApprovalResolved,
     CallSummary,
     CancelRequested,
+    CleanupCompleted,
+    CleanupFailed,
+    CleanupKind,
+    CleanupRegistered,
+    CleanupStarted,
     ClippedResult,
     ContextWindow,
     Event,
@@ -92,6 +99,7 @@ from agentrt.server.core._events import (
     RetryScheduled,
     RunCancelled,
     RunCheckpointed,
+    RunClosing,
     RunCompleted,
     RunEnded,
     RunEscalated,
@@ -148,7 +156,15 @@ from agentrt.server.core._phases import (
     transition,
 )
 from agentrt.server.core._retention import RetentionPolicy
-from agentrt.server.core._state import CallFate, CallRecord, CallState, HistoryEntry, RunState, replay
+from agentrt.server.core._state import (
+    CallFate,
+    CallRecord,
+    CallState,
+    CleanupEntry,
+    HistoryEntry,
+    RunState,
+    replay,
+)
 from agentrt.server.core._timefmt import parse_rfc3339_ms, rfc3339
 from agentrt.server.core._upgrade import (
     STATE_VERSION,
@@ -203,6 +219,14 @@ __all__ = [
     "CallSummary",
     "CancelRequested",
     "CheckpointUnusable",
+    "CleanupCompleted",
+    "CleanupEntry",
+    "CleanupFailed",
+    "CleanupKind",
+    "CleanupRegistered",
+    "CleanupRequest",
+    "CleanupStarted",
+    "CleanupStatus",
     "ClippedResult",
     "Clock",
     "ContextPolicy",
@@ -248,6 +272,8 @@ __all__ = [
     "Rule",
     "RunCancelled",
     "RunCheckpointed",
+    "RunCleanup",
+    "RunClosing",
     "RunCompleted",
     "RunEnded",
     "RunEscalated",
@@ -281,6 +307,8 @@ __all__ = [
     "call_timeout_s",
     "canonical_json",
     "checkpoint_text",
+    "cleanup_key",
+    "cleanups_requested",
     "compatible_tool_versions",
     "connect_timeout_s",
     "corrective_step",

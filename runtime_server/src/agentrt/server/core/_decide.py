@@ -24,7 +24,7 @@ from agentrt.server.core._json import DEFAULT_JSON_LIMITS, JsonBoundsError, Json
 from agentrt.server.core._keys import idempotency_key
 from agentrt.server.core._loops import LoopPolicy
 from agentrt.server.core._phases import Phase
-from agentrt.server.core._state import CallFate, CallState, RunState
+from agentrt.server.core._state import CallFate, CallState, CleanupEntry, RunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +92,13 @@ class Finalize:
 
 
 @dataclass(frozen=True, slots=True)
+class RunCleanup:
+    """The run is CLEANING_UP: run the next attempt of ``cleanup`` (its cleanup.started first)."""
+
+    cleanup: CleanupEntry
+
+
+@dataclass(frozen=True, slots=True)
 class Idle:
     """Nothing to do: the run ended or waits for something outside."""
 
@@ -106,6 +113,7 @@ Decision = (
     | WaitUntil
     | Reconcile
     | Finalize
+    | RunCleanup
     | Idle
 )
 
@@ -177,7 +185,19 @@ def end_events(
     """The closing events of a run: the phase's own event (if any) then run.ended.
 
     ``output_ref`` names the payload a COMPLETED run's ``output`` is a view of, if it is one.
+    A run with cleanups still to run closes first (S002 §8.1): run.closing records this end,
+    and the run commits it once its resources are released (see :func:`decide`).
     """
+    if state.phase is not Phase.CLEANING_UP and state.pending_cleanups():
+        closing = ev.RunClosing(
+            phase=phase,
+            reason=reason,
+            message=message,
+            retryable=retryable,
+            output=output,
+            output_ref=output_ref,
+        )
+        return (closing,)
     head: list[ev.Event] = []
     if phase is Phase.COMPLETED:
         head.append(ev.RunCompleted(output=output, output_ref=output_ref))
@@ -219,6 +239,42 @@ def _with_summary(ended: ev.RunEnded, state: RunState) -> ev.RunEnded:
     )
 
 
+def _clean_up(state: RunState, clock: Clock) -> Decision:
+    """Release the next resource, newest first; past the cleanup deadline give the rest up; then end.
+
+    A cancel or the run's own deadline does not cut cleanups short: they have their own deadline.
+    """
+    closing = state.closing
+    if closing is None:
+        raise ValueError("CLEANING_UP without run.closing")
+    pending = state.pending_cleanups()
+    if pending and state.cleanup_deadline_ms and clock.now_s * 1000 >= state.cleanup_deadline_ms:
+        return Append(
+            tuple(
+                ev.CleanupFailed(
+                    cleanup_id=c.cleanup_id,
+                    attempt=c.attempts,
+                    message="the cleanup deadline passed before it was done",
+                    final=True,
+                )
+                for c in pending
+            )
+        )
+    if pending:
+        return RunCleanup(pending[0])
+    return Append(
+        end_events(
+            state,
+            closing.phase,
+            closing.reason,
+            output=closing.output,
+            output_ref=closing.output_ref,
+            message=closing.message,
+            retryable=closing.retryable,
+        )
+    )
+
+
 def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | None = None) -> Decision:
     """Next move of a run. Never asks the model whether to go on (R6.1)."""
     policy = policy or Policy()
@@ -228,6 +284,8 @@ def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | Non
     if state.phase is Phase.UNKNOWN_OUTCOME:
         call = state.unknown_call()
         return Reconcile(call) if call is not None else Idle()
+    if state.phase is Phase.CLEANING_UP:
+        return _clean_up(state, clock)
     if state.phase is Phase.WAITING_APPROVAL:
         pending = state.pending_approval
         if pending is None or clock.now_s * 1000 < pending.expire_ms:

@@ -45,6 +45,11 @@ OUTCOME_RESOLVED = "outcome.resolved"
 RUN_FAULT = "run.fault"
 VARIABLES_SET = "variables.set"
 RUN_ESCALATED = "run.escalated"
+RUN_CLOSING = "run.closing"
+CLEANUP_REGISTERED = "cleanup.registered"
+CLEANUP_STARTED = "cleanup.started"
+CLEANUP_COMPLETED = "cleanup.completed"
+CLEANUP_FAILED = "cleanup.failed"
 RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
 
 EVENT_TYPES: tuple[str, ...] = (
@@ -71,6 +76,11 @@ EVENT_TYPES: tuple[str, ...] = (
     RUN_WAITING,
     VARIABLES_SET,
     RUN_ESCALATED,
+    RUN_CLOSING,
+    CLEANUP_REGISTERED,
+    CLEANUP_STARTED,
+    CLEANUP_COMPLETED,
+    CLEANUP_FAILED,
 )
 
 
@@ -115,6 +125,15 @@ class ApprovalDecision(StrEnum):
     UNSPECIFIED = "UNSPECIFIED"
     APPROVE = "APPROVE"
     REJECT = "REJECT"
+
+
+class CleanupKind(StrEnum):
+    """What releases a registered resource."""
+
+    UNSPECIFIED = "UNSPECIFIED"  # none given, or one newer than this runtime
+    TOOL = "TOOL"  # a call of a tool of the registering tool's host
+    HOOK = "HOOK"  # the server's agentrt_cleanup hook
+    CHILD_RUN = "CHILD_RUN"  # a child run: cancelled, then awaited
 
 
 class OutcomeDecision(StrEnum):
@@ -534,6 +553,67 @@ class VariablesSet:
     refused_reason: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunClosing:
+    """The run has decided how it ends; it releases what it registered first (S002 §8.1)."""
+
+    type_name: ClassVar[str] = RUN_CLOSING
+
+    phase: Phase
+    reason: str = ""
+    message: str = ""
+    retryable: bool = False
+    output: str = ""
+    output_ref: PayloadRef | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CleanupRegistered:
+    """A resource the run releases when it ends (or a refused request to register one)."""
+
+    type_name: ClassVar[str] = CLEANUP_REGISTERED
+
+    cleanup_id: str = ""  # empty when refused
+    kind: CleanupKind = CleanupKind.UNSPECIFIED
+    target: str = ""  # the tool, the hook, or the child run id
+    arguments_json: str = ""
+    call_id: str = ""
+    step: int = 0
+    refused_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CleanupStarted:
+    type_name: ClassVar[str] = CLEANUP_STARTED
+
+    cleanup_id: str
+    attempt: int = 0
+    idempotency_key: str = ""
+    deadline: str | None = None  # RFC 3339; set on the run's first cleanup attempt
+
+    @property
+    def deadline_ms(self) -> int:
+        return parse_rfc3339_ms(self.deadline) if self.deadline else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CleanupCompleted:
+    type_name: ClassVar[str] = CLEANUP_COMPLETED
+
+    cleanup_id: str
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CleanupFailed:
+    type_name: ClassVar[str] = CLEANUP_FAILED
+
+    cleanup_id: str
+    attempt: int = 0
+    message: str = ""
+    final: bool = False  # no attempt follows now: the resource may still exist
+
+
 Event = (
     RunStarted
     | StepStarted
@@ -557,6 +637,11 @@ Event = (
     | RunFault
     | VariablesSet
     | RunEscalated
+    | RunClosing
+    | CleanupRegistered
+    | CleanupStarted
+    | CleanupCompleted
+    | CleanupFailed
 )
 
 # Every event class, by its stored type name (run.waiting is made and sent by the API alone).
@@ -585,5 +670,10 @@ EVENT_CLASSES: Mapping[str, type[Event]] = {
         RunFault,
         VariablesSet,
         RunEscalated,
+        RunClosing,
+        CleanupRegistered,
+        CleanupStarted,
+        CleanupCompleted,
+        CleanupFailed,
     )
 }

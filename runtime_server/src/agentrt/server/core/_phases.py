@@ -22,6 +22,7 @@ class Phase(StrEnum):
     RETRY_WAIT = "RETRY_WAIT"
     CANCEL_REQUESTED = "CANCEL_REQUESTED"
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+    CLEANING_UP = "CLEANING_UP"  # the end is decided (run.closing); registered resources are released first
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -55,6 +56,7 @@ class Trigger(StrEnum):
     COMPLETE = "complete"
     FAIL = "fail"
     EXPIRE = "expire"
+    CLOSE = "close"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +150,17 @@ RULES: tuple[Rule, ...] = (
         "the write's outcome was learned by query or decided by a person",
     ),
     Rule(
-        frozenset({Phase.MODEL_STEP}),
+        frozenset({Phase.MODEL_STEP, Phase.CLEANING_UP}),
         Trigger.COMPLETE,
         Phase.COMPLETED,
         "final answer validated; nothing pending",
     ),
-    Rule(_FAILABLE, Trigger.FAIL, Phase.FAILED, "stated reason"),
-    Rule(_FAILABLE, Trigger.EXPIRE, Phase.EXPIRED, "run deadline passed"),
+    # Any end of a run with registered resources goes through CLEANING_UP (S002 §8.1): the
+    # resources are released before the end is committed. It leaves only to the decided end.
+    Rule(_FAILABLE, Trigger.CLOSE, Phase.CLEANING_UP, "the end is decided; resources are registered"),
+    Rule(frozenset({Phase.CLEANING_UP}), Trigger.CONFIRM_CANCEL, Phase.CANCELLED, "resources released"),
+    Rule(_FAILABLE | {Phase.CLEANING_UP}, Trigger.FAIL, Phase.FAILED, "stated reason"),
+    Rule(_FAILABLE | {Phase.CLEANING_UP}, Trigger.EXPIRE, Phase.EXPIRED, "run deadline passed"),
 )
 
 _TABLE: dict[tuple[Phase, Trigger], Rule] = {}

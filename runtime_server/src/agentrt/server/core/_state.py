@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from agentrt.server.core import _events as ev
 from agentrt.server.core._budgets import Usage
+from agentrt.server.core._cleanups import CleanupStatus
 from agentrt.server.core._errors import IllegalTransition
 from agentrt.server.core._json import loads_bounded
 from agentrt.server.core._loops import LoopTracker
@@ -83,6 +84,25 @@ class CallRecord:
 
 
 @dataclass(slots=True)
+class CleanupEntry:
+    """A resource the run releases when it ends, and how far its cleanup got."""
+
+    cleanup_id: str
+    kind: ev.CleanupKind
+    target: str
+    arguments_json: str = ""
+    call_id: str = ""
+    attempts: int = 0
+    done: bool = False  # released (or, for a child run, ended with its call)
+    unknown: bool = False  # failed for good so far: the resource may still exist
+    message: str = ""  # the last failure
+
+    @property
+    def pending(self) -> bool:
+        return not self.done and not self.unknown
+
+
+@dataclass(slots=True)
 class HistoryEntry:
     """One message of the conversation the model sees."""
 
@@ -127,6 +147,9 @@ class RunState:
     window: ev.ContextWindow | None = None  # how the current step's prompt was fitted, if it was
     call_records: list[CallRecord] = field(default_factory=list)  # every call of the run, in order
     escalation: str | None = None  # why the current wait was escalated; None once the wait ends
+    cleanups: list[CleanupEntry] = field(default_factory=list)  # in registration order
+    closing: ev.RunClosing | None = None  # the decided end, while CLEANING_UP
+    cleanup_deadline_ms: int = 0  # set by the run's first cleanup attempt
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state.
@@ -219,6 +242,7 @@ class RunState:
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(event.call_id)
+                self._child_settled(call.call_id)
                 call.result_json = event.result_json
                 self._record(call, CallFate.COMPLETED)
                 self.loops.on_result(call.tool, call.result_json)
@@ -228,6 +252,7 @@ class RunState:
                 self._reconcile_if_unknown()
                 self._move(Trigger.TOOL_FINISHED)
                 call = self._call(event.call_id)
+                self._child_settled(call.call_id)
                 error = call.error = event.error
                 self._record(call, CallFate.FAILED, error.code)
                 self.loops.on_error(call.tool, error.code, error.message)
@@ -319,8 +344,62 @@ class RunState:
                     for name in event.removed:
                         self.variables.pop(name, None)
                     self.variables.update(event.variables)
+            case ev.RunClosing():
+                if not event.phase.terminal:
+                    raise ValueError(f"run.closing names {event.phase.value}, not a phase a run ends in")
+                self._move(Trigger.CLOSE)
+                self.closing = event
+            case ev.CleanupRegistered():
+                if not event.refused_reason:  # a refusal registers nothing
+                    if any(c.cleanup_id == event.cleanup_id for c in self.cleanups):
+                        raise ValueError(f"cleanup {event.cleanup_id!r} is registered already")
+                    self.cleanups.append(
+                        CleanupEntry(
+                            cleanup_id=event.cleanup_id,
+                            kind=event.kind,
+                            target=event.target,
+                            arguments_json=event.arguments_json,
+                            call_id=event.call_id,
+                        )
+                    )
+            case ev.CleanupStarted():
+                entry = self._cleanup(event.cleanup_id)
+                entry.attempts = event.attempt
+                if event.deadline_ms and not self.cleanup_deadline_ms:
+                    self.cleanup_deadline_ms = event.deadline_ms
+            case ev.CleanupCompleted():
+                entry = self._cleanup(event.cleanup_id)
+                entry.done, entry.unknown = True, False
+            case ev.CleanupFailed():
+                entry = self._cleanup(event.cleanup_id)
+                entry.message = event.message
+                entry.unknown = entry.unknown or event.final
             case _:
                 raise ValueError(f"unknown event {type(event).__name__}")
+
+    def pending_cleanups(self) -> list[CleanupEntry]:
+        """The cleanups still to run, newest first (the order they are released in)."""
+        return [c for c in reversed(self.cleanups) if c.pending]
+
+    @property
+    def cleanup_status(self) -> CleanupStatus:
+        if not self.cleanups:
+            return CleanupStatus.NONE
+        if any(c.unknown for c in self.cleanups):
+            return CleanupStatus.UNKNOWN
+        return CleanupStatus.DONE if all(c.done for c in self.cleanups) else CleanupStatus.PENDING
+
+    def _cleanup(self, cleanup_id: str) -> CleanupEntry:
+        for entry in self.cleanups:
+            if entry.cleanup_id == cleanup_id:
+                return entry
+        raise ValueError(f"event names unknown cleanup {cleanup_id!r}")
+
+    def _child_settled(self, call_id: str) -> None:
+        # A child run's call has its answer: the child ended (or was cancelled with the call).
+        for entry in self.cleanups:
+            if entry.kind is ev.CleanupKind.CHILD_RUN and entry.call_id == call_id:
+                entry.done = True
 
     def _reconcile_if_unknown(self) -> None:
         # A result, failure or fresh attempt of the unknown write settles UNKNOWN_OUTCOME.

@@ -28,6 +28,9 @@ class RouterTools:
     def spec(self, tool: str) -> tool_pb2.ToolSpec | None:
         return self.router.spec(tool)
 
+    def host_of(self, tool: str) -> str:
+        return self.router.host_of(tool)
+
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:

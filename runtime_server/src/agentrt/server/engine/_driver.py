@@ -33,6 +33,7 @@ from agentrt.server.core import (
     RawEvent,
     Reconcile,
     RequestApproval,
+    RunCleanup,
     RunState,
     ToolStarted,
     WaitUntil,
@@ -47,6 +48,7 @@ from agentrt.server.core import events as ev
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._approval_step import ApprovalStep
 from agentrt.server.engine._checkpoints import resume_state
+from agentrt.server.engine._cleanup_step import CleanupStep
 from agentrt.server.engine._control import Cancelled, Parked
 from agentrt.server.engine._finalize import finalize
 from agentrt.server.engine._model_step import ModelStep
@@ -150,6 +152,7 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         agent_config_hash=record.agent_config_hash,
         reconcile_attempts=record.reconcile_attempts or 0,  # None: a record built before the column
         needs_attention=bool(record.needs_attention),
+        cleanup_status=record.cleanup_status or "",
     )
     if state.input_ref is not None:  # the model sees the whole input, not its view
         await hydrate_input(ctx)
@@ -216,6 +219,7 @@ class StepLoop:
         self.tools = ToolStep(ctx)
         self.approvals = ApprovalStep(ctx)
         self.model = ModelStep(ctx)
+        self.cleanups = CleanupStep(ctx)
 
     async def apply_signals(self) -> None:
         """Apply people's decisions queued for this run; they are deleted in the next commit."""
@@ -252,7 +256,7 @@ class StepLoop:
             if (
                 handle.cancel_reason is not None
                 and not phase.terminal
-                and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME)
+                and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME, Phase.CLEANING_UP)
             ):
                 ctx.add(CancelRequested(reason=handle.cancel_reason, requested_by=handle.cancel_by))
             self.escalate_if_due()
@@ -300,6 +304,8 @@ class StepLoop:
                     await self.tools.reconcile(call)
                 case Finalize(answer=answer, corrected=corrected):
                     finalize(ctx, answer, corrected=corrected)
+                case RunCleanup(cleanup=cleanup):
+                    await self.cleanups.run(cleanup)
                 case Idle():
                     pending = ctx.state.pending_approval
                     if ctx.state.phase is Phase.WAITING_APPROVAL and pending is not None:

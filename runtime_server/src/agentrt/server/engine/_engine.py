@@ -29,6 +29,7 @@ from agentrt.server.core import (
 )
 from agentrt.server.engine._adapters import RegistryModels, RouterTools
 from agentrt.server.engine._agents import RUNTIME_VERSION, effective_budgets
+from agentrt.server.engine._cleanup_job import CleanupJob
 from agentrt.server.engine._contain import drive_contained
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.engine._payload_step import store_input
@@ -120,6 +121,7 @@ class Engine:
         self._idle = asyncio.Event()
         self._idle.set()
         self.retention: RetentionJob | None = None  # set at start when retention is configured
+        self.cleanups: CleanupJob | None = None  # set at start
         self.ports = Ports(
             log=store,
             tools=RouterTools(tools),
@@ -152,6 +154,8 @@ class Engine:
         await self._claim_and_launch()
         loop = asyncio.get_running_loop()
         self._background = [loop.create_task(self._poll_loop()), loop.create_task(self._renew_loop())]
+        self.cleanups = CleanupJob(self.ports, store=self.store, ttl_ms=self._ttl_ms())
+        self._background.append(loop.create_task(self.cleanups.run_forever()))
         pruner = build_pruner(self.settings, self.store.db, fault_point=self.faults.hit)
         if pruner is not None:
             self.retention = RetentionJob(

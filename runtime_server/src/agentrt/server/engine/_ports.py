@@ -127,6 +127,10 @@ class ToolPort(Protocol):
 
     def spec(self, tool: str) -> tool_pb2.ToolSpec | None: ...
 
+    def host_of(self, tool: str) -> str:
+        """The name of the tool host that serves ``tool`` ("" when none does)."""
+        ...
+
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:
@@ -224,6 +228,12 @@ class PolicyPort(Protocol):
         options: Mapping[str, Any],
     ) -> str | None:
         """The first summariser plugin's summary of history left out of a context window, or None."""
+        ...
+
+    def cleanup(
+        self, *, name: str, arguments: Mapping[str, Any], run_id: str, tenant_id: str, attempt: int
+    ) -> bool | None:
+        """The first plugin's answer for cleanup hook ``name`` (None: none handles it). Blocking."""
         ...
 
 

@@ -118,6 +118,7 @@ class RunContext:
         agent_config_hash: str = "",
         reconcile_attempts: int = 0,
         needs_attention: bool = False,
+        cleanup_status: str = "",
     ):
         self.ports = ports
         self.settings = ports.settings
@@ -142,6 +143,7 @@ class RunContext:
         self.reconcile_attempts = reconcile_attempts
         self.committed_attempts = reconcile_attempts
         self.needs_attention = needs_attention  # as the row holds it
+        self.cleanup_status = cleanup_status  # as the row holds it ("" for none)
         self.waits = wait_policy(self.settings.reconcile, self.settings.escalation)
 
     # -- the run's rules ----------------------------------------------------------------------------
@@ -236,6 +238,9 @@ class RunContext:
         attention = state.escalation is not None
         if attention != self.needs_attention:
             values["needs_attention"] = attention
+        cleanup_status = state.cleanup_status.value
+        if cleanup_status != self.cleanup_status or (state.ended and cleanup_status):
+            values.update(cleanup_row_values(state, now_ms, self.settings.cleanup.retry_interval_s))
         if state.phase is not Phase.UNKNOWN_OUTCOME and self.reconcile_attempts:
             self.reconcile_attempts = 0  # the unknown outcome was settled: a later one starts afresh
         if "reconcile_attempts" not in values and self.reconcile_attempts != self.committed_attempts:
@@ -253,6 +258,7 @@ class RunContext:
         )
         self.unrecorded = Usage()
         self.needs_attention = attention
+        self.cleanup_status = cleanup_status
         self.committed_attempts = values.get("reconcile_attempts", self.committed_attempts)
         ports.faults.around_commit("after", types)
         self.consumed_signals = []
@@ -416,6 +422,14 @@ def stored_events(
 ) -> list[StoredEvent]:
     """Committed events as the store holds them, for live readers."""
     return [StoredEvent(run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)]
+
+
+def cleanup_row_values(state: RunState, now_ms: int, retry_interval_s: float) -> dict[str, Any]:
+    """The row's cleanup columns for ``state``: status, unknown count and the cleanup job's due time."""
+    status = state.cleanup_status
+    unknown = sum(1 for c in state.cleanups if c.unknown)
+    due = now_ms + round(retry_interval_s * 1000) if state.ended and unknown else None
+    return {"cleanup_status": status.value or None, "cleanups_unknown": unknown, "cleanup_due_ms": due}
 
 
 def _pending_json(pending: ApprovalRequested | None) -> str | None:

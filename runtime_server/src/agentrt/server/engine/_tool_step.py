@@ -57,6 +57,7 @@ from agentrt.server.core import (
     variables_requested,
 )
 from agentrt.server.engine._approval_step import recheck_approved
+from agentrt.server.engine._cleanup_step import register_child_run, register_cleanups
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import LedgerAnswer, StartRequest
@@ -358,6 +359,8 @@ class ToolStep:
         d.add(result)
         if not isinstance(result, ToolCompleted) or result.truncated:
             return  # a truncated view is not the whole result: its variables are not read
+        if not result.deduplicated:  # a duplicate's resources are the first call's, not this run's
+            register_cleanups(d, call, result.result_json, outcome.host)
         change = variables_requested(result.result_json, d.state.variables)
         if change is None:
             return
@@ -550,6 +553,8 @@ class ToolStep:
             created_by=f"run:{d.run_id}",
         )
         child_id = await ports.children.start(request)
+        if register_child_run(d, call, child_id):
+            await d.flush()  # the parent's end cancels a child it still has (S002 §8)
         try:
             ended = await d.io(lambda: ports.children.wait_for_end(child_id))
         except Cancelled:

@@ -89,6 +89,15 @@ class Policies:
         )
         return answer if isinstance(answer, str) and answer else None
 
+    def cleanup(
+        self, *, name: str, arguments: Mapping[str, Any], run_id: str, tenant_id: str, attempt: int
+    ) -> bool | None:
+        """The first plugin's answer for cleanup hook ``name`` (None: none handles it). Blocking."""
+        answer = self.pm.hook.agentrt_cleanup(
+            name=name, arguments=arguments, run_id=run_id, tenant_id=tenant_id, attempt=attempt
+        )
+        return None if answer is None else bool(answer)
+
     def recheck_approved(
         self,
         *,

@@ -120,3 +120,25 @@ def agentrt_summarise(
     :param options: The agent's ``context.options`` from the runtime config.
     :return: The summary text, or None to leave it to others.
     """
+
+
+@hookspec(firstresult=True)
+def agentrt_cleanup(
+    name: str, arguments: Mapping[str, Any], run_id: str, tenant_id: str, attempt: int
+) -> bool | None:
+    """Release a resource a tool registered with ``{"hook": name, "arguments": {...}}`` (S002 §8).
+
+    Called when the run's end is decided, before that end is committed (newest registration
+    first), and again by the background cleanup job while it failed. Runs in a worker thread,
+    within ``[cleanup] call_timeout_s``. Make it idempotent: after a crash it may be called again
+    for a resource it already released. Stops at the first non-None result.
+
+    :param name: The hook name the tool gave; answer None for names this plugin does not own.
+    :param arguments: The arguments the tool gave (do not mutate).
+    :param run_id: The run that registered it.
+    :param tenant_id: The run's tenant.
+    :param attempt: 1 for the first attempt.
+    :return: True when the resource is released (or was already); False when it is not and a
+        retry will not help; None when this plugin does not handle ``name``. Raise for a failure
+        a retry may fix.
+    """

@@ -76,6 +76,7 @@ _APPROVAL_WIRE, _APPROVAL_FROM = _enum_tables(
 _OUTCOME_WIRE, _OUTCOME_FROM = _enum_tables(
     ev.OutcomeDecision, "OUTCOME_DECISION_", runtime_service_pb2.OutcomeDecision
 )
+_CLEANUP_KIND_WIRE, _CLEANUP_KIND_FROM = _enum_tables(ev.CleanupKind, "CLEANUP_KIND_", run_pb2.CleanupKind)
 _STEP_KIND_FROM: dict[object, ev.StepKind] = {
     **{k.value: k for k in ev.StepKind},
     **{f"STEP_KIND_{k.name}": k for k in ev.StepKind},  # a log written in the API's JSON shape
@@ -496,6 +497,48 @@ def _variables_set(e: ev.VariablesSet) -> dict[str, Any]:
     return out
 
 
+def _run_closing(e: ev.RunClosing) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "phase": _PHASE_WIRE[e.phase],
+        "reason": e.reason,
+        "message": e.message,
+        "retryable": e.retryable,
+        "output": e.output,
+    }
+    if e.output_ref is not None:
+        out["output_ref"] = e.output_ref.to_json()
+    return out
+
+
+def _cleanup_registered(e: ev.CleanupRegistered) -> dict[str, Any]:
+    out: dict[str, Any] = {"cleanup_id": e.cleanup_id}
+    if e.kind is not ev.CleanupKind.UNSPECIFIED:
+        out["kind"] = _CLEANUP_KIND_WIRE[e.kind]
+    out.update(target=e.target, arguments_json=e.arguments_json, call_id=e.call_id, step=e.step)
+    if e.refused_reason:
+        out["refused_reason"] = e.refused_reason
+    return out
+
+
+def _cleanup_started(e: ev.CleanupStarted) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "cleanup_id": e.cleanup_id,
+        "attempt": e.attempt,
+        "idempotency_key": e.idempotency_key,
+    }
+    if e.deadline is not None:
+        out["deadline"] = e.deadline
+    return out
+
+
+def _cleanup_completed(e: ev.CleanupCompleted) -> dict[str, Any]:
+    return {"cleanup_id": e.cleanup_id, "attempt": e.attempt}
+
+
+def _cleanup_failed(e: ev.CleanupFailed) -> dict[str, Any]:
+    return {"cleanup_id": e.cleanup_id, "attempt": e.attempt, "message": e.message, "final": e.final}
+
+
 _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.RunStarted: _run_started,
     ev.StepStarted: _step_started,
@@ -519,6 +562,11 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.RunFault: _run_fault,
     ev.VariablesSet: _variables_set,
     ev.RunEscalated: _run_escalated,
+    ev.RunClosing: _run_closing,
+    ev.CleanupRegistered: _cleanup_registered,
+    ev.CleanupStarted: _cleanup_started,
+    ev.CleanupCompleted: _cleanup_completed,
+    ev.CleanupFailed: _cleanup_failed,
 }
 
 
@@ -793,6 +841,54 @@ def _d_variables_set(d: Mapping[str, Any]) -> ev.VariablesSet:
     )
 
 
+def _d_run_closing(d: Mapping[str, Any]) -> ev.RunClosing:
+    phase = _PHASE_FROM.get(d.get("phase")) if isinstance(d.get("phase"), str | int) else None
+    if phase is None:  # RunPhase has no default a run can end in
+        raise ValueError(f"run.closing without a phase it could end in: {str(d.get('phase'))[:40]!r}")
+    return ev.RunClosing(
+        phase=phase,
+        reason=d.get("reason", ""),
+        message=d.get("message", ""),
+        retryable=bool(d.get("retryable", False)),
+        output=d.get("output", ""),
+        output_ref=_ref(d.get("output_ref")),
+    )
+
+
+def _d_cleanup_registered(d: Mapping[str, Any]) -> ev.CleanupRegistered:
+    return ev.CleanupRegistered(
+        cleanup_id=d.get("cleanup_id", ""),
+        kind=_member(_CLEANUP_KIND_FROM, d.get("kind"), ev.CleanupKind.UNSPECIFIED),
+        target=d.get("target", ""),
+        arguments_json=d.get("arguments_json", ""),
+        call_id=d.get("call_id", ""),
+        step=int(d.get("step", 0)),
+        refused_reason=d.get("refused_reason", ""),
+    )
+
+
+def _d_cleanup_started(d: Mapping[str, Any]) -> ev.CleanupStarted:
+    return ev.CleanupStarted(
+        cleanup_id=d.get("cleanup_id", ""),
+        attempt=int(d.get("attempt", 0)),
+        idempotency_key=d.get("idempotency_key", ""),
+        deadline=d.get("deadline"),
+    )
+
+
+def _d_cleanup_completed(d: Mapping[str, Any]) -> ev.CleanupCompleted:
+    return ev.CleanupCompleted(cleanup_id=d.get("cleanup_id", ""), attempt=int(d.get("attempt", 0)))
+
+
+def _d_cleanup_failed(d: Mapping[str, Any]) -> ev.CleanupFailed:
+    return ev.CleanupFailed(
+        cleanup_id=d.get("cleanup_id", ""),
+        attempt=int(d.get("attempt", 0)),
+        message=d.get("message", ""),
+        final=bool(d.get("final", False)),
+    )
+
+
 _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.RUN_STARTED: _d_run_started,
     ev.STEP_STARTED: _d_step_started,
@@ -816,6 +912,11 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.RUN_FAULT: _d_run_fault,
     ev.VARIABLES_SET: _d_variables_set,
     ev.RUN_ESCALATED: _d_run_escalated,
+    ev.RUN_CLOSING: _d_run_closing,
+    ev.CLEANUP_REGISTERED: _d_cleanup_registered,
+    ev.CLEANUP_STARTED: _d_cleanup_started,
+    ev.CLEANUP_COMPLETED: _d_cleanup_completed,
+    ev.CLEANUP_FAILED: _d_cleanup_failed,
 }
 
 

@@ -49,6 +49,10 @@ class RunRecord:
     reconcile_attempts: int = 0  # ledger queries of the current unknown outcome so far
     needs_attention: bool = False  # the current wait was escalated
     call_summary: str | None = None  # JSON: a partial run's calls, as its run.ended lists them
+    cleanup_status: str | None = None  # core CleanupStatus value; None: no cleanup registered
+    cleanups_unknown: int = 0  # cleanups that may have left a resource behind
+    cleanup_due_ms: int | None = None  # when the cleanup job retries them next
+    cleanup_retries: int = 0  # passes of the cleanup job so far
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

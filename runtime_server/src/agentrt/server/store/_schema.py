@@ -79,12 +79,19 @@ runs = Table(
     Column("needs_attention", Boolean, nullable=False, server_default=false()),
     # JSON {completed_calls, not_completed_calls, unknown_calls} of a partial run's run.ended.
     Column("call_summary", Text, nullable=True),
+    # Where the run's registered cleanups stand (core CleanupStatus; NULL: none registered), how
+    # many may have left a resource behind, and when the background job retries those next.
+    Column("cleanup_status", String(16), nullable=True),
+    Column("cleanups_unknown", Integer, nullable=False, server_default="0"),
+    Column("cleanup_due_ms", BigInteger, nullable=True),
+    Column("cleanup_retries", Integer, nullable=False, server_default="0"),
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),
     Index("ix_runs_tenant_phase", "tenant_id", "phase"),  # admission counts
     Index("ix_runs_phase_updated", "phase", "updated_ms"),  # retention scans ended runs by age
     Index("ix_runs_tenant_attention", "tenant_id", "needs_attention"),  # ListRuns(needs_attention)
+    Index("ix_runs_cleanup_due", "cleanup_status", "cleanup_due_ms"),  # the cleanup job; ListRuns filter
 )
 
 events = Table(

@@ -247,6 +247,7 @@ class Store:
         agent_name: str = "",
         session_id: str = "",
         needs_attention: bool = False,
+        cleanup_unknown: bool = False,
         page_size: int = 50,
         page_token: str = "",
     ) -> tuple[list[RunRecord], str]:
@@ -263,6 +264,8 @@ class Store:
                 query = query.where(runs.c.session_id == session_id)
             if needs_attention:
                 query = query.where(runs.c.needs_attention.is_(True))
+            if cleanup_unknown:
+                query = query.where(runs.c.cleanup_status == "UNKNOWN")
             if after is not None:
                 created, run_id = after
                 query = query.where(
@@ -474,6 +477,40 @@ class Store:
             candidates = list(conn.execute(query).scalars())
             claimed: list[Claim] = []
             for run_id in candidates:
+                row = conn.execute(
+                    update(runs)
+                    .where(runs.c.run_id == run_id, wanted)
+                    .values(
+                        lease_owner=owner,
+                        lease_expires_ms=now_ms + ttl_ms,
+                        lease_generation=runs.c.lease_generation + 1,
+                    )
+                    .returning(runs.c.lease_generation)
+                ).first()
+                if row is not None:
+                    claimed.append(Claim(run_id, int(row[0])))
+            return claimed
+
+        return await self.db.transaction(write)
+
+    async def claim_cleanups(self, *, owner: str, now_ms: int, ttl_ms: int, limit: int) -> list[Claim]:
+        """Take up to ``limit`` ended runs whose cleanups are UNKNOWN and due for the cleanup job.
+
+        The lease fences the job's appends as it fences a driver's; replicas skip each other's rows.
+        """
+
+        def write(conn: Connection) -> list[Claim]:
+            wanted = and_(
+                runs.c.cleanup_status == "UNKNOWN",
+                runs.c.cleanup_due_ms <= now_ms,
+                runs.c.phase.in_(list(_TERMINAL)),
+                or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms),
+            )
+            query = select(runs.c.run_id).where(wanted).order_by(runs.c.cleanup_due_ms).limit(limit)
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            claimed: list[Claim] = []
+            for run_id in list(conn.execute(query).scalars()):
                 row = conn.execute(
                     update(runs)
                     .where(runs.c.run_id == run_id, wanted)

@@ -21,6 +21,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     "recheck_veto_count",  # approved calls a re-check vetoed before they ran
     "variables_refused_count",  # tool results whose run variables were refused (too many, secret-like)
     "escalated_count",  # run.escalated events written: waits that need a person
+    "cleanup_refused_count",  # cleanup registrations refused (malformed, untrusted tool)
+    "cleanup_recovered_count",  # given-up cleanups the cleanup job released later
 )
 
 

@@ -27,6 +27,21 @@ class RunPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_PHASE_FAILED: _ClassVar[RunPhase]
     RUN_PHASE_CANCELLED: _ClassVar[RunPhase]
     RUN_PHASE_EXPIRED: _ClassVar[RunPhase]
+    RUN_PHASE_CLEANING_UP: _ClassVar[RunPhase]
+
+class CleanupStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLEANUP_STATUS_UNSPECIFIED: _ClassVar[CleanupStatus]
+    CLEANUP_STATUS_PENDING: _ClassVar[CleanupStatus]
+    CLEANUP_STATUS_DONE: _ClassVar[CleanupStatus]
+    CLEANUP_STATUS_UNKNOWN: _ClassVar[CleanupStatus]
+
+class CleanupKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLEANUP_KIND_UNSPECIFIED: _ClassVar[CleanupKind]
+    CLEANUP_KIND_TOOL: _ClassVar[CleanupKind]
+    CLEANUP_KIND_HOOK: _ClassVar[CleanupKind]
+    CLEANUP_KIND_CHILD_RUN: _ClassVar[CleanupKind]
 
 class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +75,15 @@ RUN_PHASE_COMPLETED: RunPhase
 RUN_PHASE_FAILED: RunPhase
 RUN_PHASE_CANCELLED: RunPhase
 RUN_PHASE_EXPIRED: RunPhase
+RUN_PHASE_CLEANING_UP: RunPhase
+CLEANUP_STATUS_UNSPECIFIED: CleanupStatus
+CLEANUP_STATUS_PENDING: CleanupStatus
+CLEANUP_STATUS_DONE: CleanupStatus
+CLEANUP_STATUS_UNKNOWN: CleanupStatus
+CLEANUP_KIND_UNSPECIFIED: CleanupKind
+CLEANUP_KIND_TOOL: CleanupKind
+CLEANUP_KIND_HOOK: CleanupKind
+CLEANUP_KIND_CHILD_RUN: CleanupKind
 STEP_KIND_UNSPECIFIED: StepKind
 STEP_KIND_MODEL: StepKind
 STEP_KIND_DIAGNOSTIC: StepKind
@@ -149,7 +173,7 @@ class AgentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables", "needs_attention", "completed_calls", "not_completed_calls", "unknown_calls")
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables", "needs_attention", "completed_calls", "not_completed_calls", "unknown_calls", "cleanup_status", "cleanups_unknown")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +216,8 @@ class Run(_message.Message):
     COMPLETED_CALLS_FIELD_NUMBER: _ClassVar[int]
     NOT_COMPLETED_CALLS_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_CALLS_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    CLEANUPS_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     tenant_id: str
     agent_name: str
@@ -220,7 +246,9 @@ class Run(_message.Message):
     completed_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
     not_completed_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
     unknown_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., needs_attention: _Optional[bool] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ...) -> None: ...
+    cleanup_status: CleanupStatus
+    cleanups_unknown: int
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., needs_attention: _Optional[bool] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., cleanup_status: _Optional[_Union[CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("call_id", "tool", "arguments_json", "arguments")
@@ -612,7 +640,7 @@ class RunEnded(_message.Message):
     def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting", "variables_set", "run_escalated")
+    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting", "variables_set", "run_escalated", "run_closing", "cleanup_registered", "cleanup_started", "cleanup_completed", "cleanup_failed")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -639,6 +667,11 @@ class RunEvent(_message.Message):
     RUN_WAITING_FIELD_NUMBER: _ClassVar[int]
     VARIABLES_SET_FIELD_NUMBER: _ClassVar[int]
     RUN_ESCALATED_FIELD_NUMBER: _ClassVar[int]
+    RUN_CLOSING_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_STARTED_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_FAILED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -665,7 +698,80 @@ class RunEvent(_message.Message):
     run_waiting: RunWaiting
     variables_set: VariablesSet
     run_escalated: RunEscalated
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ..., variables_set: _Optional[_Union[VariablesSet, _Mapping]] = ..., run_escalated: _Optional[_Union[RunEscalated, _Mapping]] = ...) -> None: ...
+    run_closing: RunClosing
+    cleanup_registered: CleanupRegistered
+    cleanup_started: CleanupStarted
+    cleanup_completed: CleanupCompleted
+    cleanup_failed: CleanupFailed
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ..., variables_set: _Optional[_Union[VariablesSet, _Mapping]] = ..., run_escalated: _Optional[_Union[RunEscalated, _Mapping]] = ..., run_closing: _Optional[_Union[RunClosing, _Mapping]] = ..., cleanup_registered: _Optional[_Union[CleanupRegistered, _Mapping]] = ..., cleanup_started: _Optional[_Union[CleanupStarted, _Mapping]] = ..., cleanup_completed: _Optional[_Union[CleanupCompleted, _Mapping]] = ..., cleanup_failed: _Optional[_Union[CleanupFailed, _Mapping]] = ...) -> None: ...
+
+class RunClosing(_message.Message):
+    __slots__ = ("phase", "reason", "message", "retryable", "output", "output_ref")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    phase: RunPhase
+    reason: str
+    message: str
+    retryable: bool
+    output: str
+    output_ref: PayloadRef
+    def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., output: _Optional[str] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+
+class CleanupRegistered(_message.Message):
+    __slots__ = ("cleanup_id", "kind", "target", "arguments_json", "call_id", "step", "refused_reason", "arguments")
+    CLEANUP_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_REASON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    cleanup_id: str
+    kind: CleanupKind
+    target: str
+    arguments_json: str
+    call_id: str
+    step: int
+    refused_reason: str
+    arguments: _struct_pb2.Value
+    def __init__(self, cleanup_id: _Optional[str] = ..., kind: _Optional[_Union[CleanupKind, str]] = ..., target: _Optional[str] = ..., arguments_json: _Optional[str] = ..., call_id: _Optional[str] = ..., step: _Optional[int] = ..., refused_reason: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+
+class CleanupStarted(_message.Message):
+    __slots__ = ("cleanup_id", "attempt", "idempotency_key", "deadline")
+    CLEANUP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    cleanup_id: str
+    attempt: int
+    idempotency_key: str
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, cleanup_id: _Optional[str] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CleanupCompleted(_message.Message):
+    __slots__ = ("cleanup_id", "attempt")
+    CLEANUP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    cleanup_id: str
+    attempt: int
+    def __init__(self, cleanup_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class CleanupFailed(_message.Message):
+    __slots__ = ("cleanup_id", "attempt", "message", "final")
+    CLEANUP_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    cleanup_id: str
+    attempt: int
+    message: str
+    final: bool
+    def __init__(self, cleanup_id: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
 
 class VariablesSet(_message.Message):
     __slots__ = ("step", "call_id", "tool", "variables", "removed", "refused_reason")

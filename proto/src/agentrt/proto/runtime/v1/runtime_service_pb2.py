@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agentrt.proto.runtime.v1 import run_pb2 as agentrt_dot_runtime_dot_v1_dot_run__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(agentrt/runtime/v1/runtime_service.proto\x12\x12\x61gentrt.runtime.v1\x1a\x1c\x61gentrt/runtime/v1/run.proto\"\xea\x02\n\x0fRunAgentRequest\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12,\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1d.agentrt.runtime.v1.AgentSpec\x12\r\n\x05input\x18\x03 \x01(\t\x12,\n\x07\x62udgets\x18\x04 \x01(\x0b\x32\x1b.agentrt.runtime.v1.Budgets\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\x12\x43\n\x08metadata\x18\x06 \x03(\x0b\x32\x31.agentrt.runtime.v1.RunAgentRequest.MetadataEntry\x12\x12\n\nsession_id\x18\x07 \x01(\t\x12\x39\n\x0esession_policy\x18\x08 \x01(\x0e\x32!.agentrt.runtime.v1.SessionPolicy\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\x10RunAgentResponse\x12+\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1c.agentrt.runtime.v1.RunEvent\"\xea\x02\n\x0fStartRunRequest\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12,\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1d.agentrt.runtime.v1.AgentSpec\x12\r\n\x05input\x18\x03 \x01(\t\x12,\n\x07\x62udgets\x18\x04 \x01(\x0b\x32\x1b.agentrt.runtime.v1.Budgets\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\x12\x43\n\x08metadata\x18\x06 \x03(\x0b\x32\x31.agentrt.runtime.v1.StartRunRequest.MetadataEntry\x12\x12\n\nsession_id\x18\x07 \x01(\t\x12\x39\n\x0esession_policy\x18\x08 \x01(\x0e\x32!.agentrt.runtime.v1.SessionPolicy\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\x10StartRunResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"6\n\x0eGetRunResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\xa7\x01\n\x0fListRunsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12,\n\x06phases\x18\x03 \x03(\x0e\x32\x1c.agentrt.runtime.v1.RunPhase\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x17\n\x0fneeds_attention\x18\x06 \x01(\x08\"R\n\x10ListRunsResponse\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.agentrt.runtime.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"K\n\x16StreamRunEventsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"F\n\x17StreamRunEventsResponse\x12+\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1c.agentrt.runtime.v1.RunEvent\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"9\n\x11\x43\x61ncelRunResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\xcd\x01\n\x16ResolveApprovalRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61pproval_id\x18\x02 \x01(\t\x12\x36\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32$.agentrt.runtime.v1.ApprovalDecision\x12\x11\n\targs_hash\x18\x04 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x05 \x01(\x03\x12\x0f\n\x07\x63omment\x18\x06 \x01(\t\x12\x17\n\x0foverride_intent\x18\x14 \x01(\x08\"?\n\x17ResolveApprovalResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\xb0\x01\n\x15ResolveOutcomeRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x35\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32#.agentrt.runtime.v1.OutcomeDecision\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x05 \x01(\x03\x12\x0f\n\x07\x63omment\x18\x06 \x01(\t\">\n\x16ResolveOutcomeResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"7\n\x11GetPayloadRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\npayload_id\x18\x02 \x01(\t\"_\n\x12GetPayloadResponse\x12+\n\x03ref\x18\x01 \x01(\x0b\x32\x1e.agentrt.runtime.v1.PayloadRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c*\x8c\x01\n\x0fOutcomeDecision\x12 \n\x1cOUTCOME_DECISION_UNSPECIFIED\x10\x00\x12\x1e\n\x1aOUTCOME_DECISION_SUCCEEDED\x10\x01\x12\x1b\n\x17OUTCOME_DECISION_FAILED\x10\x02\x12\x1a\n\x16OUTCOME_DECISION_RETRY\x10\x03*\x84\x01\n\rSessionPolicy\x12\x1e\n\x1aSESSION_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15SESSION_POLICY_REJECT\x10\x01\x12\x1a\n\x16SESSION_POLICY_ENQUEUE\x10\x02\x12\x1c\n\x18SESSION_POLICY_INTERRUPT\x10\x03\x32\xe9\x06\n\x13\x41gentRuntimeService\x12W\n\x08RunAgent\x12#.agentrt.runtime.v1.RunAgentRequest\x1a$.agentrt.runtime.v1.RunAgentResponse0\x01\x12U\n\x08StartRun\x12#.agentrt.runtime.v1.StartRunRequest\x1a$.agentrt.runtime.v1.StartRunResponse\x12O\n\x06GetRun\x12!.agentrt.runtime.v1.GetRunRequest\x1a\".agentrt.runtime.v1.GetRunResponse\x12U\n\x08ListRuns\x12#.agentrt.runtime.v1.ListRunsRequest\x1a$.agentrt.runtime.v1.ListRunsResponse\x12l\n\x0fStreamRunEvents\x12*.agentrt.runtime.v1.StreamRunEventsRequest\x1a+.agentrt.runtime.v1.StreamRunEventsResponse0\x01\x12X\n\tCancelRun\x12$.agentrt.runtime.v1.CancelRunRequest\x1a%.agentrt.runtime.v1.CancelRunResponse\x12j\n\x0fResolveApproval\x12*.agentrt.runtime.v1.ResolveApprovalRequest\x1a+.agentrt.runtime.v1.ResolveApprovalResponse\x12g\n\x0eResolveOutcome\x12).agentrt.runtime.v1.ResolveOutcomeRequest\x1a*.agentrt.runtime.v1.ResolveOutcomeResponse\x12]\n\nGetPayload\x12%.agentrt.runtime.v1.GetPayloadRequest\x1a&.agentrt.runtime.v1.GetPayloadResponse0\x01\x42\xb6\x01\n\x16\x64\x65v.agentrt.runtime.v1B\x13RuntimeServiceProtoP\x01Z>github.com/agentrt/agentrt/gen/go/agentrt/runtime/v1;runtimev1\xa2\x02\x03\x41RX\xaa\x02\x12\x41gentrt.Runtime.V1\xca\x02\x12\x41gentrt\\Runtime\\V1\xea\x02\x14\x41gentrt::Runtime::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(agentrt/runtime/v1/runtime_service.proto\x12\x12\x61gentrt.runtime.v1\x1a\x1c\x61gentrt/runtime/v1/run.proto\"\xea\x02\n\x0fRunAgentRequest\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12,\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1d.agentrt.runtime.v1.AgentSpec\x12\r\n\x05input\x18\x03 \x01(\t\x12,\n\x07\x62udgets\x18\x04 \x01(\x0b\x32\x1b.agentrt.runtime.v1.Budgets\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\x12\x43\n\x08metadata\x18\x06 \x03(\x0b\x32\x31.agentrt.runtime.v1.RunAgentRequest.MetadataEntry\x12\x12\n\nsession_id\x18\x07 \x01(\t\x12\x39\n\x0esession_policy\x18\x08 \x01(\x0e\x32!.agentrt.runtime.v1.SessionPolicy\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\x10RunAgentResponse\x12+\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1c.agentrt.runtime.v1.RunEvent\"\xea\x02\n\x0fStartRunRequest\x12\x12\n\nagent_name\x18\x01 \x01(\t\x12,\n\x05\x61gent\x18\x02 \x01(\x0b\x32\x1d.agentrt.runtime.v1.AgentSpec\x12\r\n\x05input\x18\x03 \x01(\t\x12,\n\x07\x62udgets\x18\x04 \x01(\x0b\x32\x1b.agentrt.runtime.v1.Budgets\x12\x13\n\x0brequest_key\x18\x05 \x01(\t\x12\x43\n\x08metadata\x18\x06 \x03(\x0b\x32\x31.agentrt.runtime.v1.StartRunRequest.MetadataEntry\x12\x12\n\nsession_id\x18\x07 \x01(\t\x12\x39\n\x0esession_policy\x18\x08 \x01(\x0e\x32!.agentrt.runtime.v1.SessionPolicy\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"8\n\x10StartRunResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"6\n\x0eGetRunResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\xc0\x01\n\x0fListRunsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12,\n\x06phases\x18\x03 \x03(\x0e\x32\x1c.agentrt.runtime.v1.RunPhase\x12\x12\n\nagent_name\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x17\n\x0fneeds_attention\x18\x06 \x01(\x08\x12\x17\n\x0f\x63leanup_unknown\x18\x07 \x01(\x08\"R\n\x10ListRunsResponse\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.agentrt.runtime.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"K\n\x16StreamRunEventsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"F\n\x17StreamRunEventsResponse\x12+\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1c.agentrt.runtime.v1.RunEvent\"2\n\x10\x43\x61ncelRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"9\n\x11\x43\x61ncelRunResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\xcd\x01\n\x16ResolveApprovalRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61pproval_id\x18\x02 \x01(\t\x12\x36\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32$.agentrt.runtime.v1.ApprovalDecision\x12\x11\n\targs_hash\x18\x04 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x05 \x01(\x03\x12\x0f\n\x07\x63omment\x18\x06 \x01(\t\x12\x17\n\x0foverride_intent\x18\x14 \x01(\x08\"?\n\x17ResolveApprovalResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"\xb0\x01\n\x15ResolveOutcomeRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x35\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32#.agentrt.runtime.v1.OutcomeDecision\x12\x13\n\x0bresult_json\x18\x04 \x01(\t\x12\x19\n\x11\x65xpected_revision\x18\x05 \x01(\x03\x12\x0f\n\x07\x63omment\x18\x06 \x01(\t\">\n\x16ResolveOutcomeResponse\x12$\n\x03run\x18\x01 \x01(\x0b\x32\x17.agentrt.runtime.v1.Run\"7\n\x11GetPayloadRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\npayload_id\x18\x02 \x01(\t\"_\n\x12GetPayloadResponse\x12+\n\x03ref\x18\x01 \x01(\x0b\x32\x1e.agentrt.runtime.v1.PayloadRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c*\x8c\x01\n\x0fOutcomeDecision\x12 \n\x1cOUTCOME_DECISION_UNSPECIFIED\x10\x00\x12\x1e\n\x1aOUTCOME_DECISION_SUCCEEDED\x10\x01\x12\x1b\n\x17OUTCOME_DECISION_FAILED\x10\x02\x12\x1a\n\x16OUTCOME_DECISION_RETRY\x10\x03*\x84\x01\n\rSessionPolicy\x12\x1e\n\x1aSESSION_POLICY_UNSPECIFIED\x10\x00\x12\x19\n\x15SESSION_POLICY_REJECT\x10\x01\x12\x1a\n\x16SESSION_POLICY_ENQUEUE\x10\x02\x12\x1c\n\x18SESSION_POLICY_INTERRUPT\x10\x03\x32\xe9\x06\n\x13\x41gentRuntimeService\x12W\n\x08RunAgent\x12#.agentrt.runtime.v1.RunAgentRequest\x1a$.agentrt.runtime.v1.RunAgentResponse0\x01\x12U\n\x08StartRun\x12#.agentrt.runtime.v1.StartRunRequest\x1a$.agentrt.runtime.v1.StartRunResponse\x12O\n\x06GetRun\x12!.agentrt.runtime.v1.GetRunRequest\x1a\".agentrt.runtime.v1.GetRunResponse\x12U\n\x08ListRuns\x12#.agentrt.runtime.v1.ListRunsRequest\x1a$.agentrt.runtime.v1.ListRunsResponse\x12l\n\x0fStreamRunEvents\x12*.agentrt.runtime.v1.StreamRunEventsRequest\x1a+.agentrt.runtime.v1.StreamRunEventsResponse0\x01\x12X\n\tCancelRun\x12$.agentrt.runtime.v1.CancelRunRequest\x1a%.agentrt.runtime.v1.CancelRunResponse\x12j\n\x0fResolveApproval\x12*.agentrt.runtime.v1.ResolveApprovalRequest\x1a+.agentrt.runtime.v1.ResolveApprovalResponse\x12g\n\x0eResolveOutcome\x12).agentrt.runtime.v1.ResolveOutcomeRequest\x1a*.agentrt.runtime.v1.ResolveOutcomeResponse\x12]\n\nGetPayload\x12%.agentrt.runtime.v1.GetPayloadRequest\x1a&.agentrt.runtime.v1.GetPayloadResponse0\x01\x42\xb6\x01\n\x16\x64\x65v.agentrt.runtime.v1B\x13RuntimeServiceProtoP\x01Z>github.com/agentrt/agentrt/gen/go/agentrt/runtime/v1;runtimev1\xa2\x02\x03\x41RX\xaa\x02\x12\x41gentrt.Runtime.V1\xca\x02\x12\x41gentrt\\Runtime\\V1\xea\x02\x14\x41gentrt::Runtime::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,10 +37,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNAGENTREQUEST_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_STARTRUNREQUEST_METADATAENTRY']._loaded_options = None
   _globals['_STARTRUNREQUEST_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_OUTCOMEDECISION']._serialized_start=2221
-  _globals['_OUTCOMEDECISION']._serialized_end=2361
-  _globals['_SESSIONPOLICY']._serialized_start=2364
-  _globals['_SESSIONPOLICY']._serialized_end=2496
+  _globals['_OUTCOMEDECISION']._serialized_start=2246
+  _globals['_OUTCOMEDECISION']._serialized_end=2386
+  _globals['_SESSIONPOLICY']._serialized_start=2389
+  _globals['_SESSIONPOLICY']._serialized_end=2521
   _globals['_RUNAGENTREQUEST']._serialized_start=95
   _globals['_RUNAGENTREQUEST']._serialized_end=457
   _globals['_RUNAGENTREQUEST_METADATAENTRY']._serialized_start=410
@@ -58,29 +58,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETRUNRESPONSE']._serialized_start=980
   _globals['_GETRUNRESPONSE']._serialized_end=1034
   _globals['_LISTRUNSREQUEST']._serialized_start=1037
-  _globals['_LISTRUNSREQUEST']._serialized_end=1204
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1206
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1288
-  _globals['_STREAMRUNEVENTSREQUEST']._serialized_start=1290
-  _globals['_STREAMRUNEVENTSREQUEST']._serialized_end=1365
-  _globals['_STREAMRUNEVENTSRESPONSE']._serialized_start=1367
-  _globals['_STREAMRUNEVENTSRESPONSE']._serialized_end=1437
-  _globals['_CANCELRUNREQUEST']._serialized_start=1439
-  _globals['_CANCELRUNREQUEST']._serialized_end=1489
-  _globals['_CANCELRUNRESPONSE']._serialized_start=1491
-  _globals['_CANCELRUNRESPONSE']._serialized_end=1548
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=1551
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=1756
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=1758
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=1821
-  _globals['_RESOLVEOUTCOMEREQUEST']._serialized_start=1824
-  _globals['_RESOLVEOUTCOMEREQUEST']._serialized_end=2000
-  _globals['_RESOLVEOUTCOMERESPONSE']._serialized_start=2002
-  _globals['_RESOLVEOUTCOMERESPONSE']._serialized_end=2064
-  _globals['_GETPAYLOADREQUEST']._serialized_start=2066
-  _globals['_GETPAYLOADREQUEST']._serialized_end=2121
-  _globals['_GETPAYLOADRESPONSE']._serialized_start=2123
-  _globals['_GETPAYLOADRESPONSE']._serialized_end=2218
-  _globals['_AGENTRUNTIMESERVICE']._serialized_start=2499
-  _globals['_AGENTRUNTIMESERVICE']._serialized_end=3372
+  _globals['_LISTRUNSREQUEST']._serialized_end=1229
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1231
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1313
+  _globals['_STREAMRUNEVENTSREQUEST']._serialized_start=1315
+  _globals['_STREAMRUNEVENTSREQUEST']._serialized_end=1390
+  _globals['_STREAMRUNEVENTSRESPONSE']._serialized_start=1392
+  _globals['_STREAMRUNEVENTSRESPONSE']._serialized_end=1462
+  _globals['_CANCELRUNREQUEST']._serialized_start=1464
+  _globals['_CANCELRUNREQUEST']._serialized_end=1514
+  _globals['_CANCELRUNRESPONSE']._serialized_start=1516
+  _globals['_CANCELRUNRESPONSE']._serialized_end=1573
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=1576
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=1781
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=1783
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=1846
+  _globals['_RESOLVEOUTCOMEREQUEST']._serialized_start=1849
+  _globals['_RESOLVEOUTCOMEREQUEST']._serialized_end=2025
+  _globals['_RESOLVEOUTCOMERESPONSE']._serialized_start=2027
+  _globals['_RESOLVEOUTCOMERESPONSE']._serialized_end=2089
+  _globals['_GETPAYLOADREQUEST']._serialized_start=2091
+  _globals['_GETPAYLOADREQUEST']._serialized_end=2146
+  _globals['_GETPAYLOADRESPONSE']._serialized_start=2148
+  _globals['_GETPAYLOADRESPONSE']._serialized_end=2243
+  _globals['_AGENTRUNTIMESERVICE']._serialized_start=2524
+  _globals['_AGENTRUNTIMESERVICE']._serialized_end=3397
 # @@protoc_insertion_point(module_scope)

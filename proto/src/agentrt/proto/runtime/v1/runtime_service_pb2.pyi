@@ -109,20 +109,22 @@ class GetRunResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_run_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "phases", "agent_name", "session_id", "needs_attention")
+    __slots__ = ("page_size", "page_token", "phases", "agent_name", "session_id", "needs_attention", "cleanup_unknown")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     NEEDS_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     phases: _containers.RepeatedScalarFieldContainer[_run_pb2.RunPhase]
     agent_name: str
     session_id: str
     needs_attention: bool
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[_run_pb2.RunPhase, str]]] = ..., agent_name: _Optional[str] = ..., session_id: _Optional[str] = ..., needs_attention: _Optional[bool] = ...) -> None: ...
+    cleanup_unknown: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[_run_pb2.RunPhase, str]]] = ..., agent_name: _Optional[str] = ..., session_id: _Optional[str] = ..., needs_attention: _Optional[bool] = ..., cleanup_unknown: _Optional[bool] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
     __slots__ = ("runs", "next_page_token")

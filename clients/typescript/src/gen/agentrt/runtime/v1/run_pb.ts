@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file agentrt/runtime/v1/run.proto.
  */
 export const file_agentrt_runtime_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChxhZ2VudHJ0L3J1bnRpbWUvdjEvcnVuLnByb3RvEhJhZ2VudHJ0LnJ1bnRpbWUudjEihQMKB0J1ZGdldHMSFwoPbWF4X21vZGVsX3N0ZXBzGAEgASgFEhYKDm1heF90b29sX2NhbGxzGAIgASgFEkwKEm1heF9jYWxsc19wZXJfdG9vbBgDIAMoCzIwLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzLk1heENhbGxzUGVyVG9vbEVudHJ5EioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X2lucHV0X3Rva2VucxgFIAEoAxIZChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoAxIXCg9tYXhfY29zdF9taWNyb3MYCiABKAMSFAoMbWF4X2hhbmRvZmZzGAggASgFEh8KF21heF9wYXJhbGxlbF90b29sX2NhbGxzGAkgASgFGjYKFE1heENhbGxzUGVyVG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFKBAgHEAhSDG1heF9jb3N0X3VzZCKUAQoFVXNhZ2USEwoLbW9kZWxfc3RlcHMYASABKAUSEgoKdG9vbF9jYWxscxgCIAEoBRIUCgxpbnB1dF90b2tlbnMYAyABKAMSFQoNb3V0cHV0X3Rva2VucxgEIAEoAxITCgtjb3N0X21pY3JvcxgHIAEoAxIQCghoYW5kb2ZmcxgGIAEoBUoECAUQBlIIY29zdF91c2QiZgoJTW9kZWxTcGVjEhAKCHByb3ZpZGVyGAEgASgJEgwKBG5hbWUYAiABKAkSKAoHb3B0aW9ucxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHcHJvZmlsZRgEIAEoCSLBAQoJQWdlbnRTcGVjEgwKBG5hbWUYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEiwKBW1vZGVsGAMgASgLMh0uYWdlbnRydC5ydW50aW1lLnYxLk1vZGVsU3BlYxINCgV0b29scxgEIAMoCRIsCgdidWRnZXRzGAUgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSEAoIaGFuZG9mZnMYBiADKAkSEwoLYWdlbnRfdG9vbHMYByADKAkihgkKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhIKCmFnZW50X25hbWUYAyABKAkSKwoFcGhhc2UYBCABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USEAoIcmV2aXNpb24YBSABKAMSDQoFaW5wdXQYBiABKAkSDgoGb3V0cHV0GAcgASgJEg4KBnJlYXNvbhgIIAEoCRIsCgdidWRnZXRzGAkgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSKAoFdXNhZ2UYCiABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USEwoLcmVxdWVzdF9rZXkYCyABKAkSEgoKc2Vzc2lvbl9pZBgMIAEoCRI3CghtZXRhZGF0YRgNIAMoCzIlLmFnZW50cnQucnVudGltZS52MS5SdW4uTWV0YWRhdGFFbnRyeRIQCghsYXN0X3NlcRgOIAEoAxIvCgtjcmVhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/ChBwZW5kaW5nX2FwcHJvdmFsGBIgASgLMiUuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsUmVxdWVzdGVkEhIKCmNyZWF0ZWRfYnkYEyABKAkSMQoJaW5wdXRfcmVmGBQgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSMgoKb3V0cHV0X3JlZhgVIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmEi4KCnBydW5lX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2ZhdWx0X2NvdW50GBcgASgFEjkKCXZhcmlhYmxlcxgoIAMoCzImLmFnZW50cnQucnVudGltZS52MS5SdW4uVmFyaWFibGVzRW50cnkSFwoPbmVlZHNfYXR0ZW50aW9uGBggASgIEjgKD2NvbXBsZXRlZF9jYWxscxgZIAMoCzIfLmFnZW50cnQucnVudGltZS52MS5DYWxsU3VtbWFyeRI8ChNub3RfY29tcGxldGVkX2NhbGxzGBogAygLMh8uYWdlbnRydC5ydW50aW1lLnYxLkNhbGxTdW1tYXJ5EjYKDXVua25vd25fY2FsbHMYGyADKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2FsbFN1bW1hcnkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGkgKDlZhcmlhYmxlc0VudHJ5EgsKA2tleRgBIAEoCRIlCgV2YWx1ZRgCIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZToCOAEibAoIVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEhYKDmFyZ3VtZW50c19qc29uGAMgASgJEikKCWFyZ3VtZW50cxgEIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZSI8CgtTZXNzaW9uVHVybhIOCgZydW5faWQYASABKAkSDQoFaW5wdXQYAiABKAkSDgoGb3V0cHV0GAMgASgJIowCCgpSdW5TdGFydGVkEhIKCmFnZW50X25hbWUYASABKAkSDQoFaW5wdXQYAiABKAkSLAoHYnVkZ2V0cxgDIAEoCzIbLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzEiwKCGRlYWRsaW5lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI4Cg9zZXNzaW9uX2hpc3RvcnkYBSADKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuU2Vzc2lvblR1cm4SEgoKc3RhcnRlZF9ieRgGIAEoCRIxCglpbnB1dF9yZWYYByABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiK7AQoLU3RlcFN0YXJ0ZWQSDAoEc3RlcBgBIAEoBRIqCgRraW5kGAUgASgOMhwuYWdlbnRydC5ydW50aW1lLnYxLlN0ZXBLaW5kEigKBXVzYWdlGAMgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEg4KBnJlYXNvbhgEIAEoCRIyCgdjb250ZXh0GAYgASgLMiEuYWdlbnRydC5ydW50aW1lLnYxLkNvbnRleHRXaW5kb3dKBAgCEAMiUQoOTW9kZWxUZXh0RGVsdGESDAoEc3RlcBgBIAEoBRIMCgR0ZXh0GAIgASgJEg8KB2F0dGVtcHQYAyABKAUSEgoKc3VwZXJzZWRlZBgEIAEoCCKAAwoOTW9kZWxDb21wbGV0ZWQSDAoEc3RlcBgBIAEoBRIMCgR0ZXh0GAIgASgJEjAKCnRvb2xfY2FsbHMYAyADKAsyHC5hZ2VudHJ0LnJ1bnRpbWUudjEuVG9vbENhbGwSLwoMdXNhZ2VfYmVmb3JlGAQgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEi4KC3VzYWdlX2FmdGVyGAUgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEjAKCHRleHRfcmVmGAYgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSKQoIc2FtcGxpbmcYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBW1vZGVsGAggASgJEhMKC3Jlc3BvbnNlX2lkGAkgASgJEhIKCnJlcXVlc3RfaWQYCiABKAkSKgoHbGF0ZW5jeRgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiLmAQoNQ29udGV4dFdpbmRvdxIQCghzdHJhdGVneRgBIAEoCRIUCgxsaW1pdF90b2tlbnMYAiABKAUSGAoQZXN0aW1hdGVkX3Rva2VucxgDIAEoBRITCgtmdWxsX3Rva2VucxgEIAEoBRIcChRvbWl0dGVkX2JlZm9yZV9pbnB1dBgFIAEoBRIbChNvbWl0dGVkX2FmdGVyX2lucHV0GAYgASgFEjIKB2NsaXBwZWQYByADKAsyIS5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2xpcHBlZFJlc3VsdBIPCgdzdW1tYXJ5GAggASgJIlcKDUNsaXBwZWRSZXN1bHQSDwoHY2FsbF9pZBgBIAEoCRISCgprZXB0X2J5dGVzGAIgASgFEhIKCmZ1bGxfYnl0ZXMYAyABKAUSDQoFZW50cnkYBCABKAUi1QIKC1Rvb2xTdGFydGVkEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJEikKCWFyZ3VtZW50cxgLIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkSDwoHYXR0ZW1wdBgGIAEoBRIvCgx1c2FnZV9iZWZvcmUYByABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USLgoLdXNhZ2VfYWZ0ZXIYCCABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USFAoMdG9vbF92ZXJzaW9uGAkgASgJEjUKDWFyZ3VtZW50c19yZWYYCiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiKQAwoNVG9vbENvbXBsZXRlZBIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRITCgtyZXN1bHRfanNvbhgEIAEoCRImCgZyZXN1bHQYCCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEAoIcmVwbGF5ZWQYBSABKAgSMgoKcmVzdWx0X3JlZhgGIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmEhEKCXRydW5jYXRlZBgHIAEoCBIUCgxkZWR1cGxpY2F0ZWQYFCABKAgSOgoMZHVwbGljYXRlX29mGBUgASgLMiQuYWdlbnRydC50b29saG9zdC52MS5JbnRlbnREdXBsaWNhdGUSLgoKc3RhcnRfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGhvc3QYCyABKAki1AEKClRvb2xGYWlsZWQSDAoEc3RlcBgBIAEoBRIPCgdjYWxsX2lkGAIgASgJEgwKBHRvb2wYAyABKAkSLQoFZXJyb3IYBCABKAsyHi5hZ2VudHJ0LnRvb2xob3N0LnYxLlRvb2xFcnJvchIuCgpzdGFydF90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEaG9zdBgHIAEoCSLZAwoRQXBwcm92YWxSZXF1ZXN0ZWQSEwoLYXBwcm92YWxfaWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJEikKCWFyZ3VtZW50cxgLIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIRCglhcmdzX2hhc2gYBSABKAkSFgoOaW1wYWN0X3N1bW1hcnkYBiABKAkSFgoOcG9saWN5X3ZlcnNpb24YByABKAkSLwoLZXhwaXJlX3RpbWUYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHJlcXVlc3RfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdG9vbF92ZXJzaW9uGAogASgJEkcKCXZhcmlhYmxlcxgUIAMoCzI0LmFnZW50cnQucnVudGltZS52MS5BcHByb3ZhbFJlcXVlc3RlZC5WYXJpYWJsZXNFbnRyeRpICg5WYXJpYWJsZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWU6AjgBIpsBChBBcHByb3ZhbFJlc29sdmVkEhMKC2FwcHJvdmFsX2lkGAEgASgJEjYKCGRlY2lzaW9uGAIgASgOMiQuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsRGVjaXNpb24SEAoIYXBwcm92ZXIYAyABKAkSDwoHY29tbWVudBgEIAEoCRIXCg9vdmVycmlkZV9pbnRlbnQYFCABKAgiWgoPT3V0Y29tZVJlc29sdmVkEg8KB2NhbGxfaWQYASABKAkSEAoIZGVjaXNpb24YAiABKAkSEwoLcmVzb2x2ZWRfYnkYAyABKAkSDwoHY29tbWVudBgEIAEoCSKoAQoOUmV0cnlTY2hlZHVsZWQSDwoHY2FsbF9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEigKBWRlbGF5GAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCRIsCghkdWVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEc3RlcBgGIAEoBSLPAQoSVG9vbE91dGNvbWVVbmtub3duEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgEIAEoCRIOCgZyZWFzb24YBSABKAkSMQoNY2FsbF9kZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMdW5rbm93bl90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJsCgxSdW5Fc2NhbGF0ZWQSDgoGcmVhc29uGAEgASgJEiYKA2FnZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdjYWxsX2lkGAMgASgJEhMKC2FwcHJvdmFsX2lkGAQgASgJIkoKC0NhbGxTdW1tYXJ5Eg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIMCgRzdGVwGAMgASgFEg4KBmRldGFpbBgEIAEoCSKOAQoHSGFuZG9mZhIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSEgoKZnJvbV9hZ2VudBgDIAEoCRIQCgh0b19hZ2VudBgEIAEoCRIOCgZyZWFzb24YBSABKAkSLgoLdXNhZ2VfYWZ0ZXIYBiABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2UiJgoPUnVuQ2hlY2twb2ludGVkEhMKC3Rocm91Z2hfc2VxGAEgASgDIjcKD0NhbmNlbFJlcXVlc3RlZBIOCgZyZWFzb24YASABKAkSFAoMcmVxdWVzdGVkX2J5GAIgASgJIlIKDFJ1bkNvbXBsZXRlZBIOCgZvdXRwdXQYASABKAkSMgoKb3V0cHV0X3JlZhgCIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmIiwKCVJ1bkZhaWxlZBIOCgZyZWFzb24YASABKAkSDwoHbWVzc2FnZRgCIAEoCSIeCgxSdW5DYW5jZWxsZWQSDgoGcmVhc29uGAEgASgJIsUCCghSdW5FbmRlZBIrCgVwaGFzZRgBIAEoDjIcLmFnZW50cnQucnVudGltZS52MS5SdW5QaGFzZRIOCgZyZWFzb24YAiABKAkSDwoHcGFydGlhbBgDIAEoCBIRCglyZXRyeWFibGUYBCABKAgSKAoFdXNhZ2UYBSABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USOAoPY29tcGxldGVkX2NhbGxzGAYgAygLMh8uYWdlbnRydC5ydW50aW1lLnYxLkNhbGxTdW1tYXJ5EjwKE25vdF9jb21wbGV0ZWRfY2FsbHMYByADKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2FsbFN1bW1hcnkSNgoNdW5rbm93bl9jYWxscxgIIAMoCzIfLmFnZW50cnQucnVudGltZS52MS5DYWxsU3VtbWFyeSK2CwoIUnVuRXZlbnQSDgoGcnVuX2lkGAEgASgJEgsKA3NlcRgCIAEoAxIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1CgtydW5fc3RhcnRlZBgKIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5SdW5TdGFydGVkSAASNwoMc3RlcF9zdGFydGVkGAsgASgLMh8uYWdlbnRydC5ydW50aW1lLnYxLlN0ZXBTdGFydGVkSAASPgoQbW9kZWxfdGV4dF9kZWx0YRgMIAEoCzIiLmFnZW50cnQucnVudGltZS52MS5Nb2RlbFRleHREZWx0YUgAEj0KD21vZGVsX2NvbXBsZXRlZBgNIAEoCzIiLmFnZW50cnQucnVudGltZS52MS5Nb2RlbENvbXBsZXRlZEgAEjcKDHRvb2xfc3RhcnRlZBgOIAEoCzIfLmFnZW50cnQucnVudGltZS52MS5Ub29sU3RhcnRlZEgAEjsKDnRvb2xfY29tcGxldGVkGA8gASgLMiEuYWdlbnRydC5ydW50aW1lLnYxLlRvb2xDb21wbGV0ZWRIABI1Cgt0b29sX2ZhaWxlZBgQIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5Ub29sRmFpbGVkSAASQwoSYXBwcm92YWxfcmVxdWVzdGVkGBEgASgLMiUuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASQQoRYXBwcm92YWxfcmVzb2x2ZWQYEiABKAsyJC5hZ2VudHJ0LnJ1bnRpbWUudjEuQXBwcm92YWxSZXNvbHZlZEgAEj0KD3JldHJ5X3NjaGVkdWxlZBgTIAEoCzIiLmFnZW50cnQucnVudGltZS52MS5SZXRyeVNjaGVkdWxlZEgAEj8KEHJ1bl9jaGVja3BvaW50ZWQYFCABKAsyIy5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQ2hlY2twb2ludGVkSAASPwoQY2FuY2VsX3JlcXVlc3RlZBgVIAEoCzIjLmFnZW50cnQucnVudGltZS52MS5DYW5jZWxSZXF1ZXN0ZWRIABI5Cg1ydW5fY29tcGxldGVkGBYgASgLMiAuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkNvbXBsZXRlZEgAEjMKCnJ1bl9mYWlsZWQYFyABKAsyHS5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuRmFpbGVkSAASOQoNcnVuX2NhbmNlbGxlZBgYIAEoCzIgLmFnZW50cnQucnVudGltZS52MS5SdW5DYW5jZWxsZWRIABIxCglydW5fZW5kZWQYGSABKAsyHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuRW5kZWRIABJGChR0b29sX291dGNvbWVfdW5rbm93bhgaIAEoCzImLmFnZW50cnQucnVudGltZS52MS5Ub29sT3V0Y29tZVVua25vd25IABIuCgdoYW5kb2ZmGBsgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkhhbmRvZmZIABI/ChBvdXRjb21lX3Jlc29sdmVkGBwgASgLMiMuYWdlbnRydC5ydW50aW1lLnYxLk91dGNvbWVSZXNvbHZlZEgAEjEKCXJ1bl9mYXVsdBgdIAEoCzIcLmFnZW50cnQucnVudGltZS52MS5SdW5GYXVsdEgAEjUKC3J1bl93YWl0aW5nGB4gASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlJ1bldhaXRpbmdIABI5Cg12YXJpYWJsZXNfc2V0GCggASgLMiAuYWdlbnRydC5ydW50aW1lLnYxLlZhcmlhYmxlc1NldEgAEjkKDXJ1bl9lc2NhbGF0ZWQYHyABKAsyIC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuRXNjYWxhdGVkSABCBwoFZXZlbnQi8gEKDFZhcmlhYmxlc1NldBIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRJCCgl2YXJpYWJsZXMYBCADKAsyLy5hZ2VudHJ0LnJ1bnRpbWUudjEuVmFyaWFibGVzU2V0LlZhcmlhYmxlc0VudHJ5Eg8KB3JlbW92ZWQYBSADKAkSFgoOcmVmdXNlZF9yZWFzb24YBiABKAkaSAoOVmFyaWFibGVzRW50cnkSCwoDa2V5GAEgASgJEiUKBXZhbHVlGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlOgI4ASJpCgpQYXlsb2FkUmVmEhIKCnBheWxvYWRfaWQYASABKAkSEgoKc2l6ZV9ieXRlcxgCIAEoAxIOCgZzaGEyNTYYAyABKAkSDwoHcHJldmlldxgEIAEoCRISCgptZWRpYV90eXBlGAUgASgJIscBCghSdW5GYXVsdBIMCgRzdGVwGAEgASgFEhMKC2Vycm9yX2NsYXNzGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSEwoLZmF1bHRfY291bnQYBCABKAUSEgoKbWF4X2ZhdWx0cxgFIAEoBRIuCgt1c2FnZV9zcGVudBgGIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZRIuCgt1c2FnZV9hZnRlchgHIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZSJ5CgpSdW5XYWl0aW5nEi4KBnJlYXNvbhgBIAEoDjIeLmFnZW50cnQucnVudGltZS52MS5XYWl0UmVhc29uEisKBXBoYXNlGAIgASgOMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1blBoYXNlEg4KBmRldGFpbBgDIAEoCSrGAgoIUnVuUGhhc2USGQoVUlVOX1BIQVNFX1VOU1BFQ0lGSUVEEAASFAoQUlVOX1BIQVNFX1FVRVVFRBABEhgKFFJVTl9QSEFTRV9NT0RFTF9TVEVQEAISFwoTUlVOX1BIQVNFX1RPT0xfU1RFUBADEh4KGlJVTl9QSEFTRV9XQUlUSU5HX0FQUFJPVkFMEAQSGAoUUlVOX1BIQVNFX1JFVFJZX1dBSVQQBRIeChpSVU5fUEhBU0VfQ0FOQ0VMX1JFUVVFU1RFRBAGEh0KGVJVTl9QSEFTRV9VTktOT1dOX09VVENPTUUQBxIXChNSVU5fUEhBU0VfQ09NUExFVEVEEAgSFAoQUlVOX1BIQVNFX0ZBSUxFRBAJEhcKE1JVTl9QSEFTRV9DQU5DRUxMRUQQChIVChFSVU5fUEhBU0VfRVhQSVJFRBALKm4KCFN0ZXBLaW5kEhkKFVNURVBfS0lORF9VTlNQRUNJRklFRBAAEhMKD1NURVBfS0lORF9NT0RFTBABEhgKFFNURVBfS0lORF9ESUFHTk9TVElDEAISGAoUU1RFUF9LSU5EX0NPUlJFQ1RJVkUQAypyChBBcHByb3ZhbERlY2lzaW9uEiEKHUFQUFJPVkFMX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASHQoZQVBQUk9WQUxfREVDSVNJT05fQVBQUk9WRRABEhwKGEFQUFJPVkFMX0RFQ0lTSU9OX1JFSkVDVBACKpsBCgpXYWl0UmVhc29uEhsKF1dBSVRfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoUV0FJVF9SRUFTT05fQVBQUk9WQUwQARIfChtXQUlUX1JFQVNPTl9VTktOT1dOX09VVENPTUUQAhIWChJXQUlUX1JFQVNPTl9CVURHRVQQAxIdChlXQUlUX1JFQVNPTl9TRVNTSU9OX1FVRVVFEARCqwEKFmRldi5hZ2VudHJ0LnJ1bnRpbWUudjFCCFJ1blByb3RvUAFaPmdpdGh1Yi5jb20vYWdlbnRydC9hZ2VudHJ0L2dlbi9nby9hZ2VudHJ0L3J1bnRpbWUvdjE7cnVudGltZXYxogIDQVJYqgISQWdlbnRydC5SdW50aW1lLlYxygISQWdlbnRydFxSdW50aW1lXFYx6gIUQWdlbnRydDo6UnVudGltZTo6VjFiBnByb3RvMw", [file_agentrt_toolhost_v1_tool, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChxhZ2VudHJ0L3J1bnRpbWUvdjEvcnVuLnByb3RvEhJhZ2VudHJ0LnJ1bnRpbWUudjEihQMKB0J1ZGdldHMSFwoPbWF4X21vZGVsX3N0ZXBzGAEgASgFEhYKDm1heF90b29sX2NhbGxzGAIgASgFEkwKEm1heF9jYWxsc19wZXJfdG9vbBgDIAMoCzIwLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzLk1heENhbGxzUGVyVG9vbEVudHJ5EioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoQbWF4X2lucHV0X3Rva2VucxgFIAEoAxIZChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoAxIXCg9tYXhfY29zdF9taWNyb3MYCiABKAMSFAoMbWF4X2hhbmRvZmZzGAggASgFEh8KF21heF9wYXJhbGxlbF90b29sX2NhbGxzGAkgASgFGjYKFE1heENhbGxzUGVyVG9vbEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFKBAgHEAhSDG1heF9jb3N0X3VzZCKUAQoFVXNhZ2USEwoLbW9kZWxfc3RlcHMYASABKAUSEgoKdG9vbF9jYWxscxgCIAEoBRIUCgxpbnB1dF90b2tlbnMYAyABKAMSFQoNb3V0cHV0X3Rva2VucxgEIAEoAxITCgtjb3N0X21pY3JvcxgHIAEoAxIQCghoYW5kb2ZmcxgGIAEoBUoECAUQBlIIY29zdF91c2QiZgoJTW9kZWxTcGVjEhAKCHByb3ZpZGVyGAEgASgJEgwKBG5hbWUYAiABKAkSKAoHb3B0aW9ucxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDwoHcHJvZmlsZRgEIAEoCSLBAQoJQWdlbnRTcGVjEgwKBG5hbWUYASABKAkSFAoMaW5zdHJ1Y3Rpb25zGAIgASgJEiwKBW1vZGVsGAMgASgLMh0uYWdlbnRydC5ydW50aW1lLnYxLk1vZGVsU3BlYxINCgV0b29scxgEIAMoCRIsCgdidWRnZXRzGAUgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSEAoIaGFuZG9mZnMYBiADKAkSEwoLYWdlbnRfdG9vbHMYByADKAki2wkKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhIKCmFnZW50X25hbWUYAyABKAkSKwoFcGhhc2UYBCABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USEAoIcmV2aXNpb24YBSABKAMSDQoFaW5wdXQYBiABKAkSDgoGb3V0cHV0GAcgASgJEg4KBnJlYXNvbhgIIAEoCRIsCgdidWRnZXRzGAkgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSKAoFdXNhZ2UYCiABKAsyGS5hZ2VudHJ0LnJ1bnRpbWUudjEuVXNhZ2USEwoLcmVxdWVzdF9rZXkYCyABKAkSEgoKc2Vzc2lvbl9pZBgMIAEoCRI3CghtZXRhZGF0YRgNIAMoCzIlLmFnZW50cnQucnVudGltZS52MS5SdW4uTWV0YWRhdGFFbnRyeRIQCghsYXN0X3NlcRgOIAEoAxIvCgtjcmVhdGVfdGltZRgPIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI/ChBwZW5kaW5nX2FwcHJvdmFsGBIgASgLMiUuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsUmVxdWVzdGVkEhIKCmNyZWF0ZWRfYnkYEyABKAkSMQoJaW5wdXRfcmVmGBQgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSMgoKb3V0cHV0X3JlZhgVIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmEi4KCnBydW5lX3RpbWUYFiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2ZhdWx0X2NvdW50GBcgASgFEjkKCXZhcmlhYmxlcxgoIAMoCzImLmFnZW50cnQucnVudGltZS52MS5SdW4uVmFyaWFibGVzRW50cnkSFwoPbmVlZHNfYXR0ZW50aW9uGBggASgIEjgKD2NvbXBsZXRlZF9jYWxscxgZIAMoCzIfLmFnZW50cnQucnVudGltZS52MS5DYWxsU3VtbWFyeRI8ChNub3RfY29tcGxldGVkX2NhbGxzGBogAygLMh8uYWdlbnRydC5ydW50aW1lLnYxLkNhbGxTdW1tYXJ5EjYKDXVua25vd25fY2FsbHMYGyADKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2FsbFN1bW1hcnkSOQoOY2xlYW51cF9zdGF0dXMYHCABKA4yIS5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2xlYW51cFN0YXR1cxIYChBjbGVhbnVwc191bmtub3duGB0gASgFGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARpICg5WYXJpYWJsZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWU6AjgBImwKCFRvb2xDYWxsEg8KB2NhbGxfaWQYASABKAkSDAoEdG9vbBgCIAEoCRIWCg5hcmd1bWVudHNfanNvbhgDIAEoCRIpCglhcmd1bWVudHMYBCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUiPAoLU2Vzc2lvblR1cm4SDgoGcnVuX2lkGAEgASgJEg0KBWlucHV0GAIgASgJEg4KBm91dHB1dBgDIAEoCSKMAgoKUnVuU3RhcnRlZBISCgphZ2VudF9uYW1lGAEgASgJEg0KBWlucHV0GAIgASgJEiwKB2J1ZGdldHMYAyABKAsyGy5hZ2VudHJ0LnJ1bnRpbWUudjEuQnVkZ2V0cxIsCghkZWFkbGluZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOAoPc2Vzc2lvbl9oaXN0b3J5GAUgAygLMh8uYWdlbnRydC5ydW50aW1lLnYxLlNlc3Npb25UdXJuEhIKCnN0YXJ0ZWRfYnkYBiABKAkSMQoJaW5wdXRfcmVmGAcgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYiuwEKC1N0ZXBTdGFydGVkEgwKBHN0ZXAYASABKAUSKgoEa2luZBgFIAEoDjIcLmFnZW50cnQucnVudGltZS52MS5TdGVwS2luZBIoCgV1c2FnZRgDIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZRIOCgZyZWFzb24YBCABKAkSMgoHY29udGV4dBgGIAEoCzIhLmFnZW50cnQucnVudGltZS52MS5Db250ZXh0V2luZG93SgQIAhADIlEKDk1vZGVsVGV4dERlbHRhEgwKBHN0ZXAYASABKAUSDAoEdGV4dBgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhIKCnN1cGVyc2VkZWQYBCABKAgigAMKDk1vZGVsQ29tcGxldGVkEgwKBHN0ZXAYASABKAUSDAoEdGV4dBgCIAEoCRIwCgp0b29sX2NhbGxzGAMgAygLMhwuYWdlbnRydC5ydW50aW1lLnYxLlRvb2xDYWxsEi8KDHVzYWdlX2JlZm9yZRgEIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZRIuCgt1c2FnZV9hZnRlchgFIAEoCzIZLmFnZW50cnQucnVudGltZS52MS5Vc2FnZRIwCgh0ZXh0X3JlZhgGIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmEikKCHNhbXBsaW5nGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVtb2RlbBgIIAEoCRITCgtyZXNwb25zZV9pZBgJIAEoCRISCgpyZXF1ZXN0X2lkGAogASgJEioKB2xhdGVuY3kYCyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24i5gEKDUNvbnRleHRXaW5kb3cSEAoIc3RyYXRlZ3kYASABKAkSFAoMbGltaXRfdG9rZW5zGAIgASgFEhgKEGVzdGltYXRlZF90b2tlbnMYAyABKAUSEwoLZnVsbF90b2tlbnMYBCABKAUSHAoUb21pdHRlZF9iZWZvcmVfaW5wdXQYBSABKAUSGwoTb21pdHRlZF9hZnRlcl9pbnB1dBgGIAEoBRIyCgdjbGlwcGVkGAcgAygLMiEuYWdlbnRydC5ydW50aW1lLnYxLkNsaXBwZWRSZXN1bHQSDwoHc3VtbWFyeRgIIAEoCSJXCg1DbGlwcGVkUmVzdWx0Eg8KB2NhbGxfaWQYASABKAkSEgoKa2VwdF9ieXRlcxgCIAEoBRISCgpmdWxsX2J5dGVzGAMgASgFEg0KBWVudHJ5GAQgASgFItUCCgtUb29sU3RhcnRlZBIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIWCg5hcmd1bWVudHNfanNvbhgEIAEoCRIpCglhcmd1bWVudHMYCyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSFwoPaWRlbXBvdGVuY3lfa2V5GAUgASgJEg8KB2F0dGVtcHQYBiABKAUSLwoMdXNhZ2VfYmVmb3JlGAcgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEi4KC3VzYWdlX2FmdGVyGAggASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEhQKDHRvb2xfdmVyc2lvbhgJIAEoCRI1Cg1hcmd1bWVudHNfcmVmGAogASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYikAMKDVRvb2xDb21wbGV0ZWQSDAoEc3RlcBgBIAEoBRIPCgdjYWxsX2lkGAIgASgJEgwKBHRvb2wYAyABKAkSEwoLcmVzdWx0X2pzb24YBCABKAkSJgoGcmVzdWx0GAggASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEhAKCHJlcGxheWVkGAUgASgIEjIKCnJlc3VsdF9yZWYYBiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZhIRCgl0cnVuY2F0ZWQYByABKAgSFAoMZGVkdXBsaWNhdGVkGBQgASgIEjoKDGR1cGxpY2F0ZV9vZhgVIAEoCzIkLmFnZW50cnQudG9vbGhvc3QudjEuSW50ZW50RHVwbGljYXRlEi4KCnN0YXJ0X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRob3N0GAsgASgJItQBCgpUb29sRmFpbGVkEgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEi0KBWVycm9yGAQgASgLMh4uYWdlbnRydC50b29saG9zdC52MS5Ub29sRXJyb3ISLgoKc3RhcnRfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZW5kX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGhvc3QYByABKAki2QMKEUFwcHJvdmFsUmVxdWVzdGVkEhMKC2FwcHJvdmFsX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIWCg5hcmd1bWVudHNfanNvbhgEIAEoCRIpCglhcmd1bWVudHMYCyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEQoJYXJnc19oYXNoGAUgASgJEhYKDmltcGFjdF9zdW1tYXJ5GAYgASgJEhYKDnBvbGljeV92ZXJzaW9uGAcgASgJEi8KC2V4cGlyZV90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxyZXF1ZXN0X3RpbWUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHRvb2xfdmVyc2lvbhgKIAEoCRJHCgl2YXJpYWJsZXMYFCADKAsyNC5hZ2VudHJ0LnJ1bnRpbWUudjEuQXBwcm92YWxSZXF1ZXN0ZWQuVmFyaWFibGVzRW50cnkaSAoOVmFyaWFibGVzRW50cnkSCwoDa2V5GAEgASgJEiUKBXZhbHVlGAIgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlOgI4ASKbAQoQQXBwcm92YWxSZXNvbHZlZBITCgthcHByb3ZhbF9pZBgBIAEoCRI2CghkZWNpc2lvbhgCIAEoDjIkLmFnZW50cnQucnVudGltZS52MS5BcHByb3ZhbERlY2lzaW9uEhAKCGFwcHJvdmVyGAMgASgJEg8KB2NvbW1lbnQYBCABKAkSFwoPb3ZlcnJpZGVfaW50ZW50GBQgASgIIloKD091dGNvbWVSZXNvbHZlZBIPCgdjYWxsX2lkGAEgASgJEhAKCGRlY2lzaW9uGAIgASgJEhMKC3Jlc29sdmVkX2J5GAMgASgJEg8KB2NvbW1lbnQYBCABKAkiqAEKDlJldHJ5U2NoZWR1bGVkEg8KB2NhbGxfaWQYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIoCgVkZWxheRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkSLAoIZHVlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBHN0ZXAYBiABKAUizwEKElRvb2xPdXRjb21lVW5rbm93bhIMCgRzdGVwGAEgASgFEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIXCg9pZGVtcG90ZW5jeV9rZXkYBCABKAkSDgoGcmVhc29uGAUgASgJEjEKDWNhbGxfZGVhZGxpbmUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDHVua25vd25fdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibAoMUnVuRXNjYWxhdGVkEg4KBnJlYXNvbhgBIAEoCRImCgNhZ2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHY2FsbF9pZBgDIAEoCRITCgthcHByb3ZhbF9pZBgEIAEoCSJKCgtDYWxsU3VtbWFyeRIPCgdjYWxsX2lkGAEgASgJEgwKBHRvb2wYAiABKAkSDAoEc3RlcBgDIAEoBRIOCgZkZXRhaWwYBCABKAkijgEKB0hhbmRvZmYSDAoEc3RlcBgBIAEoBRIPCgdjYWxsX2lkGAIgASgJEhIKCmZyb21fYWdlbnQYAyABKAkSEAoIdG9fYWdlbnQYBCABKAkSDgoGcmVhc29uGAUgASgJEi4KC3VzYWdlX2FmdGVyGAYgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlIiYKD1J1bkNoZWNrcG9pbnRlZBITCgt0aHJvdWdoX3NlcRgBIAEoAyI3Cg9DYW5jZWxSZXF1ZXN0ZWQSDgoGcmVhc29uGAEgASgJEhQKDHJlcXVlc3RlZF9ieRgCIAEoCSJSCgxSdW5Db21wbGV0ZWQSDgoGb3V0cHV0GAEgASgJEjIKCm91dHB1dF9yZWYYAiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUGF5bG9hZFJlZiIsCglSdW5GYWlsZWQSDgoGcmVhc29uGAEgASgJEg8KB21lc3NhZ2UYAiABKAkiHgoMUnVuQ2FuY2VsbGVkEg4KBnJlYXNvbhgBIAEoCSLFAgoIUnVuRW5kZWQSKwoFcGhhc2UYASABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USDgoGcmVhc29uGAIgASgJEg8KB3BhcnRpYWwYAyABKAgSEQoJcmV0cnlhYmxlGAQgASgIEigKBXVzYWdlGAUgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEjgKD2NvbXBsZXRlZF9jYWxscxgGIAMoCzIfLmFnZW50cnQucnVudGltZS52MS5DYWxsU3VtbWFyeRI8ChNub3RfY29tcGxldGVkX2NhbGxzGAcgAygLMh8uYWdlbnRydC5ydW50aW1lLnYxLkNhbGxTdW1tYXJ5EjYKDXVua25vd25fY2FsbHMYCCADKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2FsbFN1bW1hcnki8Q0KCFJ1bkV2ZW50Eg4KBnJ1bl9pZBgBIAEoCRILCgNzZXEYAiABKAMSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoLcnVuX3N0YXJ0ZWQYCiABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuU3RhcnRlZEgAEjcKDHN0ZXBfc3RhcnRlZBgLIAEoCzIfLmFnZW50cnQucnVudGltZS52MS5TdGVwU3RhcnRlZEgAEj4KEG1vZGVsX3RleHRfZGVsdGEYDCABKAsyIi5hZ2VudHJ0LnJ1bnRpbWUudjEuTW9kZWxUZXh0RGVsdGFIABI9Cg9tb2RlbF9jb21wbGV0ZWQYDSABKAsyIi5hZ2VudHJ0LnJ1bnRpbWUudjEuTW9kZWxDb21wbGV0ZWRIABI3Cgx0b29sX3N0YXJ0ZWQYDiABKAsyHy5hZ2VudHJ0LnJ1bnRpbWUudjEuVG9vbFN0YXJ0ZWRIABI7Cg50b29sX2NvbXBsZXRlZBgPIAEoCzIhLmFnZW50cnQucnVudGltZS52MS5Ub29sQ29tcGxldGVkSAASNQoLdG9vbF9mYWlsZWQYECABKAsyHi5hZ2VudHJ0LnJ1bnRpbWUudjEuVG9vbEZhaWxlZEgAEkMKEmFwcHJvdmFsX3JlcXVlc3RlZBgRIAEoCzIlLmFnZW50cnQucnVudGltZS52MS5BcHByb3ZhbFJlcXVlc3RlZEgAEkEKEWFwcHJvdmFsX3Jlc29sdmVkGBIgASgLMiQuYWdlbnRydC5ydW50aW1lLnYxLkFwcHJvdmFsUmVzb2x2ZWRIABI9Cg9yZXRyeV9zY2hlZHVsZWQYEyABKAsyIi5hZ2VudHJ0LnJ1bnRpbWUudjEuUmV0cnlTY2hlZHVsZWRIABI/ChBydW5fY2hlY2twb2ludGVkGBQgASgLMiMuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkNoZWNrcG9pbnRlZEgAEj8KEGNhbmNlbF9yZXF1ZXN0ZWQYFSABKAsyIy5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2FuY2VsUmVxdWVzdGVkSAASOQoNcnVuX2NvbXBsZXRlZBgWIAEoCzIgLmFnZW50cnQucnVudGltZS52MS5SdW5Db21wbGV0ZWRIABIzCgpydW5fZmFpbGVkGBcgASgLMh0uYWdlbnRydC5ydW50aW1lLnYxLlJ1bkZhaWxlZEgAEjkKDXJ1bl9jYW5jZWxsZWQYGCABKAsyIC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQ2FuY2VsbGVkSAASMQoJcnVuX2VuZGVkGBkgASgLMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkVuZGVkSAASRgoUdG9vbF9vdXRjb21lX3Vua25vd24YGiABKAsyJi5hZ2VudHJ0LnJ1bnRpbWUudjEuVG9vbE91dGNvbWVVbmtub3duSAASLgoHaGFuZG9mZhgbIAEoCzIbLmFnZW50cnQucnVudGltZS52MS5IYW5kb2ZmSAASPwoQb3V0Y29tZV9yZXNvbHZlZBgcIAEoCzIjLmFnZW50cnQucnVudGltZS52MS5PdXRjb21lUmVzb2x2ZWRIABIxCglydW5fZmF1bHQYHSABKAsyHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuRmF1bHRIABI1CgtydW5fd2FpdGluZxgeIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5SdW5XYWl0aW5nSAASOQoNdmFyaWFibGVzX3NldBgoIAEoCzIgLmFnZW50cnQucnVudGltZS52MS5WYXJpYWJsZXNTZXRIABI5Cg1ydW5fZXNjYWxhdGVkGB8gASgLMiAuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkVzY2FsYXRlZEgAEjUKC3J1bl9jbG9zaW5nGCkgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlJ1bkNsb3NpbmdIABJDChJjbGVhbnVwX3JlZ2lzdGVyZWQYKiABKAsyJS5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2xlYW51cFJlZ2lzdGVyZWRIABI9Cg9jbGVhbnVwX3N0YXJ0ZWQYKyABKAsyIi5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2xlYW51cFN0YXJ0ZWRIABJBChFjbGVhbnVwX2NvbXBsZXRlZBgsIAEoCzIkLmFnZW50cnQucnVudGltZS52MS5DbGVhbnVwQ29tcGxldGVkSAASOwoOY2xlYW51cF9mYWlsZWQYLSABKAsyIS5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2xlYW51cEZhaWxlZEgAQgcKBWV2ZW50IrEBCgpSdW5DbG9zaW5nEisKBXBoYXNlGAEgASgOMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1blBoYXNlEg4KBnJlYXNvbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJEhEKCXJldHJ5YWJsZRgEIAEoCBIOCgZvdXRwdXQYBSABKAkSMgoKb3V0cHV0X3JlZhgGIAEoCzIeLmFnZW50cnQucnVudGltZS52MS5QYXlsb2FkUmVmIuABChFDbGVhbnVwUmVnaXN0ZXJlZBISCgpjbGVhbnVwX2lkGAEgASgJEi0KBGtpbmQYAiABKA4yHy5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2xlYW51cEtpbmQSDgoGdGFyZ2V0GAMgASgJEhYKDmFyZ3VtZW50c19qc29uGAQgASgJEg8KB2NhbGxfaWQYBSABKAkSDAoEc3RlcBgGIAEoBRIWCg5yZWZ1c2VkX3JlYXNvbhgHIAEoCRIpCglhcmd1bWVudHMYCCABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUifAoOQ2xlYW51cFN0YXJ0ZWQSEgoKY2xlYW51cF9pZBgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIsCghkZWFkbGluZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiNwoQQ2xlYW51cENvbXBsZXRlZBISCgpjbGVhbnVwX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUiVAoNQ2xlYW51cEZhaWxlZBISCgpjbGVhbnVwX2lkGAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDwoHbWVzc2FnZRgDIAEoCRINCgVmaW5hbBgEIAEoCCLyAQoMVmFyaWFibGVzU2V0EgwKBHN0ZXAYASABKAUSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEkIKCXZhcmlhYmxlcxgEIAMoCzIvLmFnZW50cnQucnVudGltZS52MS5WYXJpYWJsZXNTZXQuVmFyaWFibGVzRW50cnkSDwoHcmVtb3ZlZBgFIAMoCRIWCg5yZWZ1c2VkX3JlYXNvbhgGIAEoCRpICg5WYXJpYWJsZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWU6AjgBImkKClBheWxvYWRSZWYSEgoKcGF5bG9hZF9pZBgBIAEoCRISCgpzaXplX2J5dGVzGAIgASgDEg4KBnNoYTI1NhgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEhIKCm1lZGlhX3R5cGUYBSABKAkixwEKCFJ1bkZhdWx0EgwKBHN0ZXAYASABKAUSEwoLZXJyb3JfY2xhc3MYAiABKAkSDwoHbWVzc2FnZRgDIAEoCRITCgtmYXVsdF9jb3VudBgEIAEoBRISCgptYXhfZmF1bHRzGAUgASgFEi4KC3VzYWdlX3NwZW50GAYgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlEi4KC3VzYWdlX2FmdGVyGAcgASgLMhkuYWdlbnRydC5ydW50aW1lLnYxLlVzYWdlInkKClJ1bldhaXRpbmcSLgoGcmVhc29uGAEgASgOMh4uYWdlbnRydC5ydW50aW1lLnYxLldhaXRSZWFzb24SKwoFcGhhc2UYAiABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USDgoGZGV0YWlsGAMgASgJKuECCghSdW5QaGFzZRIZChVSVU5fUEhBU0VfVU5TUEVDSUZJRUQQABIUChBSVU5fUEhBU0VfUVVFVUVEEAESGAoUUlVOX1BIQVNFX01PREVMX1NURVAQAhIXChNSVU5fUEhBU0VfVE9PTF9TVEVQEAMSHgoaUlVOX1BIQVNFX1dBSVRJTkdfQVBQUk9WQUwQBBIYChRSVU5fUEhBU0VfUkVUUllfV0FJVBAFEh4KGlJVTl9QSEFTRV9DQU5DRUxfUkVRVUVTVEVEEAYSHQoZUlVOX1BIQVNFX1VOS05PV05fT1VUQ09NRRAHEhcKE1JVTl9QSEFTRV9DT01QTEVURUQQCBIUChBSVU5fUEhBU0VfRkFJTEVEEAkSFwoTUlVOX1BIQVNFX0NBTkNFTExFRBAKEhUKEVJVTl9QSEFTRV9FWFBJUkVEEAsSGQoVUlVOX1BIQVNFX0NMRUFOSU5HX1VQEAwqgAEKDUNsZWFudXBTdGF0dXMSHgoaQ0xFQU5VUF9TVEFUVVNfVU5TUEVDSUZJRUQQABIaChZDTEVBTlVQX1NUQVRVU19QRU5ESU5HEAESFwoTQ0xFQU5VUF9TVEFUVVNfRE9ORRACEhoKFkNMRUFOVVBfU1RBVFVTX1VOS05PV04QAyp1CgtDbGVhbnVwS2luZBIcChhDTEVBTlVQX0tJTkRfVU5TUEVDSUZJRUQQABIVChFDTEVBTlVQX0tJTkRfVE9PTBABEhUKEUNMRUFOVVBfS0lORF9IT09LEAISGgoWQ0xFQU5VUF9LSU5EX0NISUxEX1JVThADKm4KCFN0ZXBLaW5kEhkKFVNURVBfS0lORF9VTlNQRUNJRklFRBAAEhMKD1NURVBfS0lORF9NT0RFTBABEhgKFFNURVBfS0lORF9ESUFHTk9TVElDEAISGAoUU1RFUF9LSU5EX0NPUlJFQ1RJVkUQAypyChBBcHByb3ZhbERlY2lzaW9uEiEKHUFQUFJPVkFMX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASHQoZQVBQUk9WQUxfREVDSVNJT05fQVBQUk9WRRABEhwKGEFQUFJPVkFMX0RFQ0lTSU9OX1JFSkVDVBACKpsBCgpXYWl0UmVhc29uEhsKF1dBSVRfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoUV0FJVF9SRUFTT05fQVBQUk9WQUwQARIfChtXQUlUX1JFQVNPTl9VTktOT1dOX09VVENPTUUQAhIWChJXQUlUX1JFQVNPTl9CVURHRVQQAxIdChlXQUlUX1JFQVNPTl9TRVNTSU9OX1FVRVVFEARCqwEKFmRldi5hZ2VudHJ0LnJ1bnRpbWUudjFCCFJ1blByb3RvUAFaPmdpdGh1Yi5jb20vYWdlbnRydC9hZ2VudHJ0L2dlbi9nby9hZ2VudHJ0L3J1bnRpbWUvdjE7cnVudGltZXYxogIDQVJYqgISQWdlbnRydC5SdW50aW1lLlYxygISQWdlbnRydFxSdW50aW1lXFYx6gIUQWdlbnRydDo6UnVudGltZTo6VjFiBnByb3RvMw", [file_agentrt_toolhost_v1_tool, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Hard limits of one run (R6.1). Zero means "the agent's or server's default".
@@ -461,6 +461,20 @@ export type Run = Message<"agentrt.runtime.v1.Run"> & {
    * @generated from field: repeated agentrt.runtime.v1.CallSummary unknown_calls = 27;
    */
   unknownCalls: CallSummary[];
+
+  /**
+   * Where the run's registered cleanups stand (S002 §8).
+   *
+   * @generated from field: agentrt.runtime.v1.CleanupStatus cleanup_status = 28;
+   */
+  cleanupStatus: CleanupStatus;
+
+  /**
+   * Cleanups whose resource may still exist (cleanup_status UNKNOWN).
+   *
+   * @generated from field: int32 cleanups_unknown = 29;
+   */
+  cleanupsUnknown: number;
 };
 
 /**
@@ -2044,6 +2058,46 @@ export type RunEvent = Message<"agentrt.runtime.v1.RunEvent"> & {
      */
     value: RunEscalated;
     case: "runEscalated";
+  } | {
+    /**
+     * run.closing
+     *
+     * @generated from field: agentrt.runtime.v1.RunClosing run_closing = 41;
+     */
+    value: RunClosing;
+    case: "runClosing";
+  } | {
+    /**
+     * cleanup.registered
+     *
+     * @generated from field: agentrt.runtime.v1.CleanupRegistered cleanup_registered = 42;
+     */
+    value: CleanupRegistered;
+    case: "cleanupRegistered";
+  } | {
+    /**
+     * cleanup.started
+     *
+     * @generated from field: agentrt.runtime.v1.CleanupStarted cleanup_started = 43;
+     */
+    value: CleanupStarted;
+    case: "cleanupStarted";
+  } | {
+    /**
+     * cleanup.completed
+     *
+     * @generated from field: agentrt.runtime.v1.CleanupCompleted cleanup_completed = 44;
+     */
+    value: CleanupCompleted;
+    case: "cleanupCompleted";
+  } | {
+    /**
+     * cleanup.failed
+     *
+     * @generated from field: agentrt.runtime.v1.CleanupFailed cleanup_failed = 45;
+     */
+    value: CleanupFailed;
+    case: "cleanupFailed";
   } | { case: undefined; value?: undefined };
 };
 
@@ -2053,6 +2107,247 @@ export type RunEvent = Message<"agentrt.runtime.v1.RunEvent"> & {
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
   messageDesc(file_agentrt_runtime_v1_run, 30);
+
+/**
+ * The run has decided how it ends, and releases its registered resources first (S002 §8.1):
+ * it is CLEANING_UP until each cleanup is done or failed, then commits this end.
+ *
+ * @generated from message agentrt.runtime.v1.RunClosing
+ */
+export type RunClosing = Message<"agentrt.runtime.v1.RunClosing"> & {
+  /**
+   * The phase the run will end in.
+   *
+   * @generated from field: agentrt.runtime.v1.RunPhase phase = 1;
+   */
+  phase: RunPhase;
+
+  /**
+   * Its stable reason.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * Details, for a failure.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * True when starting the same input again may succeed.
+   *
+   * @generated from field: bool retryable = 4;
+   */
+  retryable: boolean;
+
+  /**
+   * The final answer, when it ends COMPLETED.
+   *
+   * @generated from field: string output = 5;
+   */
+  output: string;
+
+  /**
+   * The answer's payload, when the output is a view of one.
+   *
+   * @generated from field: agentrt.runtime.v1.PayloadRef output_ref = 6;
+   */
+  outputRef?: PayloadRef | undefined;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.RunClosing.
+ * Use `create(RunClosingSchema)` to create a new message.
+ */
+export const RunClosingSchema: GenMessage<RunClosing> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_run, 31);
+
+/**
+ * A resource the run must release when it ends: registered by a tool's result (its reserved
+ * "_cleanup" member) or by starting a child run.
+ *
+ * @generated from message agentrt.runtime.v1.CleanupRegistered
+ */
+export type CleanupRegistered = Message<"agentrt.runtime.v1.CleanupRegistered"> & {
+  /**
+   * Unique within the run ("c1", "c2" ...); cleanups run newest first.
+   *
+   * @generated from field: string cleanup_id = 1;
+   */
+  cleanupId: string;
+
+  /**
+   * What releases it.
+   *
+   * @generated from field: agentrt.runtime.v1.CleanupKind kind = 2;
+   */
+  kind: CleanupKind;
+
+  /**
+   * The tool, the hook, or the child run id.
+   *
+   * @generated from field: string target = 3;
+   */
+  target: string;
+
+  /**
+   * Arguments of the cleanup tool or hook, as JSON text.
+   *
+   * @generated from field: string arguments_json = 4;
+   */
+  argumentsJson: string;
+
+  /**
+   * The call whose result registered it (or that started the child run).
+   *
+   * @generated from field: string call_id = 5;
+   */
+  callId: string;
+
+  /**
+   * Step number.
+   *
+   * @generated from field: int32 step = 6;
+   */
+  step: number;
+
+  /**
+   * Set when the request was refused (nothing is registered): why.
+   *
+   * @generated from field: string refused_reason = 7;
+   */
+  refusedReason: string;
+
+  /**
+   * The same arguments as a structured value (filled by the API; never stored).
+   *
+   * @generated from field: google.protobuf.Value arguments = 8;
+   */
+  arguments?: Value | undefined;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.CleanupRegistered.
+ * Use `create(CleanupRegisteredSchema)` to create a new message.
+ */
+export const CleanupRegisteredSchema: GenMessage<CleanupRegistered> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_run, 32);
+
+/**
+ * One attempt of a cleanup begins (persisted before it is sent).
+ *
+ * @generated from message agentrt.runtime.v1.CleanupStarted
+ */
+export type CleanupStarted = Message<"agentrt.runtime.v1.CleanupStarted"> & {
+  /**
+   * The cleanup.
+   *
+   * @generated from field: string cleanup_id = 1;
+   */
+  cleanupId: string;
+
+  /**
+   * 1 for the first attempt.
+   *
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * The idempotency key its tool call carries (the same for every attempt).
+   *
+   * @generated from field: string idempotency_key = 3;
+   */
+  idempotencyKey: string;
+
+  /**
+   * When the run's cleanups must be over (set on the run's first cleanup attempt).
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 4;
+   */
+  deadline?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.CleanupStarted.
+ * Use `create(CleanupStartedSchema)` to create a new message.
+ */
+export const CleanupStartedSchema: GenMessage<CleanupStarted> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_run, 33);
+
+/**
+ * A cleanup is done: its resource is released.
+ *
+ * @generated from message agentrt.runtime.v1.CleanupCompleted
+ */
+export type CleanupCompleted = Message<"agentrt.runtime.v1.CleanupCompleted"> & {
+  /**
+   * The cleanup.
+   *
+   * @generated from field: string cleanup_id = 1;
+   */
+  cleanupId: string;
+
+  /**
+   * The attempt that did it.
+   *
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.CleanupCompleted.
+ * Use `create(CleanupCompletedSchema)` to create a new message.
+ */
+export const CleanupCompletedSchema: GenMessage<CleanupCompleted> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_run, 34);
+
+/**
+ * An attempt of a cleanup failed.
+ *
+ * @generated from message agentrt.runtime.v1.CleanupFailed
+ */
+export type CleanupFailed = Message<"agentrt.runtime.v1.CleanupFailed"> & {
+  /**
+   * The cleanup.
+   *
+   * @generated from field: string cleanup_id = 1;
+   */
+  cleanupId: string;
+
+  /**
+   * The attempt that failed.
+   *
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * Why.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * True when no attempt follows now (attempts or time used up): the resource may still exist,
+   * the run's cleanup_status is UNKNOWN and the background job retries it.
+   *
+   * @generated from field: bool final = 4;
+   */
+  final: boolean;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.CleanupFailed.
+ * Use `create(CleanupFailedSchema)` to create a new message.
+ */
+export const CleanupFailedSchema: GenMessage<CleanupFailed> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_run, 35);
 
 /**
  * A tool result set (or removed) run variables, or asked to and was refused (the run goes on).
@@ -2108,7 +2403,7 @@ export type VariablesSet = Message<"agentrt.runtime.v1.VariablesSet"> & {
  * Use `create(VariablesSetSchema)` to create a new message.
  */
 export const VariablesSetSchema: GenMessage<VariablesSet> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 31);
+  messageDesc(file_agentrt_runtime_v1_run, 36);
 
 /**
  * A value stored once outside the events (R8.4): fetched in chunks with GetPayload.
@@ -2157,7 +2452,7 @@ export type PayloadRef = Message<"agentrt.runtime.v1.PayloadRef"> & {
  * Use `create(PayloadRefSchema)` to create a new message.
  */
 export const PayloadRefSchema: GenMessage<PayloadRef> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 32);
+  messageDesc(file_agentrt_runtime_v1_run, 37);
 
 /**
  * An unexpected error while driving a run (a bug, a hook that raised, a store error).
@@ -2220,7 +2515,7 @@ export type RunFault = Message<"agentrt.runtime.v1.RunFault"> & {
  * Use `create(RunFaultSchema)` to create a new message.
  */
 export const RunFaultSchema: GenMessage<RunFault> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 33);
+  messageDesc(file_agentrt_runtime_v1_run, 38);
 
 /**
  * The last item of a RunAgent stream that ends before the run does.
@@ -2255,7 +2550,7 @@ export type RunWaiting = Message<"agentrt.runtime.v1.RunWaiting"> & {
  * Use `create(RunWaitingSchema)` to create a new message.
  */
 export const RunWaitingSchema: GenMessage<RunWaiting> = /*@__PURE__*/
-  messageDesc(file_agentrt_runtime_v1_run, 34);
+  messageDesc(file_agentrt_runtime_v1_run, 39);
 
 /**
  * Phase of a run's state machine (DESIGN §4). Terminal phases are final.
@@ -2346,6 +2641,14 @@ export enum RunPhase {
    * @generated from enum value: RUN_PHASE_EXPIRED = 11;
    */
   EXPIRED = 11,
+
+  /**
+   * The run has decided how it ends (run.closing says how) and releases what it registered
+   * (cleanups, child runs), newest first, before it commits that end.
+   *
+   * @generated from enum value: RUN_PHASE_CLEANING_UP = 12;
+   */
+  CLEANING_UP = 12,
 }
 
 /**
@@ -2353,6 +2656,89 @@ export enum RunPhase {
  */
 export const RunPhaseSchema: GenEnum<RunPhase> = /*@__PURE__*/
   enumDesc(file_agentrt_runtime_v1_run, 0);
+
+/**
+ * Where a run's registered cleanups stand.
+ *
+ * @generated from enum agentrt.runtime.v1.CleanupStatus
+ */
+export enum CleanupStatus {
+  /**
+   * The run registered no cleanup.
+   *
+   * @generated from enum value: CLEANUP_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Registered; not run yet (the run has not ended).
+   *
+   * @generated from enum value: CLEANUP_STATUS_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * Every registered cleanup was done.
+   *
+   * @generated from enum value: CLEANUP_STATUS_DONE = 2;
+   */
+  DONE = 2,
+
+  /**
+   * Some cleanup failed or was never confirmed; the resource may still exist. A background job
+   * retries it; ListRuns filters on it.
+   *
+   * @generated from enum value: CLEANUP_STATUS_UNKNOWN = 3;
+   */
+  UNKNOWN = 3,
+}
+
+/**
+ * Describes the enum agentrt.runtime.v1.CleanupStatus.
+ */
+export const CleanupStatusSchema: GenEnum<CleanupStatus> = /*@__PURE__*/
+  enumDesc(file_agentrt_runtime_v1_run, 1);
+
+/**
+ * What a cleanup releases, and how.
+ *
+ * @generated from enum agentrt.runtime.v1.CleanupKind
+ */
+export enum CleanupKind {
+  /**
+   * Not a valid kind.
+   *
+   * @generated from enum value: CLEANUP_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A call of a tool (of the same tool host as the tool that registered it).
+   *
+   * @generated from enum value: CLEANUP_KIND_TOOL = 1;
+   */
+  TOOL = 1,
+
+  /**
+   * A runtime cleanup hook (agentrt_cleanup) of the server's policy plugins.
+   *
+   * @generated from enum value: CLEANUP_KIND_HOOK = 2;
+   */
+  HOOK = 2,
+
+  /**
+   * A child run (an agent called as a tool): cancelled, then awaited until it ends.
+   *
+   * @generated from enum value: CLEANUP_KIND_CHILD_RUN = 3;
+   */
+  CHILD_RUN = 3,
+}
+
+/**
+ * Describes the enum agentrt.runtime.v1.CleanupKind.
+ */
+export const CleanupKindSchema: GenEnum<CleanupKind> = /*@__PURE__*/
+  enumDesc(file_agentrt_runtime_v1_run, 2);
 
 /**
  * What a step is for.
@@ -2393,7 +2779,7 @@ export enum StepKind {
  * Describes the enum agentrt.runtime.v1.StepKind.
  */
 export const StepKindSchema: GenEnum<StepKind> = /*@__PURE__*/
-  enumDesc(file_agentrt_runtime_v1_run, 1);
+  enumDesc(file_agentrt_runtime_v1_run, 3);
 
 /**
  * A person's answer to an approval.
@@ -2427,7 +2813,7 @@ export enum ApprovalDecision {
  * Describes the enum agentrt.runtime.v1.ApprovalDecision.
  */
 export const ApprovalDecisionSchema: GenEnum<ApprovalDecision> = /*@__PURE__*/
-  enumDesc(file_agentrt_runtime_v1_run, 2);
+  enumDesc(file_agentrt_runtime_v1_run, 4);
 
 /**
  * Why a run waits for something outside itself.
@@ -2475,5 +2861,5 @@ export enum WaitReason {
  * Describes the enum agentrt.runtime.v1.WaitReason.
  */
 export const WaitReasonSchema: GenEnum<WaitReason> = /*@__PURE__*/
-  enumDesc(file_agentrt_runtime_v1_run, 3);
+  enumDesc(file_agentrt_runtime_v1_run, 5);
 

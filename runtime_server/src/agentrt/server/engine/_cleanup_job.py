@@ -1,0 +1,151 @@
+"""The cleanup job (S002 §8): retries the cleanups that ended runs gave up on (CLEANUP_UNKNOWN).
+
+Every replica runs it. A pass claims ended runs whose cleanup status is UNKNOWN and due (the
+same lease and fencing token as a driver's, so two replicas never retry one run at once),
+tries each given-up cleanup once more under its own idempotency key, appends what happened to
+the run's log (after run.ended: the run's end does not change, its cleanup status does) and sets
+the next due time, doubling from ``[cleanup] retry_interval_s`` to ``retry_cap_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from agentrt.server.core import (
+    CleanupCompleted,
+    CleanupFailed,
+    CleanupStarted,
+    Event,
+    LeaseLost,
+    RunState,
+    cleanup_key,
+    replay,
+)
+from agentrt.server.engine._cleanup_step import perform_cleanup
+from agentrt.server.engine._driver import read_log
+from agentrt.server.engine._ports import Ports
+from agentrt.server.engine._run import cleanup_row_values, stored_events
+from agentrt.server.store import Claim, RunRecord, decode_event, encode_event
+
+__all__ = ["CleanupJob"]
+
+log = logging.getLogger("agentrt.cleanup")
+
+
+class CleanupJob:
+    """Retries given-up cleanups of ended runs, a batch per pass."""
+
+    def __init__(self, ports: Ports, *, store: Any, ttl_ms: int):
+        self.ports = ports
+        self.store = store  # claim_cleanups lives on the store, not on the RunLog port
+        self.ttl_ms = ttl_ms
+        self.passes = 0  # completed passes, for tests and operators
+
+    @property
+    def interval_s(self) -> float:
+        return min(30.0, max(0.2, self.ports.settings.cleanup.retry_interval_s / 2))
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.run_pass()
+            except Exception:
+                log.exception("cleanup pass failed; trying again in %.1f s", self.interval_s)
+            await asyncio.sleep(self.interval_s)
+
+    async def run_pass(self) -> int:
+        """One pass; the number of runs it took."""
+        ports = self.ports
+        claims: Sequence[Claim] = await self.store.claim_cleanups(
+            owner=ports.owner,
+            now_ms=ports.now_ms(),
+            ttl_ms=self.ttl_ms,
+            limit=ports.settings.cleanup.batch,
+        )
+        for claim in claims:
+            try:
+                await self._retry(claim)
+            except LeaseLost as exc:
+                log.info("cleanup of run %s moved on: %s", claim.run_id, exc)
+            except Exception:
+                log.exception("cleanup of run %s failed; it stays CLEANUP_UNKNOWN", claim.run_id)
+                await ports.log.release(claim.run_id, owner=ports.owner)
+        self.passes += 1
+        return len(claims)
+
+    async def _retry(self, claim: Claim) -> None:
+        ports = self.ports
+        record = await ports.log.get_run(claim.run_id)
+        if record is None or record.lease_owner != ports.owner:
+            return
+        state = replay(
+            record.run_id, [decode_event(e.type, e.payload) for e in await read_log(ports, claim.run_id)]
+        )
+        given_up = [c for c in reversed(state.cleanups) if c.unknown]
+        config = ports.settings.cleanup
+        revision, last_seq = record.revision, record.last_seq
+        for entry in given_up:
+            attempt = entry.attempts + 1
+            started = CleanupStarted(
+                cleanup_id=entry.cleanup_id,
+                attempt=attempt,
+                idempotency_key=cleanup_key(record.run_id, entry.cleanup_id),
+            )
+            revision, last_seq = await self._commit(record, state, [started], revision, last_seq, {})
+            done = await perform_cleanup(
+                ports,
+                entry,
+                run_id=record.run_id,
+                tenant_id=record.tenant_id,
+                session_id=record.session_id or "",
+                generation=claim.generation,
+                attempt=attempt,
+                timeout_s=config.call_timeout_s,
+            )
+            outcome: Event
+            if done.ok:
+                outcome = CleanupCompleted(cleanup_id=entry.cleanup_id, attempt=attempt)
+                ports.counters.inc("cleanup_recovered_count")
+                log.info("run %s: cleanup %s released on retry %s", record.run_id, entry.cleanup_id, attempt)
+            else:
+                outcome = CleanupFailed(
+                    cleanup_id=entry.cleanup_id, attempt=attempt, message=done.message, final=True
+                )
+            revision, last_seq = await self._commit(record, state, [outcome], revision, last_seq, {})
+        values = cleanup_row_values(state, ports.now_ms(), config.retry_interval_s)
+        retries = (record.cleanup_retries or 0) + 1
+        if values["cleanup_due_ms"] is not None:  # still unknown: back off, doubling to the cap
+            delay_s = min(config.retry_cap_s, config.retry_interval_s * 2 ** min(retries, 30))
+            values["cleanup_due_ms"] = ports.now_ms() + round(delay_s * 1000)
+        values.update(cleanup_retries=retries, lease_owner=None, lease_expires_ms=None)
+        await self._commit(record, state, [], revision, last_seq, values)
+
+    async def _commit(
+        self,
+        record: RunRecord,
+        state: RunState,
+        events: list[Event],
+        revision: int,
+        last_seq: int,
+        values: dict[str, Any],
+    ) -> tuple[int, int]:
+        """Append ``events`` and move the row, fenced by owner and revision; (revision, last_seq) after."""
+        ports = self.ports
+        for event in events:
+            state.apply(event)
+        payloads = [encode_event(e) for e in events]
+        now_ms = ports.now_ms()
+        revision = await ports.log.append(
+            record.run_id,
+            expected_revision=revision,
+            owner=ports.owner,
+            first_seq=last_seq + 1,
+            new_events=payloads,
+            values=values,
+            now_ms=now_ms,
+        )
+        ports.live.publish(record.run_id, stored_events(record.run_id, last_seq + 1, payloads, now_ms))
+        return revision, last_seq + len(payloads)
