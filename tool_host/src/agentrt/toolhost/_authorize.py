@@ -128,23 +128,29 @@ class CallGate:
             Unauthenticated: As for :meth:`invoke`.
             PermissionDenied: The grant names another idempotency key.
         """
-        return self._keyed("GetOperation", grant, idempotency_key)
+        granted = self._keyed("GetOperation", grant, idempotency_key)
+        return "" if granted is None else granted.tenant
 
-    def cancel_operation(self, *, grant: str, idempotency_key: str) -> str:
-        """Check a CancelOperation call, exactly as GetOperation; returns the tenant it may cancel in.
+    def cancel_operation(self, *, grant: str, idempotency_key: str) -> tuple[str, str | None]:
+        """Check a CancelOperation call, exactly as GetOperation.
+
+        Returns:
+            The tenant it may cancel in, and the run whose operation it may stop (None without
+            grant keys: any run's).
 
         Raises:
             Unauthenticated: As for :meth:`invoke`.
             PermissionDenied: The grant names another idempotency key.
         """
-        return self._keyed("CancelOperation", grant, idempotency_key)
+        granted = self._keyed("CancelOperation", grant, idempotency_key)
+        return ("", None) if granted is None else (granted.tenant, granted.run_id)
 
-    def _keyed(self, method: str, grant: str, idempotency_key: str) -> str:
+    def _keyed(self, method: str, grant: str, idempotency_key: str) -> CallGrant | None:
         if self._verifier is None:
-            return ""
+            return None
         granted = self._verify(grant, method)
         self._require(method, [] if granted.idempotency_key == idempotency_key else ["idempotency_key"])
-        return granted.tenant
+        return granted
 
     def preview(self, *, grant: str, tool: str, arguments_json: str) -> str:
         """Check a PreviewTool call (its tool and exact arguments); returns its tenant.

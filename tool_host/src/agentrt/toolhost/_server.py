@@ -599,7 +599,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
     ) -> pb.CancelOperationResponse:
         """Stops a running call on purpose (the caller's run was cancelled), by idempotency key."""
         try:
-            tenant = self._gate.cancel_operation(
+            tenant, run_id = self._gate.cancel_operation(
                 grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
                 idempotency_key=request.idempotency_key,
             )
@@ -610,7 +610,11 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     violations=[("idempotency_key", "required")],
                 )
             check_field(request.idempotency_key, "idempotency_key")
-            if self._ledger.get(request.idempotency_key, tenant=tenant) is None:
+            # Another tenant's entry is not found, exactly like a missing one. So is another run's:
+            # the grant binds its run, and stopping a write is an act on that run's own call, so a
+            # grant whose run did not start this entry must not stop it, nor learn it exists.
+            known = self._ledger.get(request.idempotency_key, tenant=tenant)
+            if known is None or (run_id is not None and known.run_id != run_id):
                 raise NotFound(
                     "no operation with this idempotency key",
                     reason="OPERATION_NOT_FOUND",
