@@ -7,9 +7,19 @@ import pytest
 from agentrt.server.core import (
     ContextPolicy,
     HistoryEntry,
+    ModelCompleted,
+    RunStarted,
+    RunState,
+    StepStarted,
+    ToolCallRequest,
+    ToolCompleted,
+    ToolStarted,
+    Usage,
     estimate_tokens,
     omitted_entries,
     plan_window,
+    scaled_counter,
+    token_scale_permille,
     windowed_history,
     with_summary,
 )
@@ -151,3 +161,54 @@ def test_the_plan_is_deterministic() -> None:
         for _ in range(3)
     }
     assert len(plans) == 1
+
+
+# -- the provider's count calibrates the estimate -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("provider", "estimated", "permille"),
+    [
+        (1000, 1000, 1100),  # the estimate was right: a tenth of margin
+        (1500, 1000, 1650),  # a heavier tokenizer: counted up
+        (800, 1000, 880),
+        (100, 1000, 750),  # a suspiciously low count: never below three quarters of the estimate
+        (9000, 1000, 4000),  # nor more than four times it
+        (0, 1000, 0),  # no count (a provider that reports none)
+        (500, 63, 0),  # too small a request to learn from
+    ],
+)
+def test_the_token_scale_follows_the_providers_count_within_bounds(
+    provider: int, estimated: int, permille: int
+) -> None:
+    assert token_scale_permille(provider_tokens=provider, estimated_tokens=estimated) == permille
+
+
+def test_a_scaled_counter_scales_the_byte_estimate_and_zero_is_the_estimate() -> None:
+    text = "x" * 300  # 100 tokens by the estimate
+    assert scaled_counter(0)(text) == estimate_tokens(text) == 100
+    assert scaled_counter(1650)(text) == 165
+    assert scaled_counter(750)(text) == 75
+
+
+def test_the_state_learns_the_scale_from_a_model_step_and_keeps_the_last_known_one() -> None:
+    state = RunState(run_id="r")
+    for event in (
+        RunStarted(agent_name="a", input="hi"),
+        StepStarted(step=1),
+        ModelCompleted(
+            step=1,
+            text="",
+            tool_calls=(ToolCallRequest("c1", "t", "{}"),),
+            usage_before=Usage(),
+            usage_after=Usage(model_steps=1, input_tokens=1500),
+            prompt_estimate_tokens=1000,
+        ),
+    ):
+        state.apply(event)
+    assert state.token_scale_permille == 1650
+    state.apply(ToolStarted(step=2, call_id="c1", tool="t", idempotency_key="k"))
+    state.apply(ToolCompleted(step=2, call_id="c1", tool="t", result_json="{}"))
+    state.apply(StepStarted(step=2))
+    state.apply(ModelCompleted(step=2, text="done", usage_after=Usage(model_steps=2, input_tokens=1500)))
+    assert state.token_scale_permille == 1650  # a step with no estimate (an older log) changes nothing

@@ -15,6 +15,7 @@ from agentrt.server._config import AgentConfig, ModelConfig, Settings
 from agentrt.server._config_context import ContextConfig
 from agentrt.server._config_security import ModelProfileConfig
 from agentrt.server.core import parse_rfc3339_ms
+from agentrt.server.models import ModelRequest
 from agentrt.server.policies import hookimpl
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld
@@ -176,3 +177,48 @@ async def test_model_and_tool_steps_record_what_shaped_them_and_when() -> None:
     tool = world.log.payloads(run_id, "tool.completed")[0]
     assert parse_rfc3339_ms(tool["start_time"]) <= parse_rfc3339_ms(tool["end_time"])
     assert tool["host"] == world.tools.host
+
+
+def tokenizer_of_two_bytes(request: ModelRequest) -> int:
+    """A provider whose tokenizer costs a token per two bytes (e.g. a script heavier than English)."""
+    texts = [m.content for m in request.messages] + [repr(request.tools)]
+    return sum(len(t.encode()) for t in texts) // 2
+
+
+async def test_the_window_is_counted_in_the_providers_tokens_once_it_has_counted_a_request() -> None:
+    world = world_with_limit(1200)
+    world.models.count_prompt = tokenizer_of_two_bytes
+    run_id = world.create_run("look up orders 1 to 8")
+    await world.drive(run_id)
+
+    assert world.log.phase(run_id) == "COMPLETED"
+    windows = [p["context"] for p in world.log.payloads(run_id, "step.started")]
+    scales = [w.get("token_scale_permille", 0) for w in windows]
+    # Step 1 has no count yet; later steps scale the 3-bytes-a-token estimate by what the provider
+    # counted (about 1.5 times it, plus a tenth), and say so in the record.
+    assert scales[0] == 0 and all(1400 <= s <= 1900 for s in scales[2:]), scales
+    estimates = [p["prompt_estimate_tokens"] for p in world.log.payloads(run_id, "model.completed")]
+    assert all(e > 0 for e in estimates)
+    # What the provider counts of every calibrated request fits the limit. The byte estimate alone
+    # (a token per three bytes) would have let the last requests reach 1.5 times it.
+    counted = [tokenizer_of_two_bytes(r) for r in world.models.requests]
+    assert max(counted[2:]) <= 1200, counted
+    assert windows[-1]["omitted_after_input"] > 0
+
+
+async def test_a_provider_that_counts_fewer_tokens_lets_the_window_keep_more_within_a_bound() -> None:
+    def english(request: ModelRequest) -> int:  # a token per four bytes
+        return tokenizer_of_two_bytes(request) // 2
+
+    calibrated, reference = world_with_limit(1200), world_with_limit(1200)
+    calibrated.models.count_prompt = english
+    reference.models.count_prompt = tokenizer_of_two_bytes
+    run_ids = [world.create_run("look up orders 1 to 8") for world in (calibrated, reference)]
+    for world, run_id in zip((calibrated, reference), run_ids, strict=True):
+        await world.drive(run_id)
+    # The final step's prompt: more of the history fits when the provider counts fewer tokens.
+    shown = [len(world.models.requests[-1].messages) for world in (calibrated, reference)]
+    assert shown[0] > shown[1], shown
+    windows = calibrated.log.payloads(run_ids[0], "step.started")
+    scales = [p["context"].get("token_scale_permille", 0) for p in windows]
+    assert min(s for s in scales if s) >= 750  # never trusted below three quarters of the estimate

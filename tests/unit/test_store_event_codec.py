@@ -137,6 +137,7 @@ window = st.builds(
     omitted_after_input=small,
     clipped=st.lists(st.builds(ClippedResult, text, small, small, small), max_size=2).map(tuple),
     summary=text,
+    token_scale_permille=small,
 )
 sampling = st.none() | st.dictionaries(
     st.sampled_from(["temperature", "top_p", "max_tokens", "seed"]),
@@ -177,6 +178,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         response_id=text,
         request_id=text,
         latency=st.none() | st.just("1.250s"),
+        prompt_estimate_tokens=small,
     ),
     ToolStarted: st.builds(
         ToolStarted,
@@ -435,6 +437,16 @@ WRITTEN: list[tuple[str, str]] = [
         f'{{"step": 1, "text": "hi", "tool_calls": [], "usage_before": {_U0}, "usage_after": {_U1}, '
         '"sampling": {"temperature": 0.2, "seed": 7}, "model": "openai/gpt-x", "response_id": "chatcmpl-1", '
         '"request_id": "req-1", "latency": "0.250s"}',
+    ),
+    (
+        ev.MODEL_COMPLETED,
+        f'{{"step": 2, "text": "", "tool_calls": [], "usage_before": {_U0}, "usage_after": {_U1}, '
+        '"latency": "0.250s", "prompt_estimate_tokens": 1900}',
+    ),
+    (
+        ev.STEP_STARTED,
+        f'{{"step": 3, "kind": "model", "usage": {_U1}, "context": {{"strategy": "keep_recent", '
+        '"limit_tokens": 800, "estimated_tokens": 640, "full_tokens": 1900, "token_scale_permille": 1650}}',
     ),
     (
         ev.TOOL_COMPLETED,

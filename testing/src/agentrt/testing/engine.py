@@ -453,6 +453,8 @@ class ScriptedModels:
         self.gate: asyncio.Event | None = None  # when set to an unset Event, calls wait for it
         self.in_flight = asyncio.Event()  # set when a call is waiting at the gate
         self.broken = False  # ``check`` fails: no provider can be made
+        # The provider's own count of a request's prompt tokens, reported in the usage; None: 10.
+        self.count_prompt: Callable[[ModelRequest], int] | None = None
 
     def answer(self, text: str = "", tool_calls: Iterable[tuple[str, str, str]] = ()) -> None:
         calls = tuple(ModelToolCall(call_id=c, tool=t, arguments_json=a) for c, t, a in tool_calls)
@@ -490,6 +492,8 @@ class ScriptedModels:
             item = self.queue.pop(0)
         if isinstance(item, BaseException):
             raise item
+        if self.count_prompt is not None:
+            item = dataclasses.replace(item, input_tokens=self.count_prompt(request))
         if item.text:
             on_text_delta(item.text)
         return item

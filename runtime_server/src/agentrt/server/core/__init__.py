@@ -23,9 +23,9 @@ from agentrt.server.core._checkpoint import restore as restore_checkpoint
 from agentrt.server.core._cleanups import CleanupRequest, CleanupStatus, cleanup_key, cleanups_requested
 from agentrt.server.core._context import (
     ContextPolicy,
-    estimate_tokens,
     omitted_entries,
     plan_window,
+    prompt_estimate,
     windowed_history,
     with_summary,
 )
@@ -166,6 +166,7 @@ from agentrt.server.core._state import (
     replay,
 )
 from agentrt.server.core._timefmt import parse_rfc3339_ms, rfc3339
+from agentrt.server.core._tokens import estimate_tokens, scaled_counter, token_scale_permille
 from agentrt.server.core._upgrade import (
     STATE_VERSION,
     UPGRADERS,
@@ -333,13 +334,16 @@ __all__ = [
     "parse_rfc3339_ms",
     "plan_window",
     "price_micros",
+    "prompt_estimate",
     "reconcile_delay_ms",
     "replay",
     "restore_checkpoint",
     "retry_fits",
     "rfc3339",
     "rule_for",
+    "scaled_counter",
     "step_deadline_s",
+    "token_scale_permille",
     "transition",
     "upgrade",
     "upgrade_money_json",

@@ -19,19 +19,25 @@ a provider never sees a tool result without its call. Strategies, cheapest loss 
   out; without one it is ``keep_recent``.
 
 Whatever the strategy, one tool result larger than ``result_share`` of the window is clipped with
-a marker (in the prompt only: the log keeps it whole). Token counts are estimates (see
-:func:`estimate_tokens`) unless the caller passes a provider's counter.
+a marker (in the prompt only: the log keeps it whole).
+
+Token counts: the provider's own count is the truth, but it is known only after a request (the
+usage it reports). So the first step of a run counts conservatively, one token per three UTF-8
+bytes (:func:`estimate_tokens`; tokenizers average about four for English, fewer for other
+scripts), and every later step scales that estimate by what the provider counted for the run's
+previous request against what the runtime estimated for it (:func:`token_scale_permille`, with
+a margin). The scale is recorded in the window, so a replay explains the decision.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from agentrt.server.core._events import ClippedResult, ContextWindow
 from agentrt.server.core._state import HistoryEntry
+from agentrt.server.core._tokens import TokenCounter, estimate_tokens, scaled_counter, token_scale_permille
 
 __all__ = [
     "ContextPolicy",
@@ -39,13 +45,15 @@ __all__ = [
     "estimate_tokens",
     "omitted_entries",
     "plan_window",
+    "prompt_estimate",
+    "scaled_counter",
     "summary_note",
+    "token_scale_permille",
     "windowed_history",
     "with_summary",
 ]
 
 Strategy = Literal["keep_recent", "clip_tool_results", "summarise"]
-TokenCounter = Callable[[str], int]
 
 _MESSAGE_OVERHEAD = 4  # tokens a message costs beyond its text (role, separators), as providers count
 SUMMARY_NOTE = "[agentrt] Earlier steps of this run were left out of the context window. Summary: {}"
@@ -62,9 +70,11 @@ class ContextPolicy:
     summary_bytes: int = 2000  # room kept for a summary; a longer one is cut
 
 
-def estimate_tokens(text: str) -> int:
-    """A conservative token estimate: one token per three UTF-8 bytes (tokenizers average ~4)."""
-    return math.ceil(len(text.encode()) / 3)
+def prompt_estimate(fixed_texts: Sequence[str], history: Sequence[HistoryEntry]) -> int:
+    """The byte estimate of a request: its fixed texts (instructions, tool definitions) and history."""
+    return sum(estimate_tokens(t) for t in fixed_texts) + sum(
+        _entry_tokens(e, estimate_tokens) for e in history
+    )
 
 
 def clip_marker(kept: int, full: int) -> str:

@@ -259,6 +259,7 @@ class ContextWindow:
     omitted_after_input: int = 0
     clipped: tuple[ClippedResult, ...] = ()
     summary: str = ""
+    token_scale_permille: int = 0  # 0: the byte estimate alone
 
 
 # -- the events --------------------------------------------------------------------------------------
@@ -317,6 +318,7 @@ class ModelCompleted:
     response_id: str = ""  # the provider's id of its response
     request_id: str = ""  # the provider's id of the HTTP request
     latency: str | None = None  # proto3 JSON Duration text, e.g. "1.250s"
+    prompt_estimate_tokens: int = 0  # the runtime's estimate of the request (0: not recorded)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

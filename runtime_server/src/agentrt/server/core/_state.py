@@ -19,6 +19,7 @@ from agentrt.server.core._json import loads_bounded
 from agentrt.server.core._loops import LoopTracker
 from agentrt.server.core._phases import Phase, Trigger, transition
 from agentrt.server.core._timefmt import parse_rfc3339_ms
+from agentrt.server.core._tokens import token_scale_permille
 
 CORRECTIVE_NOTE = "[agentrt] Your final answer was not accepted: {}. Answer again, correcting it."
 DUPLICATE_NOTE = (
@@ -145,6 +146,8 @@ class RunState:
     input_view: str = ""  # ``input`` as run.started recorded it (a view when ``input_ref`` is set)
     input_index: int = 0  # where the run's input is in ``history`` (after earlier session turns)
     window: ev.ContextWindow | None = None  # how the current step's prompt was fitted, if it was
+    # The provider's count against the runtime's estimate of the latest request (0: none known).
+    token_scale_permille: int = 0
     call_records: list[CallRecord] = field(default_factory=list)  # every call of the run, in order
     escalation: str | None = None  # why the current wait was escalated; None once the wait ends
     cleanups: list[CleanupEntry] = field(default_factory=list)  # in registration order
@@ -192,6 +195,12 @@ class RunState:
             case ev.ModelCompleted():
                 self.diagnostic_done = self.diagnostic is not None
                 self.step = event.step
+                if event.prompt_estimate_tokens:
+                    scale = token_scale_permille(
+                        provider_tokens=event.usage_after.input_tokens - event.usage_before.input_tokens,
+                        estimated_tokens=event.prompt_estimate_tokens,
+                    )
+                    self.token_scale_permille = scale or self.token_scale_permille
                 self._usage_from(event.usage_after)
                 calls = event.tool_calls
                 self.loops.on_answer(event.text, [(c.tool, c.arguments_json) for c in calls])

@@ -34,11 +34,12 @@ from agentrt.server.core import (
     ToolCallRequest,
     Usage,
     end_events,
-    estimate_tokens,
     omitted_entries,
     plan_window,
+    prompt_estimate,
     retry_fits,
     rfc3339,
+    scaled_counter,
     step_deadline_s,
     usage_plus,
     windowed_history,
@@ -177,6 +178,15 @@ class ModelStep:
             )
         return tuple(tools)
 
+    def _tools_json(self) -> str:
+        return json.dumps([[t.name, t.description, t.input_schema] for t in self._tool_defs()])
+
+    def _prompt_estimate(self) -> int:
+        """The byte estimate of the request this step sends (the provider's count calibrates it)."""
+        state = self.ctx.state
+        shown = windowed_history(state.history, state.input_index, state.window)
+        return prompt_estimate([self.ctx.agent.config.instructions, self._tools_json()], shown)
+
     def fit_window(self, step: int) -> None:
         """Fit the prompt of ``step`` to the model's context limit, recorded on its step.started.
 
@@ -196,17 +206,20 @@ class ModelStep:
         config: AgentConfig = ctx.agent.config
         policy = config.context.to_policy()
         state = ctx.state
-        tools_json = json.dumps([[t.name, t.description, t.input_schema] for t in self._tool_defs()])
-        fixed = estimate_tokens(config.instructions) + estimate_tokens(tools_json)
+        scale = state.token_scale_permille  # learned from the provider's count of an earlier request
+        count = scaled_counter(scale)
+        fixed = count(config.instructions) + count(self._tools_json())
 
         def plan(policy: ContextPolicy) -> ContextWindow:
-            return plan_window(
+            window = plan_window(
                 state.history,
                 input_index=state.input_index,
                 fixed_tokens=fixed,
                 limit_tokens=bound.context_tokens,
                 policy=policy,
+                count=count,
             )
+            return dataclasses.replace(window, token_scale_permille=scale)
 
         window = plan(policy)
         if policy.strategy == "summarise" and (window.omitted_before_input or window.omitted_after_input):
@@ -359,6 +372,7 @@ class ModelStep:
             response_id=response.response_id[:200],
             request_id=response.request_id[:200],
             latency=f"{latency_s:.3f}s",
+            prompt_estimate_tokens=self._prompt_estimate(),
         )
         self.ctx.add(completed)
 

@@ -140,6 +140,8 @@ def _context_to_json(window: ev.ContextWindow) -> dict[str, Any]:
         ]
     if window.summary:
         out["summary"] = window.summary
+    if window.token_scale_permille:
+        out["token_scale_permille"] = window.token_scale_permille
     return out
 
 
@@ -163,6 +165,7 @@ def _context_from_json(data: Mapping[str, Any] | None) -> ev.ContextWindow | Non
             for c in data.get("clipped", ())
         ),
         summary=str(data.get("summary", "")),
+        token_scale_permille=int(data.get("token_scale_permille", 0)),
     )
 
 
@@ -282,6 +285,8 @@ def _model_completed(e: ev.ModelCompleted) -> dict[str, Any]:
         out["request_id"] = e.request_id
     if e.latency is not None:
         out["latency"] = e.latency
+    if e.prompt_estimate_tokens:
+        out["prompt_estimate_tokens"] = e.prompt_estimate_tokens
     return out
 
 
@@ -635,6 +640,7 @@ def _d_model_completed(d: Mapping[str, Any]) -> ev.ModelCompleted:
         response_id=d.get("response_id", ""),
         request_id=d.get("request_id", ""),
         latency=d.get("latency"),
+        prompt_estimate_tokens=int(d.get("prompt_estimate_tokens", 0)),
     )
 
 

@@ -317,7 +317,7 @@ class ModelTextDelta(_message.Message):
     def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., attempt: _Optional[int] = ..., superseded: _Optional[bool] = ...) -> None: ...
 
 class ModelCompleted(_message.Message):
-    __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after", "text_ref", "sampling", "model", "response_id", "request_id", "latency")
+    __slots__ = ("step", "text", "tool_calls", "usage_before", "usage_after", "text_ref", "sampling", "model", "response_id", "request_id", "latency", "prompt_estimate_tokens")
     STEP_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
@@ -329,6 +329,7 @@ class ModelCompleted(_message.Message):
     RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LATENCY_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_ESTIMATE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     step: int
     text: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
@@ -340,10 +341,11 @@ class ModelCompleted(_message.Message):
     response_id: str
     request_id: str
     latency: _duration_pb2.Duration
-    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., text_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., sampling: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., model: _Optional[str] = ..., response_id: _Optional[str] = ..., request_id: _Optional[str] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    prompt_estimate_tokens: int
+    def __init__(self, step: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., usage_before: _Optional[_Union[Usage, _Mapping]] = ..., usage_after: _Optional[_Union[Usage, _Mapping]] = ..., text_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., sampling: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., model: _Optional[str] = ..., response_id: _Optional[str] = ..., request_id: _Optional[str] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., prompt_estimate_tokens: _Optional[int] = ...) -> None: ...
 
 class ContextWindow(_message.Message):
-    __slots__ = ("strategy", "limit_tokens", "estimated_tokens", "full_tokens", "omitted_before_input", "omitted_after_input", "clipped", "summary")
+    __slots__ = ("strategy", "limit_tokens", "estimated_tokens", "full_tokens", "omitted_before_input", "omitted_after_input", "clipped", "summary", "token_scale_permille")
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -352,6 +354,7 @@ class ContextWindow(_message.Message):
     OMITTED_AFTER_INPUT_FIELD_NUMBER: _ClassVar[int]
     CLIPPED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_SCALE_PERMILLE_FIELD_NUMBER: _ClassVar[int]
     strategy: str
     limit_tokens: int
     estimated_tokens: int
@@ -360,7 +363,8 @@ class ContextWindow(_message.Message):
     omitted_after_input: int
     clipped: _containers.RepeatedCompositeFieldContainer[ClippedResult]
     summary: str
-    def __init__(self, strategy: _Optional[str] = ..., limit_tokens: _Optional[int] = ..., estimated_tokens: _Optional[int] = ..., full_tokens: _Optional[int] = ..., omitted_before_input: _Optional[int] = ..., omitted_after_input: _Optional[int] = ..., clipped: _Optional[_Iterable[_Union[ClippedResult, _Mapping]]] = ..., summary: _Optional[str] = ...) -> None: ...
+    token_scale_permille: int
+    def __init__(self, strategy: _Optional[str] = ..., limit_tokens: _Optional[int] = ..., estimated_tokens: _Optional[int] = ..., full_tokens: _Optional[int] = ..., omitted_before_input: _Optional[int] = ..., omitted_after_input: _Optional[int] = ..., clipped: _Optional[_Iterable[_Union[ClippedResult, _Mapping]]] = ..., summary: _Optional[str] = ..., token_scale_permille: _Optional[int] = ...) -> None: ...
 
 class ClippedResult(_message.Message):
     __slots__ = ("call_id", "kept_bytes", "full_bytes", "entry")
