@@ -382,3 +382,26 @@ async def test_a_deduplicated_result_registers_nothing_for_this_run() -> None:
     run_id = world.create_run()
     await world.drive(run_id)
     assert "cleanup.registered" not in world.log.types(run_id)
+
+
+async def test_the_model_sees_a_result_without_the_members_addressed_to_the_runtime() -> None:
+    world, boxes = sandbox_world(create("c1", "a"))
+    create_box = boxes.create
+
+    async def with_variables(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        outcome = await create_box(arguments_json, metadata)
+        result = json.loads(outcome.result_json or "{}")
+        result["_set_variables"] = {"sandbox": "a"}
+        return ToolOutcome(json.dumps(result), None)
+
+    world.tools.handlers["sandbox.create"] = with_variables
+    run_id = world.create_run()
+    await world.drive(run_id)
+
+    shown = [m.content for m in world.models.requests[1].messages if m.role == "tool"]
+    assert shown == ['{"sandbox":"a"}']
+    # The log keeps the result as the host recorded it, and both requests were acted on.
+    (completed,) = world.log.payloads(run_id, "tool.completed")
+    assert '"_cleanup"' in completed["result_json"] and '"_set_variables"' in completed["result_json"]
+    assert boxes.destroyed == ["a"]
+    assert json.loads(world.log.runs[run_id].variables or "{}") == {"sandbox": "a"}

@@ -13,13 +13,14 @@ from enum import StrEnum
 
 from agentrt.server.core import _events as ev
 from agentrt.server.core._budgets import Usage
-from agentrt.server.core._cleanups import CleanupStatus
+from agentrt.server.core._cleanups import CLEANUP_MEMBER, CleanupStatus
 from agentrt.server.core._errors import IllegalTransition
 from agentrt.server.core._json import loads_bounded
 from agentrt.server.core._loops import LoopTracker
 from agentrt.server.core._phases import Phase, Trigger, transition
 from agentrt.server.core._timefmt import parse_rfc3339_ms
 from agentrt.server.core._tokens import token_scale_permille
+from agentrt.server.core._variables import SET_VARIABLES
 
 CORRECTIVE_NOTE = "[agentrt] Your final answer was not accepted: {}. Answer again, correcting it."
 DUPLICATE_NOTE = (
@@ -255,7 +256,7 @@ class RunState:
                 call.result_json = event.result_json
                 self._record(call, CallFate.COMPLETED)
                 self.loops.on_result(call.tool, call.result_json)
-                content = _duplicate_content(event) if event.deduplicated else call.result_json
+                content = _duplicate_content(event) if event.deduplicated else model_view(call.result_json)
                 self.history.append(HistoryEntry(role="tool", content=content, tool_call_id=call.call_id))
             case ev.ToolFailed():
                 self._reconcile_if_unknown()
@@ -450,12 +451,33 @@ class RunState:
         )
 
 
+_RESERVED = (SET_VARIABLES, CLEANUP_MEMBER)
+
+
+def model_view(result_json: str) -> str:
+    """A tool result as the model sees it: without the members addressed to the runtime.
+
+    ``_set_variables`` and ``_cleanup`` are instructions to the runtime, not facts for the model
+    (and a cleanup's arguments may name infrastructure). The log keeps the result as recorded.
+    """
+    if not any(name in result_json for name in _RESERVED):  # the usual result: no parse at all
+        return result_json
+    try:
+        result = loads_bounded(result_json)
+    except ValueError:
+        return result_json
+    if not isinstance(result, dict) or not any(name in result for name in _RESERVED):
+        return result_json
+    shown = {k: v for k, v in result.items() if k not in _RESERVED}
+    return json.dumps(shown, ensure_ascii=False, separators=(",", ":"))
+
+
 def _duplicate_content(event: ev.ToolCompleted) -> str:
     """What the model sees for a deduplicated result: that it was not run, and the earlier result."""
     first = event.duplicate_of or ev.IntentDuplicate()
     where = f"call {first.call_id or '?'}" + (f" at {first.first_time}" if first.first_time else "")
     try:
-        result: object = loads_bounded(event.result_json)
+        result: object = loads_bounded(model_view(event.result_json))
     except ValueError:  # a truncated view, or past the bounds: shown as text
         result = event.result_json
     return json.dumps({"deduplicated": True, "note": DUPLICATE_NOTE.format(where), "result": result})
