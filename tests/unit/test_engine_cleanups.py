@@ -17,6 +17,8 @@ import pytest
 
 from agentrt.server._config import AgentConfig, Settings
 from agentrt.server._config_cleanup import CleanupConfig
+from agentrt.server.engine._cleanup_job import CleanupJob
+from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.policies import hookimpl
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import Crashed, EngineWorld
@@ -405,3 +407,61 @@ async def test_the_model_sees_a_result_without_the_members_addressed_to_the_runt
     assert '"_cleanup"' in completed["result_json"] and '"_set_variables"' in completed["result_json"]
     assert boxes.destroyed == ["a"]
     assert json.loads(world.log.runs[run_id].variables or "{}") == {"sandbox": "a"}
+
+
+# -- the cleanup job ------------------------------------------------------------------------------
+
+
+def job(world: EngineWorld) -> CleanupJob:
+    return CleanupJob(world.ports(), store=world.log, ttl_ms=5000)
+
+
+async def test_the_cleanup_job_retries_a_given_up_cleanup_with_backoff_until_it_is_released() -> None:
+    world, boxes = sandbox_world(
+        create("c1", "a"), cleanup=CleanupConfig(attempts=1, retry_interval_s=10, retry_cap_s=25)
+    )
+    boxes.down = 100
+    run_id = world.create_run()
+    await world.drive(run_id)
+    record = world.log.runs[run_id]
+    assert record.cleanup_status == "UNKNOWN" and record.lease_owner is None
+    ended_at = len(world.log.events[run_id])
+
+    assert await job(world).run_pass() == 0  # not due yet
+    world.clock.advance(10)
+    world.owner = "replica-2"  # any replica's job may take it
+    assert await job(world).run_pass() == 1  # due: tried again, still down
+    record = world.log.runs[run_id]
+    now_ms = int(world.clock() * 1000)
+    assert record.cleanup_status == "UNKNOWN" and record.cleanup_retries == 1
+    assert record.cleanup_due_ms == now_ms + 20_000  # doubled
+    assert record.lease_owner is None and record.phase == "COMPLETED"
+
+    boxes.down = 0
+    world.clock.advance(20)
+    assert await job(world).run_pass() == 1
+    record = world.log.runs[run_id]
+    assert (record.cleanup_status, record.cleanups_unknown, record.cleanup_due_ms) == ("DONE", 0, None)
+    assert boxes.destroyed == ["a"] and record.phase == "COMPLETED" and record.output == "done"
+    after = world.log.types(run_id)[ended_at:]
+    assert after == ["cleanup.started", "cleanup.failed", "cleanup.started", "cleanup.completed"]
+    keys = {c.metadata.idempotency_key for c in world.tools.calls if c.tool == "sandbox.destroy"}
+    assert keys == {f"cleanup:{run_id}:c1"}
+    assert world.counters.get("cleanup_recovered_count") == 1
+    world.clock.advance(3600)
+    assert await job(world).run_pass() == 0  # done: never taken again
+
+
+async def test_a_run_ended_by_repeated_faults_hands_its_cleanups_to_the_job() -> None:
+    world, boxes = sandbox_world(create("c1", "a"))
+    world.fault_plan = FaultPlan("after_model_response@2..=raise")  # every later model step faults
+    run_id = world.create_run()
+    await world.drive(run_id)
+
+    record = world.log.runs[run_id]
+    assert record.phase == "FAILED" and "run.closing" not in world.log.types(run_id)
+    assert (record.cleanup_status, record.cleanups_unknown) == ("UNKNOWN", 1)
+    assert boxes.live == {"a"}  # ended from its row: nothing released yet
+    assert await job(world).run_pass() == 1
+    assert boxes.destroyed == ["a"]
+    assert world.log.runs[run_id].cleanup_status == "DONE"

@@ -57,6 +57,7 @@ from agentrt.server.models import (
 )
 from agentrt.server.policies import Policies, get_policy_plugin_manager
 from agentrt.server.store import (
+    Claim,
     PayloadRef,
     RunRecord,
     Signal,
@@ -258,6 +259,21 @@ class MemoryRunLog:
         self.runs[run_id] = record
         self.events[run_id] = [StoredEvent(run_id, 1, "run.started", json.dumps(started), now_ms)]
         return record
+
+    async def claim_cleanups(self, *, owner: str, now_ms: int, ttl_ms: int, limit: int) -> list[Claim]:
+        """The cleanup job's claim, as the store makes it: ended runs with UNKNOWN cleanups, due."""
+        claims: list[Claim] = []
+        for run_id, record in sorted(self.runs.items(), key=lambda item: item[1].cleanup_due_ms or 0):
+            free = record.lease_owner is None or (record.lease_expires_ms or 0) < now_ms
+            due = record.cleanup_due_ms is not None and record.cleanup_due_ms <= now_ms
+            ended = record.phase in ("COMPLETED", "FAILED", "CANCELLED", "EXPIRED")
+            if record.cleanup_status == "UNKNOWN" and due and ended and free and len(claims) < limit:
+                generation = record.lease_generation + 1
+                self.runs[run_id] = dataclasses.replace(
+                    record, lease_owner=owner, lease_expires_ms=now_ms + ttl_ms, lease_generation=generation
+                )
+                claims.append(Claim(run_id, generation))
+        return claims
 
     def take_over(self, run_id: str, owner: str) -> int:
         """Give the run to ``owner`` with the next fencing token (a lease expiry and a claim)."""

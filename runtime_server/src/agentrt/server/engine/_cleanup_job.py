@@ -4,7 +4,9 @@ Every replica runs it. A pass claims ended runs whose cleanup status is UNKNOWN 
 same lease and fencing token as a driver's, so two replicas never retry one run at once),
 tries each given-up cleanup once more under its own idempotency key, appends what happened to
 the run's log (after run.ended: the run's end does not change, its cleanup status does) and sets
-the next due time, doubling from ``[cleanup] retry_interval_s`` to ``retry_cap_s``.
+the next due time, doubling from ``[cleanup] retry_interval_s`` to ``retry_cap_s``. A run ended
+by repeated faults (from its row, without its cleanups) is handed over the same way, with its
+cleanups never run.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ class CleanupJob:
         state = replay(
             record.run_id, [decode_event(e.type, e.payload) for e in await read_log(ports, claim.run_id)]
         )
-        given_up = [c for c in reversed(state.cleanups) if c.unknown]
+        # Given up, or never run (a run ended from its row after repeated faults).
+        given_up = [c for c in reversed(state.cleanups) if not c.done]
         config = ports.settings.cleanup
         revision, last_seq = record.revision, record.last_seq
         for entry in given_up:
