@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +35,10 @@ from agentrt.server.core import (
     cleanups_requested,
     rfc3339,
 )
+from agentrt.server.core import events as ev
 from agentrt.server.engine._ports import Ports
 from agentrt.server.engine._run import RunContext
+from agentrt.server.store import RunRecord
 from agentrt.server.tools import CallMetadata
 
 __all__ = ["CleanupAttempt", "CleanupStep", "perform_cleanup", "register_child_run", "register_cleanups"]
@@ -134,6 +137,25 @@ def register_child_run(ctx: RunContext, call: CallState, child_run_id: str) -> b
         )
     )
     return True
+
+
+def handover_values(
+    record: RunRecord, events: Iterable[tuple[str, str | Mapping[str, Any]]], now_ms: int
+) -> dict[str, Any]:
+    """Row values that hand a run's unreleased cleanups to the cleanup job, for an end made from
+    the row alone (repeated faults, a log this runtime cannot fold), which never runs them."""
+    if record.cleanup_status != "PENDING":
+        return {}
+    registered = completed = 0
+    for event_type, payload in events:  # counted from the raw log: the state may be what failed
+        if event_type == ev.CLEANUP_REGISTERED:
+            data = json.loads(payload) if isinstance(payload, str) else payload
+            registered += "refused_reason" not in data
+        elif event_type == ev.CLEANUP_COMPLETED:
+            completed += 1
+    # At most what is left (the job replays the log and corrects it); due at once.
+    unreleased = max(1, registered - completed)
+    return {"cleanup_status": "UNKNOWN", "cleanups_unknown": unreleased, "cleanup_due_ms": now_ms}
 
 
 # -- releasing --------------------------------------------------------------------------------------

@@ -38,11 +38,12 @@ from agentrt.server.core import (
     usage_plus,
 )
 from agentrt.server.core import events as ev
+from agentrt.server.engine._cleanup_step import handover_values
 from agentrt.server.engine._control import Cancelled
 from agentrt.server.engine._driver import RunDriver, read_log
 from agentrt.server.engine._ports import Fresh, Ports
 from agentrt.server.engine._run import RunHandle, cancellable, commit_after_row
-from agentrt.server.store import RunRecord, StoredEvent
+from agentrt.server.store import RunRecord
 
 log = logging.getLogger("agentrt.engine")
 
@@ -140,12 +141,8 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
             lease_owner=None,
             lease_expires_ms=None,
         )
-        if record.cleanup_status == "PENDING":
-            # Ended from the row, without its cleanups (the state may be what failed to build):
-            # they go to the cleanup job at once, which replays the log and releases them.
-            values.update(
-                cleanup_status="UNKNOWN", cleanups_unknown=_unreleased(stored), cleanup_due_ms=now_ms
-            )
+        # Ended from the row, without its cleanups: the cleanup job releases them.
+        values.update(handover_values(record, [(e.type, e.payload) for e in stored], now_ms))
     elif decision.park:  # UNKNOWN_OUTCOME is never collapsed into FAILED (R4.4): a person settles it
         values.update(wake_ms=now_ms + int(FAULT_PARK_S * 1000), lease_owner=None, lease_expires_ms=None)
     await commit_after_row(ports, record, events, values, now_ms)
@@ -156,17 +153,6 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
             ports.counters.inc("partial_run_count")
         return None
     return None if decision.park else decision.delay_s
-
-
-def _unreleased(stored: list[StoredEvent]) -> int:
-    """Cleanups registered and not completed, counted from the raw log (at most what is left)."""
-    registered = completed = 0
-    for event in stored:
-        if event.type == ev.CLEANUP_REGISTERED:
-            registered += "refused_reason" not in json.loads(event.payload)
-        elif event.type == ev.CLEANUP_COMPLETED:
-            completed += 1
-    return max(1, registered - completed)
 
 
 def _usage(record: RunRecord) -> Usage:

@@ -48,7 +48,7 @@ from agentrt.server.core import events as ev
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._approval_step import ApprovalStep
 from agentrt.server.engine._checkpoints import resume_state
-from agentrt.server.engine._cleanup_step import CleanupStep
+from agentrt.server.engine._cleanup_step import CleanupStep, handover_values
 from agentrt.server.engine._control import Cancelled, Parked
 from agentrt.server.engine._finalize import finalize
 from agentrt.server.engine._model_step import ModelStep
@@ -191,6 +191,7 @@ async def _end_incompatible(ports: Ports, record: RunRecord, events: list[RawEve
         "state_version": STATE_VERSION,
         "lease_owner": None,
         "lease_expires_ms": None,
+        **handover_values(record, events, ports.now_ms()),
     }
     await commit_after_row(ports, record, ending, values, ports.now_ms())
     ports.counters.inc("runs_ended")
