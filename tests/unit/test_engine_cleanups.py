@@ -465,3 +465,28 @@ async def test_a_run_ended_by_repeated_faults_hands_its_cleanups_to_the_job() ->
     assert await job(world).run_pass() == 1
     assert boxes.destroyed == ["a"]
     assert world.log.runs[run_id].cleanup_status == "DONE"
+
+
+async def test_a_run_registers_at_most_64_cleanups_and_refuses_the_rest_whole() -> None:
+    world, _ = sandbox_world()
+
+    async def many(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        step = json.loads(arguments_json)["i"]  # a new fact each time: no loop exit
+        batch = [{"tool": "sandbox.destroy", "arguments": {"name": f"s{step}n{i}"}} for i in range(8)]
+        return ToolOutcome(json.dumps({"made": step, "_cleanup": batch}), None)
+
+    world.tools.add("many", many, side_effect="read")
+    world.agent = AgentConfig(tools=["many"])
+    world.models.queue.clear()
+    for step in range(9):
+        world.models.answer(tool_calls=[(f"c{step}", "many", json.dumps({"i": step}))])
+    world.models.answer(text="done")
+    run_id = world.create_run()
+    await world.drive(run_id)
+
+    registered = world.log.payloads(run_id, "cleanup.registered")
+    accepted = [r for r in registered if not r.get("refused_reason")]
+    refused = [r for r in registered if r.get("refused_reason")]
+    assert len(accepted) == 64 and len(refused) == 1 and "more than 64" in refused[0]["refused_reason"]
+    assert len(world.log.payloads(run_id, "cleanup.completed")) == 64
+    assert world.log.runs[run_id].cleanup_status == "DONE"
