@@ -165,9 +165,21 @@ export class AgentRuntimeClient {
     return required(response.run);
   }
 
-  /** Lists runs, newest first; pass `nextPageToken` back as `pageToken` for the next page. */
+  /**
+   * Lists runs, newest first; pass `nextPageToken` back as `pageToken` for the next page.
+   * `needsAttention` keeps runs whose wait was escalated to a person; `cleanupUnknown` keeps runs
+   * whose cleanups may have left a resource behind (`cleanupStatus` UNKNOWN).
+   */
   async listRuns(
-    options: { pageSize?: number; pageToken?: string; phases?: RunPhase[]; agentName?: string; sessionId?: string } = {},
+    options: {
+      pageSize?: number;
+      pageToken?: string;
+      phases?: RunPhase[];
+      agentName?: string;
+      sessionId?: string;
+      needsAttention?: boolean;
+      cleanupUnknown?: boolean;
+    } = {},
   ): Promise<ListRunsResponse> {
     return this.unary(() => this.rpc.listRuns({ pageSize: 50, ...options }, this.callOptions()));
   }
