@@ -5,8 +5,9 @@
 - ``sandbox.destroy`` (WRITE, idempotent): removes it. While ``<data_dir>/sandboxes/DOWN``
   exists it fails TRANSIENT ("sandbox service down"), as a remote service in an outage would.
 
-Count what is left with :func:`live_sandboxes`; the tests own the host's data dir, so they can
-take the service down and bring it back. Load with ``--plugin agentrt.plugins.sandbox_tools``;
+Count what is left with :func:`live_sandboxes`, and how many times a destroy's body ran with
+:func:`count_destroys`; the tests own the host's data dir, so they can take the service down and
+bring it back. Load with ``--plugin agentrt.plugins.sandbox_tools``;
 not an entry point, so production hosts never serve it by accident.
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "DOWN_FLAG",
     "SandboxArgs",
     "agentrt_register_tools",
+    "count_destroys",
     "live_sandboxes",
     "sandbox_create",
     "sandbox_destroy",
@@ -40,6 +42,7 @@ __all__ = [
 
 SANDBOXES_DIR = "sandboxes"
 DOWN_FLAG = "DOWN"
+DESTROYS_FILE = "sandbox_destroys.log"  # one line per destroy body run: its idempotency key
 
 
 class SandboxArgs(pydantic.BaseModel):
@@ -66,6 +69,12 @@ def live_sandboxes(data_dir: Path | str) -> list[str]:
     """The sandboxes that exist under a host's ``data_dir``."""
     path = Path(data_dir) / SANDBOXES_DIR
     return sorted(p.name for p in path.iterdir() if p.name != DOWN_FLAG) if path.exists() else []
+
+
+def count_destroys(data_dir: Path | str) -> int:
+    """How many times a destroy's body ran under ``data_dir`` (a ledger replay runs none)."""
+    path = Path(data_dir) / DESTROYS_FILE
+    return len(path.read_text(encoding="utf-8").split()) if path.exists() else 0
 
 
 @tool(
@@ -97,6 +106,8 @@ def sandbox_destroy(args: DestroyArgs, ctx: ToolContext) -> dict[str, Any]:
         raise TransientError("sandbox service down")
     existed = (where / args.sandbox_id).exists()
     (where / args.sandbox_id).unlink(missing_ok=True)
+    with open(ctx.data_dir / DESTROYS_FILE, "a", encoding="utf-8") as log:
+        log.write(ctx.idempotency_key + "\n")
     return {"destroyed": args.sandbox_id, "existed": existed}
 
 

@@ -299,6 +299,7 @@ class CleanupStep:
             attempt=attempt,
             timeout_s=max(timeout, 0.001),
         )
+        ports.faults.hit("cleanup_response_received")
         if done.ok:
             ctx.add(CleanupCompleted(cleanup_id=entry.cleanup_id, attempt=attempt))
             return

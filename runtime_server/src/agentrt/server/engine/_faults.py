@@ -11,6 +11,7 @@ Off unless ``AGENTRT_FAULT_POINT`` is set (a comma-separated list). Each entry i
 - ``tool_request_sent``: a tool call has left (the tool host may be running it);
 - ``tool_response_received``: the tool host answered; nothing is recorded yet;
 - ``after_model_response``: the model answered; its output is not recorded yet;
+- ``cleanup_response_received``: a cleanup attempt was answered; nothing is recorded yet;
 - ``retention_before_commit`` / ``retention_after_commit``: around the commit of one
   retention batch (in the server's job or ``agentrt prune``).
 
