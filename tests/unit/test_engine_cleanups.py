@@ -17,6 +17,7 @@ import pytest
 
 from agentrt.server._config import AgentConfig, Settings
 from agentrt.server._config_cleanup import CleanupConfig
+from agentrt.server._config_limits import PayloadsConfig
 from agentrt.server.engine._cleanup_job import CleanupJob
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.policies import hookimpl
@@ -490,3 +491,30 @@ async def test_a_run_registers_at_most_64_cleanups_and_refuses_the_rest_whole() 
     assert len(accepted) == 64 and len(refused) == 1 and "more than 64" in refused[0]["refused_reason"]
     assert len(world.log.payloads(run_id, "cleanup.completed")) == 64
     assert world.log.runs[run_id].cleanup_status == "DONE"
+
+
+@pytest.mark.parametrize("mode", ["truncate", "fail"])
+async def test_a_result_too_large_to_show_still_registers_its_cleanup(mode: str) -> None:
+    payloads = PayloadsConfig(inline_max_bytes=1024, model_view_max_bytes=1024, oversized_result=mode)
+    world, boxes = sandbox_world(create("c1", "a"), payloads=payloads)
+    create_box = boxes.create
+
+    async def large(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        outcome = await create_box(arguments_json, metadata)
+        made = json.loads(outcome.result_json or "{}")
+        # The members addressed to the runtime come after 50 KB: no view of the result shows them.
+        result = {"sandbox": made["sandbox"], "log": "x" * 50_000}
+        result.update(_cleanup=made["_cleanup"], _set_variables={"sandbox": "a"})
+        return ToolOutcome(json.dumps(result), None)
+
+    world.tools.handlers["sandbox.create"] = large
+    run_id = world.create_run()
+    await world.drive(run_id)
+
+    assert world.log.phase(run_id) == "COMPLETED"
+    kind = "tool.completed" if mode == "truncate" else "tool.failed"
+    (recorded,) = world.log.payloads(run_id, kind)
+    assert "_cleanup" not in json.dumps(recorded)  # the log keeps a view, the payload the whole
+    assert boxes.destroyed == ["a"] and not boxes.live  # cleaned up all the same
+    variables = json.loads(world.log.runs[run_id].variables or "{}")
+    assert variables == ({"sandbox": "a"} if mode == "truncate" else {})

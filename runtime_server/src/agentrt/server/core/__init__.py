@@ -20,7 +20,13 @@ from agentrt.server.core._checkpoint import (
     checkpoint_text,
 )
 from agentrt.server.core._checkpoint import restore as restore_checkpoint
-from agentrt.server.core._cleanups import CleanupRequest, CleanupStatus, cleanup_key, cleanups_requested
+from agentrt.server.core._cleanups import (
+    CLEANUP_MEMBER,
+    CleanupRequest,
+    CleanupStatus,
+    cleanup_key,
+    cleanups_requested,
+)
 from agentrt.server.core._context import (
     ContextPolicy,
     omitted_entries,
@@ -195,6 +201,7 @@ __all__ = [
     "BUDGET_PREFIX",
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_UPGRADERS",
+    "CLEANUP_MEMBER",
     "DEFAULT_JSON_LIMITS",
     "FAULT_PARK_S",
     "MAX_VARIABLES",

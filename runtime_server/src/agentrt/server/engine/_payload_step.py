@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentrt.server._config_limits import PayloadsConfig
+from agentrt.server.core import CLEANUP_MEMBER, RESULT_JSON_LIMITS, SET_VARIABLES, loads_bounded
 from agentrt.server.engine._ports import PayloadPort
 from agentrt.server.engine._run import RunContext
 from agentrt.server.engine._sizes import (
@@ -164,6 +165,20 @@ async def hydrate_input(ctx: RunContext) -> None:
     state.input = whole
 
 
+def runtime_members(text: str) -> str | None:
+    """The members of a result object addressed to the runtime, as a JSON object; None for none."""
+    if CLEANUP_MEMBER not in text and SET_VARIABLES not in text:  # the usual result: no parse
+        return None
+    try:
+        result = loads_bounded(text, RESULT_JSON_LIMITS)
+    except ValueError:
+        return None
+    if not isinstance(result, dict):
+        return None
+    kept = {k: result[k] for k in (CLEANUP_MEMBER, SET_VARIABLES) if k in result}
+    return json.dumps(kept) if kept else None
+
+
 async def bound_tool_outcome(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     """The outcome as it enters the log: small results as they are, large ones by reference."""
     if outcome.result_json is None or outcome.result_ref is not None:
@@ -192,6 +207,9 @@ async def bound_tool_outcome(ctx: RunContext, outcome: ToolOutcome) -> ToolOutco
     view_max = config.model_view_max_bytes
     if size <= view_max:
         return replace(outcome, result_ref=ref.to_json())
+    # The view (or the refusal) loses the members addressed to the runtime: keep them aside, so
+    # a resource the call made is still cleaned up and its variables still set.
+    outcome = replace(outcome, runtime_json=runtime_members(text))
     if config.oversized_result == "fail":
         message = (
             f"the result is {size} bytes, more than the {view_max} the model may see; "
@@ -201,7 +219,11 @@ async def bound_tool_outcome(ctx: RunContext, outcome: ToolOutcome) -> ToolOutco
         assert failed.error is not None
         details = {"payload_id": ref.payload_id, "size_bytes": size, "sha256": ref.sha256}
         return replace(
-            failed, error={**failed.error, "details_json": json.dumps(details)}, replayed=outcome.replayed
+            failed,
+            error={**failed.error, "details_json": json.dumps(details)},
+            replayed=outcome.replayed,
+            runtime_json=outcome.runtime_json,
+            host=outcome.host,
         )
     return replace(
         outcome,

@@ -357,11 +357,15 @@ class ToolStep:
         d = self.ctx
         result = self._result_event(call, outcome)
         d.add(result)
-        if not isinstance(result, ToolCompleted) or result.truncated:
-            return  # a truncated view is not the whole result: its variables are not read
-        if not result.deduplicated:  # a duplicate's resources are the first call's, not this run's
-            register_cleanups(d, call, result.result_json, outcome.host)
-        change = variables_requested(result.result_json, d.state.variables)
+        # A large result's view (or its refusal) lacks the members addressed to the runtime: they
+        # were kept aside. A resource the call made is cleaned up even if the model never saw it.
+        text = outcome.runtime_json if outcome.runtime_json is not None else outcome.result_json
+        deduplicated = isinstance(result, ToolCompleted) and result.deduplicated
+        if text and not deduplicated:  # a duplicate's resources are the first call's, not this run's
+            register_cleanups(d, call, text, outcome.host)
+        if not isinstance(result, ToolCompleted) or (result.truncated and outcome.runtime_json is None):
+            return  # the variables of a result the run does not keep as a success are not set
+        change = variables_requested(text or "", d.state.variables)
         if change is None:
             return
         d.add(

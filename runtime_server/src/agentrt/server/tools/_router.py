@@ -89,6 +89,9 @@ class ToolOutcome:
     deduplicated: bool = False
     duplicate_of: dict[str, Any] | None = None
     host: str = ""  # the configured name of the tool host that answered, when one did
+    # A large result's members addressed to the runtime (``_cleanup``, ``_set_variables``) as a
+    # JSON object, kept when result_json became a view of the payload (or a refusal) without them.
+    runtime_json: str | None = None
 
     @classmethod
     def failure(cls, code: str, message: str, *, in_doubt: bool = False) -> ToolOutcome:
