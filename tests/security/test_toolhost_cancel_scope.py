@@ -281,6 +281,29 @@ async def test_another_run_of_the_same_tenant_cannot_cancel_a_running_write(
     await assert_completes(host, victim, call)
 
 
+# --- a stale owner of the same run ----------------------------------------------------------------
+
+
+async def test_a_stale_owner_cannot_cancel_the_new_owners_write(
+    stub: ToolHostServiceStub, host: ToolHostProcess, signer: GrantSigner
+) -> None:
+    victim = Write(tenant="acme")
+    call = asyncio.ensure_future(victim.invoke(stub, signer))  # the owner with fencing token 1
+    await running(host, victim, call)
+    # Another replica takes the run over (token 2); its first call to this host says so.
+    newer = Write(tenant="acme", run_id=victim.run_id, call_id="call_2_0")
+    request = InvokeToolRequest(tool="noop.echo", arguments_json="{}")
+    pairs = [(k, "2" if k == "x-agentrt-fencing-token" else v) for k, v in newer.metadata(None)]
+    grant = newer.grant(signer, tool="noop.echo", arguments_json="{}", fencing_token=2)
+    await stub.InvokeTool(request, metadata=[*pairs, (GRANT_HEADER, grant)], timeout=10)
+
+    # The old owner (token 1), paused meanwhile, wakes and asks to stop the write: refused.
+    code, reason, _, metadata = await refused(cancel(stub, victim.key, victim.grant(signer)))
+    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "FENCED")
+    assert metadata == {"fencing_token": "1", "current": "2"}
+    await assert_completes(host, victim, call)
+
+
 # --- no grant, or not one the runtime signed for this key -----------------------------------------
 
 

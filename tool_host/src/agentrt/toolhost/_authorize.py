@@ -131,19 +131,21 @@ class CallGate:
         granted = self._keyed("GetOperation", grant, idempotency_key)
         return "" if granted is None else granted.tenant
 
-    def cancel_operation(self, *, grant: str, idempotency_key: str) -> tuple[str, str | None]:
+    def cancel_operation(self, *, grant: str, idempotency_key: str) -> tuple[str, str | None, int | None]:
         """Check a CancelOperation call, exactly as GetOperation.
 
         Returns:
-            The tenant it may cancel in, and the run whose operation it may stop (None without
-            grant keys: any run's).
+            The tenant it may cancel in, the run whose operation it may stop, and the fencing
+            token the grant carries (None for both without grant keys: any run's, unfenced).
 
         Raises:
             Unauthenticated: As for :meth:`invoke`.
             PermissionDenied: The grant names another idempotency key.
         """
         granted = self._keyed("CancelOperation", grant, idempotency_key)
-        return ("", None) if granted is None else (granted.tenant, granted.run_id)
+        if granted is None:
+            return "", None, None
+        return granted.tenant, granted.run_id, granted.fencing_token
 
     def _keyed(self, method: str, grant: str, idempotency_key: str) -> CallGrant | None:
         if self._verifier is None:

@@ -43,7 +43,14 @@ from agentrt.toolhost._operations import Operations
 from agentrt.toolhost._outcome import Failure, Outcome
 from agentrt.toolhost._plugins import answers_queries, preview, query_answerers
 from agentrt.toolhost._sdk import Tool, canonical_json
-from agentrt.toolhost._status import InternalFailure, InvalidRequest, NotFound, RpcFailure, abort_with
+from agentrt.toolhost._status import (
+    InternalFailure,
+    InvalidRequest,
+    NotFound,
+    RpcFailure,
+    StaleFencingToken,
+    abort_with,
+)
 from agentrt.toolhost._validate import MAX_TOOL_NAME_BYTES, check_field
 
 __all__ = ["CallMetadata", "ToolHostServicer", "call_budget", "parse_metadata"]
@@ -599,7 +606,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
     ) -> pb.CancelOperationResponse:
         """Stops a running call on purpose (the caller's run was cancelled), by idempotency key."""
         try:
-            tenant, run_id = self._gate.cancel_operation(
+            tenant, run_id, fencing_token = self._gate.cancel_operation(
                 grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
                 idempotency_key=request.idempotency_key,
             )
@@ -620,6 +627,16 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     reason="OPERATION_NOT_FOUND",
                     metadata={"idempotency_key": request.idempotency_key},
                 )
+            if run_id is not None and fencing_token is not None:
+                # A stale owner of the run (another replica holds it now) must not stop the new
+                # owner's work: the same fence as InvokeTool's.
+                higher = self._ledger.check_fence(run_id, fencing_token, tenant=tenant)
+                if higher is not None:
+                    raise StaleFencingToken(
+                        f"fencing token {fencing_token} is older than {higher}: another owner holds the run",
+                        reason="FENCED",
+                        metadata={"fencing_token": str(fencing_token), "current": str(higher)},
+                    )
             signalled = self.operations.cancel(request.idempotency_key, tenant=tenant)
             if signalled:
                 # repr: the reason is the caller's free text, never raw in a log line.

@@ -38,6 +38,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "RpcFailure",
+    "StaleFencingToken",
     "Unauthenticated",
     "abort_with",
 ]
@@ -49,6 +50,7 @@ _CODES: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.NOT_FOUND: code_pb2.NOT_FOUND,
     grpc.StatusCode.UNAUTHENTICATED: code_pb2.UNAUTHENTICATED,
     grpc.StatusCode.PERMISSION_DENIED: code_pb2.PERMISSION_DENIED,
+    grpc.StatusCode.FAILED_PRECONDITION: code_pb2.FAILED_PRECONDITION,
     grpc.StatusCode.INTERNAL: code_pb2.INTERNAL,
 }
 
@@ -126,6 +128,12 @@ class PermissionDenied(RpcFailure):
     """The grant is genuine but binds another call (tool, arguments, key, run, call or fencing token)."""
 
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class StaleFencingToken(RpcFailure):
+    """The caller's fencing token is older than one the host has seen for its run: a stale owner."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class InternalFailure(RpcFailure):
