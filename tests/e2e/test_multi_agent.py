@@ -98,6 +98,13 @@ def test_an_agent_as_tool_runs_a_child_run_and_returns_its_answer(runtime: Runti
     assert result.tool == "agent.researcher" and "A100 was delivered." in result.result_json
     # The child's deadline came from the parent's remaining time.
     assert children[0].deadline.ToMilliseconds() <= client_deadline(runtime, parent_id)
+    # The child was a registered resource of the parent, released by its own answer: nothing was
+    # left for the parent's end to cancel.
+    (registered,) = [e.cleanup_registered for e in events if e.HasField("cleanup_registered")]
+    assert registered.kind == run_pb2.CLEANUP_KIND_CHILD_RUN and registered.target == children[0].run_id
+    assert "run.closing" not in [event_type(e) for e in events]
+    with Client(runtime.address) as client:
+        assert client.get_run(parent_id).cleanup_status == run_pb2.CLEANUP_STATUS_DONE
 
 
 def client_deadline(runtime: RuntimeProcess, run_id: str) -> int:

@@ -9,6 +9,7 @@ good leaves the run's cleanup status UNKNOWN. The real processes are in tests/e2
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,9 @@ import pytest
 from agentrt.server._config import AgentConfig, Settings
 from agentrt.server._config_cleanup import CleanupConfig
 from agentrt.server._config_limits import PayloadsConfig
+from agentrt.server.core import CleanupEntry, CleanupKind
 from agentrt.server.engine._cleanup_job import CleanupJob
+from agentrt.server.engine._cleanup_step import perform_cleanup
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.policies import hookimpl
 from agentrt.server.tools import CallMetadata, ToolOutcome
@@ -518,3 +521,41 @@ async def test_a_result_too_large_to_show_still_registers_its_cleanup(mode: str)
     assert boxes.destroyed == ["a"] and not boxes.live  # cleaned up all the same
     variables = json.loads(world.log.runs[run_id].variables or "{}")
     assert variables == ({"sandbox": "a"} if mode == "truncate" else {})
+
+
+class Children:
+    """Child runs that end when cancelled (or never, when ``stuck``)."""
+
+    def __init__(self, *, stuck: bool = False) -> None:
+        self.stuck = stuck
+        self.cancelled: list[tuple[str, str, str]] = []
+        self.ended = asyncio.Event()
+
+    async def start(self, request: object) -> str:
+        raise AssertionError("not started here")
+
+    async def wait_for_end(self, run_id: str) -> object:
+        await self.ended.wait()
+        return run_id
+
+    async def cancel(self, run_id: str, *, tenant_id: str, reason: str, requested_by: str) -> None:
+        self.cancelled.append((run_id, reason, requested_by))
+        if not self.stuck:
+            self.ended.set()
+
+
+@pytest.mark.parametrize("stuck", [False, True])
+async def test_a_child_run_still_running_is_cancelled_and_awaited(stuck: bool) -> None:
+    world = EngineWorld()
+    children = Children(stuck=stuck)
+    ports = dataclasses.replace(world.ports(), children=children)
+    entry = CleanupEntry(cleanup_id="c1", kind=CleanupKind.CHILD_RUN, target="child-1", call_id="call_1")
+
+    done = await perform_cleanup(
+        ports, entry, run_id="parent", tenant_id="t", session_id="", generation=1, attempt=1, timeout_s=0.2
+    )
+
+    assert children.cancelled == [("child-1", "parent run parent ended", "run:parent")]
+    assert done.ok is not stuck
+    if stuck:  # it did not end in time: another attempt (or the job) tries again
+        assert done.retryable and "did not finish" in done.message
