@@ -103,10 +103,22 @@ def _tool_problem(ctx: RunContext, request: CleanupRequest, host: str) -> str | 
     spec = ctx.ports.tools.spec(request.target)
     if spec is None:
         return f"no tool host serves {request.target!r}"
-    if spec.requires_approval:
-        return f"{request.target!r} needs a person's approval; a cleanup runs without one"
     if ctx.ports.tools.host_of(request.target) != host:
         return f"{request.target!r} is not served by the host of the tool that registered it"
+    # A cleanup runs with no person present: what the approval policy would put to a person
+    # (the tool's flag, or a policy hook on these arguments, e.g. a refund) is never a cleanup.
+    try:
+        requirement = ctx.ports.policies.approval(
+            tool=request.target,
+            arguments_json=request.arguments_json,
+            agent_name=ctx.agent.name,
+            options=ctx.agent.config.approvals.options,
+            flagged=spec.requires_approval,
+        )
+    except Exception as exc:  # a policy that cannot judge does not let a call through
+        return f"the approval policy could not judge {request.target!r}: {type(exc).__name__}"
+    if requirement.required:
+        return f"{request.target!r} needs a person's approval; a cleanup runs without one"
     return None
 
 
