@@ -372,7 +372,8 @@ class ModelStep:
             response_id=response.response_id[:200],
             request_id=response.request_id[:200],
             latency=f"{latency_s:.3f}s",
-            prompt_estimate_tokens=self._prompt_estimate(),
+            # Only a model with a context limit has windows to calibrate: no cost for the others.
+            prompt_estimate_tokens=self._prompt_estimate() if bound.context_tokens else 0,
         )
         self.ctx.add(completed)
 
