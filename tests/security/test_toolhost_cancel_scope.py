@@ -277,8 +277,21 @@ async def test_another_run_of_the_same_tenant_cannot_cancel_a_running_write(
     code, reason, message, metadata = await refused(cancel(stub, victim.key, crossed))
     assert (code, reason, message) == expected
     assert metadata == {"idempotency_key": victim.key}
+    # Nor can it read the victim's operation: the same answer as for a missing key.
+    read = stub.GetOperation(
+        GetOperationRequest(idempotency_key=victim.key), metadata=[(GRANT_HEADER, crossed)]
+    )
+    code, reason, message, metadata = await refused(read)
+    assert (code, reason, message) == expected
 
     await assert_completes(host, victim, call)
+    # The victim's own grant still reads it.
+    found = await stub.GetOperation(
+        GetOperationRequest(idempotency_key=victim.key),
+        metadata=[(GRANT_HEADER, victim.grant(signer))],
+        timeout=10,
+    )
+    assert found.operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED
 
 
 # --- a stale owner of the same run ----------------------------------------------------------------

@@ -121,15 +121,19 @@ class CallGate:
             intent_override=granted.intent_override,
         )
 
-    def get_operation(self, *, grant: str, idempotency_key: str) -> str:
-        """Check a GetOperation call; returns the tenant whose ledger entry it may read.
+    def get_operation(self, *, grant: str, idempotency_key: str) -> tuple[str, str | None]:
+        """Check a GetOperation call.
+
+        Returns:
+            The tenant whose ledger entry it may read, and the run whose entry it is (None without
+            grant keys: any run's).
 
         Raises:
             Unauthenticated: As for :meth:`invoke`.
             PermissionDenied: The grant names another idempotency key.
         """
         granted = self._keyed("GetOperation", grant, idempotency_key)
-        return "" if granted is None else granted.tenant
+        return ("", None) if granted is None else (granted.tenant, granted.run_id)
 
     def cancel_operation(self, *, grant: str, idempotency_key: str) -> tuple[str, str | None, int | None]:
         """Check a CancelOperation call, exactly as GetOperation.

@@ -539,7 +539,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
     ) -> pb.GetOperationResponse:
         """Reports a past invocation by idempotency key, within the tenant of the call's grant."""
         try:
-            tenant = self._gate.get_operation(
+            tenant, run_id = self._gate.get_operation(
                 grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
                 idempotency_key=request.idempotency_key,
             )
@@ -550,9 +550,10 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                     violations=[("idempotency_key", "required")],
                 )
             check_field(request.idempotency_key, "idempotency_key")
-            # Another tenant's entry is not found, exactly like a missing one.
+            # Another tenant's entry is not found, exactly like a missing one; so is another run's
+            # (the grant binds its run, and the runtime only ever asks about its run's own calls).
             record = self._ledger.get(request.idempotency_key, tenant=tenant)
-            if record is None:
+            if record is None or (run_id is not None and record.run_id != run_id):
                 raise NotFound(
                     "no operation with this idempotency key",
                     reason="OPERATION_NOT_FOUND",
