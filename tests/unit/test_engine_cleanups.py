@@ -599,3 +599,20 @@ async def test_a_cleanup_the_approval_policy_would_put_to_a_person_is_refused() 
     (registered,) = world.log.payloads(run_id, "cleanup.registered")
     assert "needs a person's approval" in registered["refused_reason"]
     assert refunds == [] and "run.closing" not in world.log.types(run_id)
+
+
+async def test_a_cleanup_job_pass_takes_a_run_whose_retry_breaks_once_and_leaves_it_unknown() -> None:
+    world, boxes = sandbox_world(create("c1", "a"), cleanup=CleanupConfig(attempts=1, retry_interval_s=1))
+    boxes.permanent = True
+    run_id = world.create_run()
+    await world.drive(run_id)
+    assert world.log.runs[run_id].cleanup_status == "UNKNOWN"
+
+    async def broken(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        raise RuntimeError("a bug in the transport")
+
+    world.tools.handlers["sandbox.destroy"] = broken
+    world.clock.advance(5)
+    assert await job(world).run_pass() == 1  # taken once, not over and over within the pass
+    record = world.log.runs[run_id]
+    assert record.cleanup_status == "UNKNOWN" and record.lease_owner is None

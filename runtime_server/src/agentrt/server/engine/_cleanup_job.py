@@ -59,15 +59,26 @@ class CleanupJob:
             await asyncio.sleep(self.interval_s)
 
     async def run_pass(self) -> int:
-        """One pass; the number of runs it took."""
+        """One pass, up to ``[cleanup] batch`` runs; the number of runs it took.
+
+        Runs are claimed one at a time, each right before it is worked on: a batch claimed at
+        once would hold leases that lapse while earlier runs' cleanups take their time.
+        """
         ports = self.ports
-        claims: Sequence[Claim] = await self.store.claim_cleanups(
-            owner=ports.owner,
-            now_ms=ports.now_ms(),
-            ttl_ms=self.ttl_ms,
-            limit=ports.settings.cleanup.batch,
-        )
-        for claim in claims:
+        taken = 0
+        seen: set[str] = set()
+        while taken < ports.settings.cleanup.batch:
+            claims: Sequence[Claim] = await self.store.claim_cleanups(
+                owner=ports.owner, now_ms=ports.now_ms(), ttl_ms=self.ttl_ms, limit=1
+            )
+            if not claims:
+                break
+            claim = claims[0]
+            if claim.run_id in seen:  # its retry failed unexpectedly this pass: leave it for the next
+                await ports.log.release(claim.run_id, owner=ports.owner)
+                break
+            seen.add(claim.run_id)
+            taken += 1
             try:
                 await self._retry(claim)
             except LeaseLost as exc:
@@ -76,7 +87,7 @@ class CleanupJob:
                 log.exception("cleanup of run %s failed; it stays CLEANUP_UNKNOWN", claim.run_id)
                 await ports.log.release(claim.run_id, owner=ports.owner)
         self.passes += 1
-        return len(claims)
+        return taken
 
     async def _retry(self, claim: Claim) -> None:
         ports = self.ports
