@@ -41,7 +41,14 @@ from agentrt.server.engine._run import RunContext
 from agentrt.server.store import RunRecord
 from agentrt.server.tools import CallMetadata
 
-__all__ = ["CleanupAttempt", "CleanupStep", "perform_cleanup", "register_child_run", "register_cleanups"]
+__all__ = [
+    "CleanupAttempt",
+    "CleanupStep",
+    "handover_values",
+    "perform_cleanup",
+    "register_child_run",
+    "register_cleanups",
+]
 
 log = logging.getLogger("agentrt.engine")
 
