@@ -236,6 +236,14 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         {"cleanup_completed": run_pb2.CleanupCompleted(cleanup_id="c1", attempt=1)},
         "cleanup.completed  c1 released attempt=1",
     ),
+    "summary_completed": (
+        {
+            "summary_completed": run_pb2.SummaryCompleted(
+                step=5, text="Looked up orders 1-3.", entries=6, model="openai/gpt-x"
+            )
+        },
+        'summary.completed  step=5 6 entries summarised by openai/gpt-x: "Looked up orders 1-3."',
+    ),
     "cleanup_failed": (
         {
             "cleanup_failed": run_pb2.CleanupFailed(

@@ -15,7 +15,7 @@ from agentrt.server._config import AgentConfig, ModelConfig, Settings
 from agentrt.server._config_context import ContextConfig
 from agentrt.server._config_security import ModelProfileConfig
 from agentrt.server.core import parse_rfc3339_ms
-from agentrt.server.models import ModelRequest
+from agentrt.server.models import ModelRequest, ModelTransientError
 from agentrt.server.policies import hookimpl
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld
@@ -222,3 +222,85 @@ async def test_a_provider_that_counts_fewer_tokens_lets_the_window_keep_more_wit
     windows = calibrated.log.payloads(run_ids[0], "step.started")
     scales = [p["context"].get("token_scale_permille", 0) for p in windows]
     assert min(s for s in scales if s) >= 750  # never trusted below three quarters of the estimate
+
+
+# -- the run's model as the summariser, in a call of its own ----------------------------------------
+
+
+async def test_the_runs_model_summarises_in_a_call_of_its_own_recorded_and_counted() -> None:
+    context = ContextConfig(strategy="summarise", summariser="model", summary_bytes=400)
+    world = world_with_limit(1500, context=context)
+    world.models.summaries = [f"Looked up orders up to {n}." for n in range(1, 20)]
+    run_id = world.create_run("look up orders 1 to 8")
+    await world.drive(run_id)
+
+    assert world.log.phase(run_id) == "COMPLETED"
+    types = world.log.types(run_id)
+    summaries = world.log.payloads(run_id, "summary.completed")
+    windows = {p["step"]: p["context"] for p in world.log.payloads(run_id, "step.started")}
+    assert summaries and len(summaries) == len(world.models.summary_requests)
+    for summary in summaries:
+        # Each is its step's summary, recorded right after that step's step.started.
+        assert windows[summary["step"]]["summary"] == summary["text"] and summary["entries"] > 0
+        assert summary["model"] == "scripted/small"
+    first = types.index("summary.completed")
+    assert types[first - 1] == "step.started" and types[first + 1] == "model.completed"
+    # The summariser saw the entries left out (the oldest lookups), not the latest ones, and no tools.
+    asked = world.models.summary_requests[0]
+    assert asked.tools == () and asked.messages[0].role == "system" and "order 1" in asked.messages[1].content
+    # Its tokens count in the run's usage; it is not a model step.
+    usage = json.loads(world.log.runs[run_id].usage)
+    assert usage["model_steps"] == STEPS + 1
+    assert usage["input_tokens"] == 10 * (STEPS + 1) + 100 * len(summaries)
+    # The step's model sees the summary in place of what was left out.
+    last_summary = summaries[-1]["text"]
+    notes = [m.content for m in world.models.requests[-1].messages if last_summary in m.content]
+    assert len(notes) == 1
+
+
+async def test_a_failed_summary_call_leaves_the_recent_turns_and_the_run_goes_on() -> None:
+    context = ContextConfig(strategy="summarise", summariser="model")
+    world = world_with_limit(1500, context=context)
+    world.models.summaries = [ModelTransientError("rate_limited: slow down")] * 20
+    run_id = world.create_run()
+    await world.drive(run_id)
+
+    assert world.log.phase(run_id) == "COMPLETED"
+    assert "summary.completed" not in world.log.types(run_id)
+    late = [p["context"] for p in world.log.payloads(run_id, "step.started")][-1]
+    assert late["strategy"] == "keep_recent" and "summary" not in late and late["omitted_after_input"] > 0
+
+
+async def test_a_step_resumed_after_a_crash_keeps_its_recorded_summary() -> None:
+    context = ContextConfig(strategy="summarise", summariser="model")
+    world = world_with_limit(1500, context=context)
+    world.models.summaries = [f"summary {n}" for n in range(20)]
+    run_id = world.create_run()
+    gate = asyncio.Event()
+    world.models.gate = gate
+    task = world.start(run_id)
+    while True:  # let steps through until one was summarised; hold that step's own call
+        async with asyncio.timeout(5):
+            await world.models.in_flight.wait()
+        world.models.in_flight.clear()
+        if world.models.summary_requests:
+            break
+        gate.set()
+        await asyncio.sleep(0)
+        gate.clear()
+    await world.crash(task)
+    asked = len(world.models.summary_requests)
+    held_step = world.models.requests[-1].step
+    held = request_bytes(world, len(world.models.requests) - 1)
+    sent_before = len(world.models.requests)
+
+    world.models.gate = None
+    world.take_over(run_id, "worker-2")
+    await world.drive(run_id)
+
+    assert world.log.phase(run_id) == "COMPLETED"
+    # The step's window, summary included, was committed before its call: the new owner sends
+    # the very same request, and asks for no new summary for that step.
+    assert world.models.requests[sent_before].step == held_step
+    assert request_bytes(world, sent_before) == held
+    assert held_step not in [r.step for r in world.models.summary_requests[asked:]]

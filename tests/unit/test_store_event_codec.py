@@ -53,6 +53,7 @@ from agentrt.server.core import (
     SessionTurn,
     StepKind,
     StepStarted,
+    SummaryCompleted,
     ToolCallRequest,
     ToolCompleted,
     ToolError,
@@ -328,6 +329,18 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
         CleanupStarted, cleanup_id=text, attempt=small, idempotency_key=text, deadline=stamp
     ),
     CleanupCompleted: st.builds(CleanupCompleted, cleanup_id=text, attempt=small),
+    SummaryCompleted: st.builds(
+        SummaryCompleted,
+        step=small,
+        text=text,
+        entries=small,
+        usage_before=usage,
+        usage_after=usage,
+        model=text,
+        response_id=text,
+        request_id=text,
+        latency=st.none() | st.just("1.250s"),
+    ),
     CleanupFailed: st.builds(
         CleanupFailed, cleanup_id=text, attempt=small, message=text, final=st.booleans()
     ),
@@ -605,6 +618,11 @@ WRITTEN: list[tuple[str, str]] = [
     ),
     (ev.CLEANUP_STARTED, '{"cleanup_id": "c2", "attempt": 2, "idempotency_key": "cleanup:r:c2"}'),
     (ev.CLEANUP_COMPLETED, '{"cleanup_id": "c1", "attempt": 1}'),
+    (
+        ev.SUMMARY_COMPLETED,
+        f'{{"step": 5, "text": "Looked up 1-3.", "entries": 6, "usage_before": {_U0}, "usage_after": {_U1}, '
+        '"model": "openai/gpt-x", "response_id": "chatcmpl-9", "request_id": "", "latency": "0.400s"}',
+    ),
     (ev.CLEANUP_FAILED, '{"cleanup_id": "c1", "attempt": 3, "message": "TRANSIENT: down", "final": true}'),
 ]
 

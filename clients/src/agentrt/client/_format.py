@@ -291,6 +291,10 @@ def _cleanup_failed(e: run_pb2.CleanupFailed) -> str:
     return f"{e.cleanup_id} attempt={e.attempt} {_quote(e.message)}{final}"
 
 
+def _summary_completed(e: run_pb2.SummaryCompleted) -> str:
+    return f"step={e.step} {e.entries} entries summarised by {e.model}: {_quote(e.text)}"
+
+
 def _handoff(e: run_pb2.Handoff) -> str:
     reason = f" reason={_quote(e.reason)}" if e.reason else ""
     return f"{e.from_agent} -> {e.to_agent}{reason}"
@@ -325,6 +329,7 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "cleanup_started": _cleanup_started,
     "cleanup_completed": _cleanup_completed,
     "cleanup_failed": _cleanup_failed,
+    "summary_completed": _summary_completed,
 }
 
 

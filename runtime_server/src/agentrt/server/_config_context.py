@@ -34,6 +34,9 @@ class ContextConfig(_Strict):
     clip_bytes: int = Field(2048, ge=64)  # an older tool result is cut to this (clip_tool_results)
     result_share: float = Field(0.25, gt=0, le=1)  # one tool result fills at most this of the window
     summary_bytes: int = Field(2000, ge=64)  # room for the summariser's text (summarise)
+    # Who summarises (summarise): the agentrt_summarise hook, or the run's own model in a call
+    # of its own (recorded as summary.completed, counted in usage, not as a model step).
+    summariser: Literal["hook", "model"] = "hook"
     options: dict[str, Any] = Field(default_factory=dict)  # handed to the agentrt_summarise hook
 
     def to_policy(self) -> ContextPolicy:

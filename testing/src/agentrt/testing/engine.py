@@ -471,6 +471,9 @@ class ScriptedModels:
         self.broken = False  # ``check`` fails: no provider can be made
         # The provider's own count of a request's prompt tokens, reported in the usage; None: 10.
         self.count_prompt: Callable[[ModelRequest], int] | None = None
+        # Answers to summary requests (purpose "summary"), in order; they never take a step's.
+        self.summaries: list[str | BaseException] = []
+        self.summary_requests: list[ModelRequest] = []
 
     def answer(self, text: str = "", tool_calls: Iterable[tuple[str, str, str]] = ()) -> None:
         calls = tuple(ModelToolCall(call_id=c, tool=t, arguments_json=a) for c, t, a in tool_calls)
@@ -494,6 +497,14 @@ class ScriptedModels:
     async def complete(
         self, spec: ModelSpecData, request: ModelRequest, *, on_text_delta: Callable[[str], None]
     ) -> ModelResponse:
+        if request.purpose == "summary":
+            self.summary_requests.append(request)
+            answer = self.summaries.pop(0) if self.summaries else "(summary)"
+            if isinstance(answer, BaseException):
+                raise answer
+            return ModelResponse(
+                text=answer, tool_calls=(), input_tokens=100, output_tokens=20, finish_reason="stop"
+            )
         self.requests.append(request)
         if self.gate is not None:
             self.in_flight.set()

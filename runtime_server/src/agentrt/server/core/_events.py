@@ -50,6 +50,7 @@ CLEANUP_REGISTERED = "cleanup.registered"
 CLEANUP_STARTED = "cleanup.started"
 CLEANUP_COMPLETED = "cleanup.completed"
 CLEANUP_FAILED = "cleanup.failed"
+SUMMARY_COMPLETED = "summary.completed"
 RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
 
 EVENT_TYPES: tuple[str, ...] = (
@@ -81,6 +82,7 @@ EVENT_TYPES: tuple[str, ...] = (
     CLEANUP_STARTED,
     CLEANUP_COMPLETED,
     CLEANUP_FAILED,
+    SUMMARY_COMPLETED,
 )
 
 
@@ -616,6 +618,23 @@ class CleanupFailed:
     final: bool = False  # no attempt follows now: the resource may still exist
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryCompleted:
+    """The run's model summarised what a step's context window leaves out (its own call)."""
+
+    type_name: ClassVar[str] = SUMMARY_COMPLETED
+
+    step: int
+    text: str = ""
+    entries: int = 0
+    usage_before: Usage = field(default_factory=Usage)
+    usage_after: Usage = field(default_factory=Usage)
+    model: str = ""
+    response_id: str = ""
+    request_id: str = ""
+    latency: str | None = None  # proto3 JSON Duration text
+
+
 Event = (
     RunStarted
     | StepStarted
@@ -644,6 +663,7 @@ Event = (
     | CleanupStarted
     | CleanupCompleted
     | CleanupFailed
+    | SummaryCompleted
 )
 
 # Every event class, by its stored type name (run.waiting is made and sent by the API alone).
@@ -677,5 +697,6 @@ EVENT_CLASSES: Mapping[str, type[Event]] = {
         CleanupStarted,
         CleanupCompleted,
         CleanupFailed,
+        SummaryCompleted,
     )
 }

@@ -354,6 +354,8 @@ class RunState:
                     for name in event.removed:
                         self.variables.pop(name, None)
                     self.variables.update(event.variables)
+            case ev.SummaryCompleted():
+                self._usage_from(event.usage_after)  # its text is the step's context.summary
             case ev.RunClosing():
                 if not event.phase.terminal:
                     raise ValueError(f"run.closing names {event.phase.value}, not a phase a run ends in")

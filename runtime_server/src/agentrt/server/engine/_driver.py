@@ -278,7 +278,7 @@ class StepLoop:
                     if handoff is not None:
                         ctx.switch_agent(handoff.to_agent)
                 case CallModel(step=step):
-                    self.model.fit_window(step)  # recorded on its step.started, committed next
+                    await self.model.fit_window(step)  # recorded on its step.started, committed next
                     await ctx.flush()
                     ports.counters.inc("steps")
                     await self.model.run_step(step)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -30,6 +32,7 @@ from agentrt.server.core import (
     Phase,
     RetryScheduled,
     StepStarted,
+    SummaryCompleted,
     TimeoutLayer,
     ToolCallRequest,
     Usage,
@@ -77,6 +80,34 @@ SAMPLING_OPTIONS = frozenset(
         "reasoning_effort",
     }
 )
+
+
+log = logging.getLogger("agentrt.engine")
+
+SUMMARY_INSTRUCTIONS = (
+    "You condense the earlier part of a conversation between a user, an assistant and tools, so "
+    "that the assistant can go on with the task without it. Keep every fact, identifier, number, "
+    "tool result and decision; leave out pleasantries and repetition. Answer with the summary "
+    "alone, in at most {} bytes."
+)
+
+
+def _ignore(_text: str) -> None:
+    """A summary is not streamed to followers: only the step's own answer is."""
+
+
+def _transcript(entries: Sequence[HistoryEntry], clip_bytes: int, max_bytes: int) -> str:
+    """The entries as plain text for the summariser, each cut to ``clip_bytes``, the newest kept."""
+    lines: list[str] = []
+    for entry in entries:
+        content = entry.content
+        if len(content.encode()) > clip_bytes:
+            content = content.encode()[:clip_bytes].decode(errors="ignore") + " [...]"
+        calls = "".join(f" [calls {tool} {arguments}]" for _, tool, arguments in entry.tool_calls)
+        lines.append(f"{entry.role}: {content}{calls}")
+    text = "\n".join(lines)
+    data = text.encode()
+    return data[-max_bytes:].decode(errors="ignore") if len(data) > max_bytes else text
 
 
 def _entry_json(entry: HistoryEntry) -> dict[str, Any]:
@@ -187,7 +218,7 @@ class ModelStep:
         shown = windowed_history(state.history, state.input_index, state.window)
         return prompt_estimate([self.ctx.agent.config.instructions, self._tools_json()], shown)
 
-    def fit_window(self, step: int) -> None:
+    async def fit_window(self, step: int) -> None:
         """Fit the prompt of ``step`` to the model's context limit, recorded on its step.started.
 
         Only while that event is not committed: a step resumed after a crash, or retried, keeps the
@@ -224,17 +255,79 @@ class ModelStep:
         window = plan(policy)
         if policy.strategy == "summarise" and (window.omitted_before_input or window.omitted_after_input):
             left_out = omitted_entries(state.history, state.input_index, window)
-            summary = ctx.ports.policies.summarise(
-                agent_name=ctx.agent.name,
-                entries=[_entry_json(e) for e in left_out],
-                max_bytes=policy.summary_bytes,
-                options=config.context.options,
-            )
+            if config.context.summariser == "model":
+                summary = await self._summarise_with_model(step, left_out, bound, policy)
+            else:
+                summary = ctx.ports.policies.summarise(
+                    agent_name=ctx.agent.name,
+                    entries=[_entry_json(e) for e in left_out],
+                    max_bytes=policy.summary_bytes,
+                    options=config.context.options,
+                )
             if summary is not None:
                 window = with_summary(window, summary, policy=policy)
             else:  # no summariser: the recent turns alone, and the record says so
                 window = plan(dataclasses.replace(policy, strategy="keep_recent"))
         ctx.record_window(started, window)
+
+    async def _summarise_with_model(
+        self, step: int, left_out: Sequence[HistoryEntry], bound: BoundModel, policy: ContextPolicy
+    ) -> str | None:
+        """The run's model summarises ``left_out`` in a call of its own (summary.completed).
+
+        None when it cannot (an error, no time, a cancel): the step then keeps its recent turns.
+        Its tokens and cost count in the run's usage; it is not a model step. A crash before the
+        step's commit asks again, like any model call not yet recorded.
+        """
+        ctx, ports = self.ctx, self.ctx.ports
+        timeout = ctx.timeout(ctx.settings.model_timeout_s)
+        if timeout <= 0:
+            return None
+        budget_bytes = max(1024, (bound.context_tokens or 0) * 3 * 3 // 4)  # the window, in bytes
+        request = ModelRequest(
+            run_id=ctx.run_id,
+            step=step,
+            spec=bound.spec,
+            messages=(
+                Message(role="system", content=SUMMARY_INSTRUCTIONS.format(policy.summary_bytes)),
+                Message(role="user", content=_transcript(left_out, policy.clip_bytes, budget_bytes)),
+            ),
+            tools=(),
+            timeout_s=timeout,
+            purpose="summary",
+        )
+        sent_s = ports.clock()
+        try:
+            response = await ctx.io(
+                partial(ports.models.complete, bound.spec, request, on_text_delta=_ignore)
+            )
+        except Cancelled:
+            return None
+        except ModelError as exc:
+            log.warning(
+                "run %s: the summary for step %s failed: %s", ctx.run_id, step, bound.redact(str(exc))
+            )
+            return None
+        cost = self._cost(bound, response.input_tokens, response.output_tokens)
+        spent = Usage(
+            input_tokens=response.input_tokens, output_tokens=response.output_tokens, cost_micros=cost
+        )
+        ctx.unrecorded = usage_plus(ctx.unrecorded, spent)
+        before = ctx.state.usage.totals()
+        ctx.add(
+            SummaryCompleted(
+                step=step,
+                text=response.text,
+                entries=len(left_out),
+                usage_before=before,
+                usage_after=usage_plus(before, spent),
+                model=f"{bound.spec.provider}/{bound.spec.name}",
+                response_id=response.response_id[:200],
+                request_id=response.request_id[:200],
+                latency=f"{max(0.0, ports.clock() - sent_s):.3f}s",
+            )
+        )
+        return response.text or None
 
     async def run_step(self, step: int) -> None:
         ctx, ports = self.ctx, self.ctx.ports

@@ -95,6 +95,8 @@ class ModelRequest:
         tools: Tools the model may call.
         timeout_s: Time the call may take, already ``min(call timeout, run deadline - reserve)``;
             ``None`` means the provider's default. Providers must honour it.
+        purpose: ``"step"`` for a model step, ``"summary"`` for a summary of history a step's
+            context window leaves out (``context.summariser = "model"``).
     """
 
     run_id: str
@@ -103,6 +105,7 @@ class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolDef, ...]
     timeout_s: float | None
+    purpose: Literal["step", "summary"] = "step"
 
 
 @dataclass(frozen=True, kw_only=True)

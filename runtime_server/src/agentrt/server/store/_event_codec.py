@@ -544,6 +544,22 @@ def _cleanup_failed(e: ev.CleanupFailed) -> dict[str, Any]:
     return {"cleanup_id": e.cleanup_id, "attempt": e.attempt, "message": e.message, "final": e.final}
 
 
+def _summary_completed(e: ev.SummaryCompleted) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "step": e.step,
+        "text": e.text,
+        "entries": e.entries,
+        "usage_before": e.usage_before.to_json(),
+        "usage_after": e.usage_after.to_json(),
+        "model": e.model,
+        "response_id": e.response_id,
+        "request_id": e.request_id,
+    }
+    if e.latency is not None:
+        out["latency"] = e.latency
+    return out
+
+
 _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.RunStarted: _run_started,
     ev.StepStarted: _step_started,
@@ -572,6 +588,7 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.CleanupStarted: _cleanup_started,
     ev.CleanupCompleted: _cleanup_completed,
     ev.CleanupFailed: _cleanup_failed,
+    ev.SummaryCompleted: _summary_completed,
 }
 
 
@@ -895,6 +912,20 @@ def _d_cleanup_failed(d: Mapping[str, Any]) -> ev.CleanupFailed:
     )
 
 
+def _d_summary_completed(d: Mapping[str, Any]) -> ev.SummaryCompleted:
+    return ev.SummaryCompleted(
+        step=int(d.get("step", 0)),
+        text=d.get("text", ""),
+        entries=int(d.get("entries", 0)),
+        usage_before=Usage.from_json(d.get("usage_before", _EMPTY)),
+        usage_after=Usage.from_json(d.get("usage_after", _EMPTY)),
+        model=d.get("model", ""),
+        response_id=d.get("response_id", ""),
+        request_id=d.get("request_id", ""),
+        latency=d.get("latency"),
+    )
+
+
 _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.RUN_STARTED: _d_run_started,
     ev.STEP_STARTED: _d_step_started,
@@ -923,6 +954,7 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.CLEANUP_STARTED: _d_cleanup_started,
     ev.CLEANUP_COMPLETED: _d_cleanup_completed,
     ev.CLEANUP_FAILED: _d_cleanup_failed,
+    ev.SUMMARY_COMPLETED: _d_summary_completed,
 }
 
 
