@@ -68,7 +68,9 @@ def blob_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
         yield host
 
 
-def env_for(db_url: str, host: str, model_url: str, fault: str = "") -> dict[str, str]:
+def env_for(
+    db_url: str, host: str, model_url: str, fault: str = "", context: dict[str, Any] | None = None
+) -> dict[str, str]:
     profile = {
         "provider": "openai",
         "name": "gpt-small",
@@ -81,7 +83,7 @@ def env_for(db_url: str, host: str, model_url: str, fault: str = "") -> dict[str
         "model": {"profile": "small"},
         "budgets": {"max_model_steps": STEPS + 2, "timeout_s": 60},
         "loops": {"max_steps_without_new_fact": 0},
-        "context": {"strategy": "keep_recent", "keep_turns": 2},
+        "context": context or {"strategy": "keep_recent", "keep_turns": 2},
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
     env.update(
@@ -153,3 +155,57 @@ def test_a_crash_mid_run_resumes_from_a_checkpoint_and_resends_the_same_request(
     finally:
         db.close()
     assert rows == [(marks[-1],)]
+
+
+def summarising_answer(request: RecordedRequest) -> FakeResponse:
+    """A summary request (no tools, the summariser's instructions) gets a summary; steps as before."""
+    body = request.json()
+    if "tools" not in body and "condense" in body["messages"][0]["content"]:
+        made = sorted({int(n) for n in re.findall(r"seed[^0-9]*(\d+)", body["messages"][1]["content"])})
+        text = f"Made blobs {made[0]} to {made[-1]}." if made else "Made nothing yet."
+        return FakeResponse.json_body(
+            {
+                "id": "chatcmpl-summary",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 300, "completion_tokens": 12},
+            }
+        )
+    return answer(request)
+
+
+def test_the_runs_model_summarises_what_the_window_leaves_out_over_the_real_wire(
+    tmp_path: Path, blob_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    context = {"strategy": "summarise", "summariser": "model", "keep_turns": 2}
+    with FakeModelServer(default=summarising_answer) as server:
+        runtime = start_runtime(
+            tmp_path, env_for(sqlite_url, blob_host.address, f"{server.url}/v1", context=context)
+        )
+        try:
+            with Client(runtime.address) as client:
+                run_id = client.start_run("blobs", "make nine blobs").run_id
+            events = [e for e in follow_to_end(runtime.address, run_id) if e.seq]
+            with Client(runtime.address) as client:
+                run = client.get_run(run_id)
+        finally:
+            runtime.close()
+        requests = [json.loads(r.body) for r in server.requests]
+
+    assert run.phase == run_pb2.RUN_PHASE_COMPLETED, [event_type(e) for e in events]
+    summaries = [e.summary_completed for e in events if e.HasField("summary_completed")]
+    asked = [r for r in requests if "tools" not in r]
+    assert summaries and len(summaries) == len(asked)
+    assert all(
+        s.text.startswith("Made blobs 1 to") and s.response_id == "chatcmpl-summary" for s in summaries
+    )
+    windows = {e.step_started.step: e.step_started.context for e in events if e.HasField("step_started")}
+    assert all(windows[s.step].summary == s.text for s in summaries)
+    # The step after each summary shows it in place of the oldest steps.
+    assert f"Summary: {summaries[-1].text}" in json.dumps(requests[-1]["messages"])
+    # Summaries count in tokens (300 each), not as model steps.
+    assert run.usage.model_steps == STEPS + 1
+    assert run.usage.input_tokens == 100 * (STEPS + 1) + 300 * len(summaries)

@@ -97,14 +97,21 @@ def _ignore(_text: str) -> None:
 
 
 def _transcript(entries: Sequence[HistoryEntry], clip_bytes: int, max_bytes: int) -> str:
-    """The entries as plain text for the summariser, each cut to ``clip_bytes``, the newest kept."""
+    """The entries as plain text for the summariser, within ``max_bytes``.
+
+    Each entry is cut to its share of the room (at most ``clip_bytes``), so every entry left out is
+    represented, however large the largest results; what still overflows loses the oldest text.
+    """
+    share = max(64, min(clip_bytes, max_bytes // max(1, len(entries))))
+
+    def cut(text: str) -> str:
+        data = text.encode()
+        return text if len(data) <= share else data[:share].decode(errors="ignore") + " [...]"
+
     lines: list[str] = []
     for entry in entries:
-        content = entry.content
-        if len(content.encode()) > clip_bytes:
-            content = content.encode()[:clip_bytes].decode(errors="ignore") + " [...]"
         calls = "".join(f" [calls {tool} {arguments}]" for _, tool, arguments in entry.tool_calls)
-        lines.append(f"{entry.role}: {content}{calls}")
+        lines.append(f"{entry.role}: {cut(entry.content + calls)}")
     text = "\n".join(lines)
     data = text.encode()
     return data[-max_bytes:].decode(errors="ignore") if len(data) > max_bytes else text
