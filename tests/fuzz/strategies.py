@@ -365,9 +365,11 @@ def list_runs_requests(targets: Targets) -> st.SearchStrategy[rt.ListRunsRequest
         rt.ListRunsRequest,
         page_size=int32s(),
         page_token=forged_page_tokens(targets),
-        phases=st.lists(enum_ints(12), max_size=5),
+        phases=st.lists(enum_ints(len(run_pb2.RunPhase.values())), max_size=5),
         agent_name=st.sampled_from(("", "refunder")) | hostile_text(),
         session_id=st.sampled_from(("", "fuzz-session")) | hostile_text(),
+        needs_attention=st.booleans(),
+        cleanup_unknown=st.booleans(),
     )
 
 
