@@ -543,22 +543,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
                 idempotency_key=request.idempotency_key,
             )
-            if not request.idempotency_key:
-                raise InvalidRequest(
-                    "idempotency_key is required",
-                    reason="MISSING_FIELD",
-                    violations=[("idempotency_key", "required")],
-                )
-            check_field(request.idempotency_key, "idempotency_key")
-            # Another tenant's entry is not found, exactly like a missing one; so is another run's
-            # (the grant binds its run, and the runtime only ever asks about its run's own calls).
-            record = self._ledger.get(request.idempotency_key, tenant=tenant)
-            if record is None or (run_id is not None and record.run_id != run_id):
-                raise NotFound(
-                    "no operation with this idempotency key",
-                    reason="OPERATION_NOT_FOUND",
-                    metadata={"idempotency_key": request.idempotency_key},
-                )
+            record = self._granted_entry(request.idempotency_key, tenant=tenant, run_id=run_id)
             if record.status is OperationStatus.RUNNING and record.owner != self._ledger.owner:
                 record = await self._settle_from_tool(record)
             return pb.GetOperationResponse(operation=operation_to_proto(record))
@@ -567,6 +552,33 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         except Exception:
             _log.exception("GetOperation failed")
             await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
+
+    def _granted_entry(self, idempotency_key: str, *, tenant: str, run_id: str | None) -> OperationRecord:
+        """The ledger entry of ``idempotency_key`` that a grant for ``tenant`` and ``run_id`` covers.
+
+        Another tenant's entry is not found, exactly like a missing one; so is another run's. The
+        grant binds its run, and the runtime only asks about, or stops, its own run's calls: a
+        grant whose run did not start the entry must neither act on it nor learn it exists.
+
+        Raises:
+            InvalidRequest: The key is missing or malformed.
+            NotFound: No entry this grant covers.
+        """
+        if not idempotency_key:
+            raise InvalidRequest(
+                "idempotency_key is required",
+                reason="MISSING_FIELD",
+                violations=[("idempotency_key", "required")],
+            )
+        check_field(idempotency_key, "idempotency_key")
+        record = self._ledger.get(idempotency_key, tenant=tenant)
+        if record is None or (run_id is not None and record.run_id != run_id):
+            raise NotFound(
+                "no operation with this idempotency key",
+                reason="OPERATION_NOT_FOUND",
+                metadata={"idempotency_key": idempotency_key},
+            )
+        return record
 
     async def _settle_from_tool(self, record: OperationRecord) -> OperationRecord:
         """An earlier host life died while this call ran: ask the tool's own store (supports_query).
@@ -611,23 +623,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 grant=grant_of(cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())),
                 idempotency_key=request.idempotency_key,
             )
-            if not request.idempotency_key:
-                raise InvalidRequest(
-                    "idempotency_key is required",
-                    reason="MISSING_FIELD",
-                    violations=[("idempotency_key", "required")],
-                )
-            check_field(request.idempotency_key, "idempotency_key")
-            # Another tenant's entry is not found, exactly like a missing one. So is another run's:
-            # the grant binds its run, and stopping a write is an act on that run's own call, so a
-            # grant whose run did not start this entry must not stop it, nor learn it exists.
-            known = self._ledger.get(request.idempotency_key, tenant=tenant)
-            if known is None or (run_id is not None and known.run_id != run_id):
-                raise NotFound(
-                    "no operation with this idempotency key",
-                    reason="OPERATION_NOT_FOUND",
-                    metadata={"idempotency_key": request.idempotency_key},
-                )
+            self._granted_entry(request.idempotency_key, tenant=tenant, run_id=run_id)
             if run_id is not None and fencing_token is not None:
                 # A stale owner of the run (another replica holds it now) must not stop the new
                 # owner's work: the same fence as InvokeTool's.

@@ -141,6 +141,7 @@ from agentrt.server.core._json import (
     JsonLimits,
     loads_bounded,
     nesting_depth,
+    object_with_members,
 )
 from agentrt.server.core._keys import args_hash, canonical_json, idempotency_key
 from agentrt.server.core._loops import LoopPolicy, LoopTracker
@@ -164,6 +165,7 @@ from agentrt.server.core._phases import (
 )
 from agentrt.server.core._retention import RetentionPolicy
 from agentrt.server.core._state import (
+    RUNTIME_MEMBERS,
     CallFate,
     CallRecord,
     CallState,
@@ -210,6 +212,7 @@ __all__ = [
     "NOT_ALLOWED_CODE",
     "RESULT_JSON_LIMITS",
     "RULES",
+    "RUNTIME_MEMBERS",
     "SET_VARIABLES",
     "STATE_VERSION",
     "TERMINAL_PHASES",
@@ -339,6 +342,7 @@ __all__ = [
     "micros_to_usd",
     "nesting_depth",
     "not_allowed_error",
+    "object_with_members",
     "omitted_entries",
     "parse_rfc3339_ms",
     "plan_window",

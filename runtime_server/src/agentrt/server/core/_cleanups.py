@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from agentrt.server.core import _events as ev
-from agentrt.server.core._json import loads_bounded
+from agentrt.server.core._json import object_with_members
 
 __all__ = [
     "CLEANUP_MEMBER",
@@ -80,13 +80,8 @@ def cleanups_requested(result_json: str, *, registered: int) -> Sequence[Cleanup
         None when the result does not ask (not an object, or no ``_cleanup`` member); the
         requests; or, for a request that is refused whole, the reason.
     """
-    if CLEANUP_MEMBER not in result_json:  # the usual result: no parse at all
-        return None
-    try:
-        result = loads_bounded(result_json)
-    except ValueError:
-        return None
-    if not isinstance(result, dict) or CLEANUP_MEMBER not in result:
+    result = object_with_members(result_json, (CLEANUP_MEMBER,))
+    if result is None:
         return None
     asked = result[CLEANUP_MEMBER]
     items = asked if isinstance(asked, list) else [asked]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "JsonLimits",
     "loads_bounded",
     "nesting_depth",
+    "object_with_members",
 ]
 
 MiB = 1024 * 1024
@@ -107,6 +109,25 @@ def loads_bounded(text: str | bytes, limits: JsonLimits = DEFAULT_JSON_LIMITS) -
     except ValueError as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise JsonBoundsError(f"not valid JSON{where}", reason="invalid") from None
+
+
+def object_with_members(
+    text: str, names: Sequence[str], limits: JsonLimits = DEFAULT_JSON_LIMITS
+) -> dict[str, Any] | None:
+    """``text`` parsed, when it is a JSON object with at least one of the members ``names``; else None.
+
+    For the reserved members of a tool result (``_set_variables``, ``_cleanup``): the usual
+    result names none of them and is not parsed at all; text that is not bounded JSON is None.
+    """
+    if not any(name in text for name in names):
+        return None
+    try:
+        value = loads_bounded(text, limits)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not any(name in value for name in names):
+        return None
+    return value
 
 
 def _too_large(size: int, limits: JsonLimits) -> str:

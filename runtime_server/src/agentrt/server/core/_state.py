@@ -15,7 +15,7 @@ from agentrt.server.core import _events as ev
 from agentrt.server.core._budgets import Usage
 from agentrt.server.core._cleanups import CLEANUP_MEMBER, CleanupStatus
 from agentrt.server.core._errors import IllegalTransition
-from agentrt.server.core._json import loads_bounded
+from agentrt.server.core._json import loads_bounded, object_with_members
 from agentrt.server.core._loops import LoopTracker
 from agentrt.server.core._phases import Phase, Trigger, transition
 from agentrt.server.core._timefmt import parse_rfc3339_ms
@@ -453,7 +453,8 @@ class RunState:
         )
 
 
-_RESERVED = (SET_VARIABLES, CLEANUP_MEMBER)
+RUNTIME_MEMBERS = (SET_VARIABLES, CLEANUP_MEMBER)
+"""The members of a tool result addressed to the runtime, not to the model."""
 
 
 def model_view(result_json: str) -> str:
@@ -462,15 +463,10 @@ def model_view(result_json: str) -> str:
     ``_set_variables`` and ``_cleanup`` are instructions to the runtime, not facts for the model
     (and a cleanup's arguments may name infrastructure). The log keeps the result as recorded.
     """
-    if not any(name in result_json for name in _RESERVED):  # the usual result: no parse at all
+    result = object_with_members(result_json, RUNTIME_MEMBERS)
+    if result is None:
         return result_json
-    try:
-        result = loads_bounded(result_json)
-    except ValueError:
-        return result_json
-    if not isinstance(result, dict) or not any(name in result for name in _RESERVED):
-        return result_json
-    shown = {k: v for k, v in result.items() if k not in _RESERVED}
+    shown = {k: v for k, v in result.items() if k not in RUNTIME_MEMBERS}
     return json.dumps(shown, ensure_ascii=False, separators=(",", ":"))
 
 

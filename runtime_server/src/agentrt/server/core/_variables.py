@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.server.core._events import VariableValue
-from agentrt.server.core._json import loads_bounded
+from agentrt.server.core._json import object_with_members
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -82,13 +82,8 @@ def variables_requested(result_json: str, current: Mapping[str, VariableValue]) 
         None when the result does not ask (not an object, or no ``_set_variables`` member);
         otherwise the change to apply, or a refusal (``refused_reason`` set, nothing to apply).
     """
-    if SET_VARIABLES not in result_json:  # the usual result: no parse at all
-        return None
-    try:
-        result = loads_bounded(result_json)
-    except ValueError:
-        return None
-    if not isinstance(result, dict) or SET_VARIABLES not in result:
+    result = object_with_members(result_json, (SET_VARIABLES,))
+    if result is None:
         return None
     asked = result[SET_VARIABLES]
     if not isinstance(asked, dict):

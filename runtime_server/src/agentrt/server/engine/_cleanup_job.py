@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
 from agentrt.server.core import (
     CleanupCompleted,
@@ -22,25 +22,30 @@ from agentrt.server.core import (
     CleanupStarted,
     Event,
     LeaseLost,
-    RunState,
     cleanup_key,
     replay,
 )
 from agentrt.server.engine._cleanup_step import perform_cleanup
 from agentrt.server.engine._driver import read_log
 from agentrt.server.engine._ports import Ports
-from agentrt.server.engine._run import cleanup_row_values, stored_events
-from agentrt.server.store import Claim, RunRecord, decode_event, encode_event
+from agentrt.server.engine._run import cleanup_row_values, commit_after_row
+from agentrt.server.store import Claim, RunRecord, decode_event
 
 __all__ = ["CleanupJob"]
 
 log = logging.getLogger("agentrt.cleanup")
 
 
+class CleanupClaims(Protocol):
+    """Where the job finds its work: the store's claim of ended runs with unknown cleanups."""
+
+    async def claim_cleanups(self, *, owner: str, now_ms: int, ttl_ms: int, limit: int) -> list[Claim]: ...
+
+
 class CleanupJob:
     """Retries given-up cleanups of ended runs, a batch per pass."""
 
-    def __init__(self, ports: Ports, *, store: Any, ttl_ms: int):
+    def __init__(self, ports: Ports, *, store: CleanupClaims, ttl_ms: int):
         self.ports = ports
         self.store = store  # claim_cleanups lives on the store, not on the RunLog port
         self.ttl_ms = ttl_ms
@@ -91,24 +96,26 @@ class CleanupJob:
 
     async def _retry(self, claim: Claim) -> None:
         ports = self.ports
-        record = await ports.log.get_run(claim.run_id)
-        if record is None or record.lease_owner != ports.owner:
+        found = await ports.log.get_run(claim.run_id)
+        if found is None or found.lease_owner != ports.owner:
             return
+        record: RunRecord = found  # moves on with each commit: the next one's fence
         state = replay(
             record.run_id, [decode_event(e.type, e.payload) for e in await read_log(ports, claim.run_id)]
         )
         # Given up, or never run (a run ended from its row after repeated faults).
         given_up = [c for c in reversed(state.cleanups) if not c.done]
         config = ports.settings.cleanup
-        revision, last_seq = record.revision, record.last_seq
+
+        async def commit(event: Event) -> None:
+            nonlocal record
+            state.apply(event)
+            record = await commit_after_row(ports, record, [event], {}, ports.now_ms())
+
         for entry in given_up:
             attempt = entry.attempts + 1
-            started = CleanupStarted(
-                cleanup_id=entry.cleanup_id,
-                attempt=attempt,
-                idempotency_key=cleanup_key(record.run_id, entry.cleanup_id),
-            )
-            revision, last_seq = await self._commit(record, state, [started], revision, last_seq, {})
+            key = cleanup_key(record.run_id, entry.cleanup_id)
+            await commit(CleanupStarted(cleanup_id=entry.cleanup_id, attempt=attempt, idempotency_key=key))
             done = await perform_cleanup(
                 ports,
                 entry,
@@ -119,47 +126,19 @@ class CleanupJob:
                 attempt=attempt,
                 timeout_s=config.call_timeout_s,
             )
-            outcome: Event
             if done.ok:
-                outcome = CleanupCompleted(cleanup_id=entry.cleanup_id, attempt=attempt)
+                await commit(CleanupCompleted(cleanup_id=entry.cleanup_id, attempt=attempt))
                 ports.counters.inc("cleanup_recovered_count")
                 log.info("run %s: cleanup %s released on retry %s", record.run_id, entry.cleanup_id, attempt)
             else:
-                outcome = CleanupFailed(
+                failed = CleanupFailed(
                     cleanup_id=entry.cleanup_id, attempt=attempt, message=done.message, final=True
                 )
-            revision, last_seq = await self._commit(record, state, [outcome], revision, last_seq, {})
+                await commit(failed)
         values = cleanup_row_values(state, ports.now_ms(), config.retry_interval_s)
         retries = (record.cleanup_retries or 0) + 1
         if values["cleanup_due_ms"] is not None:  # still unknown: back off, doubling to the cap
             delay_s = min(config.retry_cap_s, config.retry_interval_s * 2 ** min(retries, 30))
             values["cleanup_due_ms"] = ports.now_ms() + round(delay_s * 1000)
         values.update(cleanup_retries=retries, lease_owner=None, lease_expires_ms=None)
-        await self._commit(record, state, [], revision, last_seq, values)
-
-    async def _commit(
-        self,
-        record: RunRecord,
-        state: RunState,
-        events: list[Event],
-        revision: int,
-        last_seq: int,
-        values: dict[str, Any],
-    ) -> tuple[int, int]:
-        """Append ``events`` and move the row, fenced by owner and revision; (revision, last_seq) after."""
-        ports = self.ports
-        for event in events:
-            state.apply(event)
-        payloads = [encode_event(e) for e in events]
-        now_ms = ports.now_ms()
-        revision = await ports.log.append(
-            record.run_id,
-            expected_revision=revision,
-            owner=ports.owner,
-            first_seq=last_seq + 1,
-            new_events=payloads,
-            values=values,
-            now_ms=now_ms,
-        )
-        ports.live.publish(record.run_id, stored_events(record.run_id, last_seq + 1, payloads, now_ms))
-        return revision, last_seq + len(payloads)
+        await commit_after_row(ports, record, [], values, ports.now_ms())

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from agentrt.server._config_limits import PayloadsConfig
-from agentrt.server.core import CLEANUP_MEMBER, RESULT_JSON_LIMITS, SET_VARIABLES, loads_bounded
+from agentrt.server.core import RESULT_JSON_LIMITS, RUNTIME_MEMBERS, object_with_members
 from agentrt.server.engine._ports import PayloadPort
 from agentrt.server.engine._run import RunContext
 from agentrt.server.engine._sizes import (
@@ -167,16 +167,10 @@ async def hydrate_input(ctx: RunContext) -> None:
 
 def runtime_members(text: str) -> str | None:
     """The members of a result object addressed to the runtime, as a JSON object; None for none."""
-    if CLEANUP_MEMBER not in text and SET_VARIABLES not in text:  # the usual result: no parse
+    result = object_with_members(text, RUNTIME_MEMBERS, RESULT_JSON_LIMITS)
+    if result is None:
         return None
-    try:
-        result = loads_bounded(text, RESULT_JSON_LIMITS)
-    except ValueError:
-        return None
-    if not isinstance(result, dict):
-        return None
-    kept = {k: result[k] for k in (CLEANUP_MEMBER, SET_VARIABLES) if k in result}
-    return json.dumps(kept) if kept else None
+    return json.dumps({k: result[k] for k in RUNTIME_MEMBERS if k in result})
 
 
 async def bound_tool_outcome(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:

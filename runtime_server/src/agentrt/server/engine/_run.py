@@ -395,17 +395,20 @@ async def cancellable(handle: RunHandle, make: Callable[[], Awaitable[T]]) -> T:
 
 async def commit_after_row(
     ports: Ports, record: RunRecord, events: Sequence[Event], values: Mapping[str, Any], now_ms: int
-) -> None:
+) -> RunRecord:
     """Append ``events`` after the row's last one and move the row, fenced by its revision and
     owner, then tell live readers: a commit made from the row alone, with no RunContext (a fault,
-    or a log this runtime cannot fold).
+    a log this runtime cannot fold, the cleanup job).
+
+    Returns:
+        ``record`` at its new revision and last seq (the next commit's fence).
 
     Raises:
         LeaseLost: another worker owns the run now, or the row moved on.
     """
     payloads = [encode_event(e) for e in events]
     first_seq = record.last_seq + 1
-    await ports.log.append(
+    revision = await ports.log.append(
         record.run_id,
         expected_revision=record.revision,
         owner=ports.owner,
@@ -415,6 +418,7 @@ async def commit_after_row(
         now_ms=now_ms,
     )
     ports.live.publish(record.run_id, stored_events(record.run_id, first_seq, payloads, now_ms))
+    return dataclasses.replace(record, revision=revision, last_seq=record.last_seq + len(payloads))
 
 
 def stored_events(

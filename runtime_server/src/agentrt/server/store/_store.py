@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, exists, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Select, and_, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase
@@ -472,24 +472,7 @@ class Store:
             if run_ids:
                 query = query.where(runs.c.run_id.in_(list(run_ids)))
             query = query.order_by(runs.c.created_ms).limit(limit)
-            if conn.dialect.name == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            candidates = list(conn.execute(query).scalars())
-            claimed: list[Claim] = []
-            for run_id in candidates:
-                row = conn.execute(
-                    update(runs)
-                    .where(runs.c.run_id == run_id, wanted)
-                    .values(
-                        lease_owner=owner,
-                        lease_expires_ms=now_ms + ttl_ms,
-                        lease_generation=runs.c.lease_generation + 1,
-                    )
-                    .returning(runs.c.lease_generation)
-                ).first()
-                if row is not None:
-                    claimed.append(Claim(run_id, int(row[0])))
-            return claimed
+            return _take_leases(conn, query, wanted, owner=owner, expires_ms=now_ms + ttl_ms)
 
         return await self.db.transaction(write)
 
@@ -507,23 +490,7 @@ class Store:
                 or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms),
             )
             query = select(runs.c.run_id).where(wanted).order_by(runs.c.cleanup_due_ms).limit(limit)
-            if conn.dialect.name == "postgresql":
-                query = query.with_for_update(skip_locked=True)
-            claimed: list[Claim] = []
-            for run_id in list(conn.execute(query).scalars()):
-                row = conn.execute(
-                    update(runs)
-                    .where(runs.c.run_id == run_id, wanted)
-                    .values(
-                        lease_owner=owner,
-                        lease_expires_ms=now_ms + ttl_ms,
-                        lease_generation=runs.c.lease_generation + 1,
-                    )
-                    .returning(runs.c.lease_generation)
-                ).first()
-                if row is not None:
-                    claimed.append(Claim(run_id, int(row[0])))
-            return claimed
+            return _take_leases(conn, query, wanted, owner=owner, expires_ms=now_ms + ttl_ms)
 
         return await self.db.transaction(write)
 
@@ -648,6 +615,33 @@ class Store:
             return self._crypt.run(row) if row else None
 
         return await self.db.transaction(write)
+
+
+def _take_leases(
+    conn: Connection, candidates: Select[Any], wanted: ColumnElement[bool], *, owner: str, expires_ms: int
+) -> list[Claim]:
+    """Lease each candidate run still ``wanted`` to ``owner``, with the next fencing token.
+
+    On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED``, so replicas claiming
+    at once never block on each other or take the same run.
+    """
+    if conn.dialect.name == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    claimed: list[Claim] = []
+    for run_id in list(conn.execute(candidates).scalars()):
+        row = conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id, wanted)
+            .values(
+                lease_owner=owner,
+                lease_expires_ms=expires_ms,
+                lease_generation=runs.c.lease_generation + 1,
+            )
+            .returning(runs.c.lease_generation)
+        ).first()
+        if row is not None:
+            claimed.append(Claim(run_id, int(row[0])))
+    return claimed
 
 
 def _encode_token(created_ms: int, run_id: str) -> str:
