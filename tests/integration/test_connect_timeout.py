@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrt.server.core import ToolErrorCode
 from agentrt.server.tools import CallMetadata, ToolRouter
 from agentrt.testing import ToolHostProcess, spawn_tool_host
 
@@ -120,11 +121,8 @@ async def test_an_unreachable_host_fails_the_call_as_unsent_within_connect_s(
             f" (connect_s {CONNECT_S}, call timeout {CALL_TIMEOUT_S})"
         )
         assert CONNECT_S * 0.9 <= took < CONNECT_S + 2.0  # the connect layer, not the call's 30 s
-        assert outcome.error is not None  # type: ignore[attr-defined]
-        assert outcome.error["code"] == "TOOL_ERROR_CODE_TRANSIENT"  # type: ignore[attr-defined]
-        assert outcome.error["message"].endswith(  # type: ignore[attr-defined]
-            f"failed to connect to 'blobs' within {CONNECT_S:g}s; not sent"
-        )
+        assert outcome.code is ToolErrorCode.TRANSIENT  # type: ignore[attr-defined]
+        assert outcome.connect_failed and outcome.never_sent  # type: ignore[attr-defined]
         assert not outcome.in_doubt  # type: ignore[attr-defined]  # never sent: a write goes again, same key
     finally:
         await router.close()

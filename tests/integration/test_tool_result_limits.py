@@ -21,6 +21,7 @@ import pytest
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.server.core import ToolErrorCode
 from agentrt.server.tools import CallMetadata, ToolRouter
 from agentrt.testing import ToolHostProcess, spawn_tool_host
 
@@ -60,15 +61,15 @@ async def test_the_host_refuses_a_result_past_the_calls_maximum_and_records_it(
         call = meta(4096)
         refused = await router.invoke("blob.make", args(4096 - 10), metadata=call, timeout_s=10)
         assert refused.error is not None and refused.result_json is None
-        assert refused.error["code"] == "TOOL_ERROR_CODE_RESULT_TOO_LARGE"
-        assert refused.error["message"] == "the result is 4097 bytes; the maximum is 4096"
+        assert refused.error.code is ToolErrorCode.RESULT_TOO_LARGE
+        assert refused.error.message == "the result is 4097 bytes; the maximum is 4096"
         # Recorded in the ledger: the same key answers the same, from the record.
         again = await router.invoke("blob.make", args(4096 - 10), metadata=call, timeout_s=10)
         assert again.error == refused.error and again.replayed
 
         huge = await router.invoke("blob.make", args(50 * MiB), metadata=meta(4096), timeout_s=30)
-        assert huge.error is not None and huge.error["code"] == "TOOL_ERROR_CODE_RESULT_TOO_LARGE"
-        assert huge.error["message"] == f"the result is {50 * MiB + 11} bytes; the maximum is 4096"
+        assert huge.error is not None and huge.error.code is ToolErrorCode.RESULT_TOO_LARGE
+        assert huge.error.message == f"the result is {50 * MiB + 11} bytes; the maximum is 4096"
     finally:
         await router.close()
 
@@ -83,7 +84,7 @@ async def test_a_result_past_the_channel_limit_is_result_too_large_not_transient
         await router.add_host("blobs", blob_host.address)
         outcome = await router.invoke("blob.make", args(3 * MiB), metadata=meta(0), timeout_s=30)
         assert outcome.error is not None
-        assert outcome.error["code"] == "TOOL_ERROR_CODE_RESULT_TOO_LARGE" and not outcome.in_doubt
+        assert outcome.code is ToolErrorCode.RESULT_TOO_LARGE and not outcome.in_doubt
     finally:
         await router.close()
 

@@ -17,14 +17,11 @@ from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld
 
 ARGS = '{"order_id": "A100"}'
-STILL_RUNNING = ToolOutcome(
-    None,
-    {
-        "code": "TOOL_ERROR_CODE_TRANSIENT",
-        "message": "timeout: the call overran its deadline and has not stopped yet",
-        "details_json": '{"still_running": true}',
-    },
-    in_doubt=True,
+STILL_RUNNING = ToolOutcome.failure(
+    "TRANSIENT",
+    "timeout: the call overran its deadline and has not stopped yet",
+    details_json='{"still_running": true}',
+    still_running=True,
 )
 
 
@@ -123,14 +120,11 @@ async def test_a_write_reported_still_running_waits_in_unknown_outcome_then_show
 
 
 async def test_a_write_the_host_stopped_where_it_stood_is_unknown_not_failed_nor_resent() -> None:
-    stopped = ToolOutcome(
-        None,
-        {
-            "code": "TOOL_ERROR_CODE_TRANSIENT",
-            "message": "timeout: the call overran its deadline",
-            "details_json": '{"effect": "unknown"}',
-        },
-        in_doubt=True,
+    stopped = ToolOutcome.failure(
+        "TRANSIENT",
+        "timeout: the call overran its deadline",
+        details_json='{"effect": "unknown"}',
+        host_unsure=True,
     )
     world, _ = world_with(answer=stopped)
     run_id = world.create_run()
@@ -227,14 +221,11 @@ async def test_recovery_waits_in_unknown_outcome_when_the_host_stopped_the_write
     await world.crash(task)
     key = the_key(world)
     world.tools.lose(key)
-    world.tools.ledger[key] = ToolOutcome(
-        None,
-        {
-            "code": "TOOL_ERROR_CODE_CANCELLED",
-            "message": "cancelled: the caller went away",
-            "details_json": '{"effect": "unknown", "stopped": "caller_vanished"}',
-        },
-        in_doubt=True,
+    world.tools.ledger[key] = ToolOutcome.failure(
+        "CANCELLED",
+        "cancelled: the caller went away",
+        details_json='{"effect": "unknown", "stopped": "caller_vanished"}',
+        host_unsure=True,
     )
 
     world.take_over(run_id, "worker-2")

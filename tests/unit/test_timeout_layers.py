@@ -96,7 +96,7 @@ class TimedTools(FakeTools):
             if self.specs[tool].side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY:  # the host may still run it
                 landed = ToolOutcome('{"landed": true}', None, host=self.host)
                 self.ledger[metadata.idempotency_key] = landed if self.cut_writes_land else "running"
-            return ToolOutcome.failure("TRANSIENT", DEADLINE_MESSAGE, in_doubt=True)
+            return ToolOutcome.failure("TRANSIENT", DEADLINE_MESSAGE, timed_out=True)
         self.clock.advance(takes_s)
         return await super().invoke(tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
 

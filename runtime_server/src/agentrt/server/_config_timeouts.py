@@ -23,3 +23,6 @@ class TimeoutsConfig(BaseModel):
     tool_step_s: float = Field(0.0, ge=0)
     # A model step with its retries; 0: bounded by the run's deadline only.
     model_step_s: float = Field(0.0, ge=0)
+    # A cancelled run's bound for its writes in flight (§11.11): how long after the cancel it waits
+    # for a write's answer, then its ledger's, before it ends CANCELLED listing the write unknown.
+    cancel_wait_s: float = Field(5.0, gt=0)

@@ -42,11 +42,19 @@ from google.protobuf import duration_pb2
 
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server._config import AgentConfig, Settings
-from agentrt.server.core import STATE_VERSION, LeaseLost, Phase, StaleRevision, rfc3339
+from agentrt.server.core import (
+    STATE_VERSION,
+    LeaseLost,
+    LedgerSilence,
+    LedgerWord,
+    Phase,
+    StaleRevision,
+    ToolErrorCode,
+    rfc3339,
+)
 from agentrt.server.engine import Ports, ResolvedAgent, StartRequest
 from agentrt.server.engine._contain import drive_contained
 from agentrt.server.engine._faults import FaultPlan
-from agentrt.server.engine._ports import LedgerAnswer
 from agentrt.server.engine._run import RunHandle, signal_cancel
 from agentrt.server.models import (
     ModelConfigError,
@@ -374,8 +382,8 @@ class FakeTools:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no fake serves {tool!r}")
         key = metadata.idempotency_key
         done = self.ledger.get(key)
-        retryable = ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
-        if isinstance(done, ToolOutcome) and (done.error or {}).get("code") not in retryable:
+        retryable = (ToolErrorCode.TRANSIENT, ToolErrorCode.CANCELLED)
+        if isinstance(done, ToolOutcome) and done.code not in retryable:
             # A tool host replays a final outcome for the same key (and runs a retryable one again).
             return dataclasses.replace(done, replayed=True)
         self.calls.append(ToolCallSeen(tool, arguments_json, metadata))
@@ -405,7 +413,7 @@ class FakeTools:
         outcome = dataclasses.replace(outcome, host=self.host)
         if outcome.in_doubt:
             pass  # the host cannot tell yet: the entry stays "running"
-        elif (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_TRANSIENT":
+        elif outcome.code is ToolErrorCode.TRANSIENT:
             self.ledger.pop(key, None)  # not done: the same key may run it again
         else:
             self.ledger[key] = outcome
@@ -434,15 +442,15 @@ class FakeTools:
 
     async def query(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
-    ) -> LedgerAnswer:
+    ) -> LedgerWord:
         self.queries.append(metadata.idempotency_key)
         if self.unreachable:
-            return "unknown"
+            return LedgerSilence.UNKNOWN
         found = self.ledger.get(metadata.idempotency_key)
         if found is None:
-            return "not_found"
+            return LedgerSilence.NOT_FOUND
         if found == "running":
-            return "unknown"
+            return LedgerSilence.UNKNOWN
         return dataclasses.replace(found, replayed=True)
 
     async def preview(
@@ -668,10 +676,8 @@ class EngineWorld:
     def cancel(self, run_id: str, reason: str = "stop", by: str = "tester") -> None:
         """CancelRun on the owner's replica: the intent is on the row, and the owner is told."""
         record = self.log.runs[run_id]
+        now_ms = int(self.clock() * 1000)
         self.log.runs[run_id] = dataclasses.replace(
-            record,
-            cancel_requested_ms=int(self.clock() * 1000),
-            cancel_reason=reason,
-            cancel_requested_by=by,
+            record, cancel_requested_ms=now_ms, cancel_reason=reason, cancel_requested_by=by
         )
-        signal_cancel(self.handle(run_id), reason, by)
+        signal_cancel(self.handle(run_id), reason, by, now_ms)

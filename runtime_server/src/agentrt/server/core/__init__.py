@@ -6,6 +6,7 @@ time in and performs what the decider asks for.
 
 from __future__ import annotations
 
+from agentrt.server.core import _attempts as attempts
 from agentrt.server.core import _events as events
 from agentrt.server.core._budgets import (
     Budgets,
@@ -153,6 +154,7 @@ from agentrt.server.core._money import (
     upgrade_money_json,
     usd_to_micros,
 )
+from agentrt.server.core._outcomes import LedgerSilence, LedgerWord, ToolOutcome
 from agentrt.server.core._phases import (
     ACTIVE_PHASES,
     RULES,
@@ -260,6 +262,8 @@ __all__ = [
     "JsonBoundsError",
     "JsonLimits",
     "LeaseLost",
+    "LedgerSilence",
+    "LedgerWord",
     "LoopPolicy",
     "LoopTracker",
     "ModelCompleted",
@@ -305,6 +309,7 @@ __all__ = [
     "ToolError",
     "ToolErrorCode",
     "ToolFailed",
+    "ToolOutcome",
     "ToolOutcomeUnknown",
     "ToolStarted",
     "Trigger",
@@ -315,6 +320,7 @@ __all__ = [
     "WaitPolicy",
     "WaitUntil",
     "args_hash",
+    "attempts",
     "backoff_delay_s",
     "call_budget",
     "call_timeout_s",

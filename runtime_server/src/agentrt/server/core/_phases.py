@@ -57,6 +57,8 @@ class Trigger(StrEnum):
     FAIL = "fail"
     EXPIRE = "expire"
     CLOSE = "close"
+    HAND_OVER = "hand_over"  # a cancelled run ends although a write's outcome is unknown
+    HAND_OVER_CLOSE = "hand_over_close"  # ... and first releases its resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +161,20 @@ RULES: tuple[Rule, ...] = (
     # resources are released before the end is committed. It leaves only to the decided end.
     Rule(_FAILABLE, Trigger.CLOSE, Phase.CLEANING_UP, "the end is decided; resources are registered"),
     Rule(frozenset({Phase.CLEANING_UP}), Trigger.CONFIRM_CANCEL, Phase.CANCELLED, "resources released"),
+    # A cancelled run ends within a bound (§11.11): a write whose outcome nobody can tell is listed
+    # unknown on its end and handed to a person; it is never called done, undone or failed.
+    Rule(
+        frozenset({Phase.UNKNOWN_OUTCOME}),
+        Trigger.HAND_OVER,
+        Phase.CANCELLED,
+        "cancel asked for; the write nobody can tell is handed to a person",
+    ),
+    Rule(
+        frozenset({Phase.UNKNOWN_OUTCOME}),
+        Trigger.HAND_OVER_CLOSE,
+        Phase.CLEANING_UP,
+        "cancel asked for; resources registered; the write is handed to a person",
+    ),
     Rule(_FAILABLE | {Phase.CLEANING_UP}, Trigger.FAIL, Phase.FAILED, "stated reason"),
     Rule(_FAILABLE | {Phase.CLEANING_UP}, Trigger.EXPIRE, Phase.EXPIRED, "run deadline passed"),
 )

@@ -296,7 +296,7 @@ class RunState:
                 self._move(Trigger.FAIL)
                 self.reason = event.reason
             case ev.RunCancelled():
-                self._move(Trigger.CONFIRM_CANCEL)
+                self._move(self._cancel_trigger(Trigger.CONFIRM_CANCEL, Trigger.HAND_OVER))
                 self.reason = event.reason
             case ev.RunEnded(phase=phase):
                 if phase is Phase.EXPIRED and self.phase is not Phase.EXPIRED:
@@ -359,7 +359,9 @@ class RunState:
             case ev.RunClosing():
                 if not event.phase.terminal:
                     raise ValueError(f"run.closing names {event.phase.value}, not a phase a run ends in")
-                self._move(Trigger.CLOSE)
+                if self.phase is Phase.UNKNOWN_OUTCOME and event.phase is not Phase.CANCELLED:
+                    raise IllegalTransition(phase=self.phase.value, trigger=f"close to {event.phase.value}")
+                self._move(self._cancel_trigger(Trigger.CLOSE, Trigger.HAND_OVER_CLOSE))
                 self.closing = event
             case ev.CleanupRegistered():
                 if not event.refused_reason:  # a refusal registers nothing
@@ -433,6 +435,23 @@ class RunState:
 
     def _move(self, trigger: Trigger) -> None:
         self.phase = transition(self.phase, trigger)
+
+    def _cancel_trigger(self, usual: Trigger, handing_over: Trigger) -> Trigger:
+        """A cancel's end from UNKNOWN_OUTCOME hands the write over, and only in a cancelled run.
+
+        Raises:
+            IllegalTransition: the run in UNKNOWN_OUTCOME was never asked to cancel.
+        """
+        if self.phase is not Phase.UNKNOWN_OUTCOME:
+            return usual
+        if self.cancel_reason is None:
+            raise IllegalTransition(phase=self.phase.value, trigger=handing_over.value)
+        return handing_over
+
+    @property
+    def unknown_at_end(self) -> bool:
+        """The run ended with a call whose outcome nobody knows: a person must settle it."""
+        return self.ended and any(r.fate is CallFate.UNKNOWN for r in self.call_records)
 
     def _call(self, call_id: str) -> CallState:
         for call in self.calls:

@@ -7,12 +7,11 @@ import logging
 from collections.abc import Callable
 
 import grpc
-from google.protobuf import json_format
 
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server.engine._ports import LedgerAnswer
+from agentrt.server.core import LedgerWord
 from agentrt.server.models import ModelRegistry, ModelRequest, ModelResponse, ModelSpecData
-from agentrt.server.tools import CallMetadata, ToolOutcome, ToolRouter, host_unsure
+from agentrt.server.tools import CallMetadata, ToolHostUnreachable, ToolOutcome, ToolRouter
 
 __all__ = ["RegistryModels", "RouterTools"]
 
@@ -44,23 +43,8 @@ class RouterTools:
 
     async def query(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
-    ) -> LedgerAnswer:
-        try:
-            operation = await self.router.get_operation(
-                tool, arguments_json, metadata=metadata, timeout_s=timeout_s
-            )
-        except grpc.aio.AioRpcError:
-            return "unknown"  # unreachable, deadline, refused: nobody can tell yet
-        if operation is None:
-            return "not_found"
-        host = self.router.host_of(tool)
-        if operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED:
-            return ToolOutcome(operation.result_json, None, True, host=host)
-        if operation.status == tool_pb2.OPERATION_STATUS_FAILED:
-            error = json_format.MessageToDict(operation.error, preserving_proto_field_name=True)
-            # "Stopped where it stood" is recorded, but says nothing about the effect.
-            return ToolOutcome(None, error, in_doubt=host_unsure(operation.error), host=host)
-        return "unknown"
+    ) -> LedgerWord:
+        return await self.router.query(tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
 
     async def cancel(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, reason: str, timeout_s: float
@@ -77,6 +61,11 @@ class RouterTools:
                 metadata.idempotency_key,
                 exc.code().name,
                 exc.details(),
+            )
+            return False
+        except ToolHostUnreachable as exc:
+            log.warning(
+                "could not ask the tool host to cancel %s (key %s): %s", tool, metadata.idempotency_key, exc
             )
             return False
 

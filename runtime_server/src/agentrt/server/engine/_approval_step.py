@@ -223,8 +223,7 @@ def _read_tool(
             timeout=READ_TIMEOUT_S + 1
         )
         if outcome.error is not None:
-            code = str(outcome.error.get("code", "")).removeprefix("TOOL_ERROR_CODE_")
-            raise ReadToolError(f"{name} failed: {code}: {outcome.error.get('message', '')}")
+            raise ReadToolError(f"{name} failed: {outcome.error.code.value}: {outcome.error.message}")
         try:
             return loads_bounded(outcome.result_json or "null")
         except ValueError as exc:

@@ -30,6 +30,7 @@ from agentrt.server.core import (
     CleanupRequest,
     CleanupStarted,
     LeaseLost,
+    ToolErrorCode,
     backoff_delay_s,
     cleanup_key,
     cleanups_requested,
@@ -55,11 +56,11 @@ log = logging.getLogger("agentrt.engine")
 # Tool errors a retry of the same cleanup cannot fix.
 _PERMANENT = frozenset(
     {
-        "TOOL_ERROR_CODE_INVALID_INPUT",
-        "TOOL_ERROR_CODE_PERMANENT",
-        "TOOL_ERROR_CODE_UNKNOWN_TOOL",
-        "TOOL_ERROR_CODE_UNAUTHORIZED",
-        "TOOL_ERROR_CODE_KEY_CONFLICT",
+        ToolErrorCode.INVALID_INPUT,
+        ToolErrorCode.PERMANENT,
+        ToolErrorCode.UNKNOWN_TOOL,
+        ToolErrorCode.UNAUTHORIZED,
+        ToolErrorCode.KEY_CONFLICT,
     }
 )
 
@@ -235,15 +236,14 @@ async def _call_tool(
     outcome = await ports.tools.invoke(
         entry.target, entry.arguments_json or "{}", metadata=metadata, timeout_s=timeout_s
     )
-    error: dict[str, Any] = outcome.error or {}
-    if not error:
+    error = outcome.error
+    if error is None:
         return CleanupAttempt(True)
-    code = str(error.get("code", ""))
-    if code == "TOOL_ERROR_CODE_FENCED":
+    if error.code is ToolErrorCode.FENCED:
         raise LeaseLost(f"tool host refused run {run_id}'s fencing token {generation} for a cleanup")
-    message = f"{code.removeprefix('TOOL_ERROR_CODE_')}: {error.get('message', '')}"[:400]
+    message = f"{error.code.value}: {error.message}"[:400]
     # An unsure host (in doubt) is retried under the same key: the ledger answers a done call.
-    return CleanupAttempt(False, message, retryable=code not in _PERMANENT)
+    return CleanupAttempt(False, message, retryable=error.code not in _PERMANENT)
 
 
 async def _call_hook(

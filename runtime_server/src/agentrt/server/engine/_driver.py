@@ -139,6 +139,7 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
     if record.cancel_requested_ms is not None and handle.cancel_reason is None:
         handle.cancel_reason = record.cancel_reason or "cancelled"
         handle.cancel_by = record.cancel_requested_by or ""
+        handle.cancel_requested_ms = record.cancel_requested_ms
     ctx = RunContext(
         ports=ports,
         handle=handle,

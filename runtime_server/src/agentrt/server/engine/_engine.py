@@ -339,7 +339,12 @@ class Engine:
         self.counters.inc("cancel_requested_count")
         handle = self._runs.get(run_id)
         if handle is not None:
-            signal_cancel(handle, record.cancel_reason or "cancelled", record.cancel_requested_by or "")
+            signal_cancel(
+                handle,
+                record.cancel_reason or "cancelled",
+                record.cancel_requested_by or "",
+                record.cancel_requested_ms or self.now_ms(),
+            )
         elif not self._stopping:
             await self._claim_and_launch(run_ids=[run_id])
         return record
@@ -408,7 +413,7 @@ class Engine:
                 if (kept_handle := self._runs.get(run_id)) is not None:
                     kept_handle.lease_deadline_s = renewed_at + self._lease_horizon_s()
                     if cancel is not None:
-                        signal_cancel(kept_handle, *cancel)
+                        signal_cancel(kept_handle, *cancel, self.now_ms())
             for run_id in set(owned) - kept.keys():
                 handle = self._runs.get(run_id)
                 if handle is not None and handle.task is not None:

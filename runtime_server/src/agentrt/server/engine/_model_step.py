@@ -33,14 +33,13 @@ from agentrt.server.core import (
     RetryScheduled,
     StepStarted,
     SummaryCompleted,
-    TimeoutLayer,
     ToolCallRequest,
     Usage,
+    attempts,
     end_events,
     omitted_entries,
     plan_window,
     prompt_estimate,
-    retry_fits,
     rfc3339,
     scaled_counter,
     step_deadline_s,
@@ -58,6 +57,7 @@ from agentrt.server.models import (
     ModelAuthError,
     ModelError,
     ModelRequest,
+    ModelResponse,
     ModelToolCall,
     ModelTransientError,
     ToolDef,
@@ -132,6 +132,7 @@ class ModelStep:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
         self._bound: tuple[ModelConfig, BoundModel] | None = None
+        self._expected_s = 0.0  # the latest model call's time: a retry must leave room for another
 
     def _model(self) -> BoundModel:
         """The active agent's model through its profile, bound once per agent config.
@@ -337,70 +338,96 @@ class ModelStep:
         return response.text or None
 
     async def run_step(self, step: int) -> None:
+        """Ask the model for ``step``, carrying out the core's verdict on each failed attempt."""
         ctx, ports = self.ctx, self.ctx.ports
-        bound: BoundModel | None = None
-        try:
-            bound = self._model()
-            ports.models.check(bound.spec)  # a spec that cannot make a provider fails the run here
-        except ModelError as exc:
-            message = bound.redact(str(exc)) if bound is not None else str(exc)
-            ctx.add(*end_events(self.ctx.state, Phase.FAILED, f"model_error:{exc.reason}", message=message))
+        bound = self._bind()
+        if bound is None:
             return
-        # Messages of provider errors enter events: a profile's endpoints and key sources must not.
-        redact = bound.redact
-        attempt = 0
         # The step, retries and backoff included, must end by then ([timeouts] model_step_s).
         step_deadline = step_deadline_s(began_s=ports.clock(), step_s=ctx.settings.timeouts.model_step_s)
+        attempt = 0
         while True:
             attempt += 1
-            budget = ctx.budget(ctx.settings.model_timeout_s, step_deadline)
-            timeout = budget.timeout_s
-            if timeout <= 0 and budget.layer is TimeoutLayer.STEP:
-                self._step_timeout(redact("the step's deadline left no time for another attempt"))
+            plan = attempts.plan_attempt(
+                now_s=ports.clock(),
+                call_timeout_s=ctx.settings.model_timeout_s,
+                step_deadline_s=step_deadline,
+                run_deadline_s=ctx.deadline_s,
+                reserve_s=ctx.settings.call_reserve_s,
+            )
+            if isinstance(plan, attempts.StepTimeout):
+                self._step_timeout(bound.redact("the step's deadline left no time for another attempt"))
                 return
-            if timeout <= 0:
-                ctx.add(*end_events(self.ctx.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+            if isinstance(plan, attempts.Expire):
+                ctx.add(*end_events(ctx.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
                 return
-            request = self._request(timeout, bound)
             sink = self._delta_sink(step, attempt)
-            sent_s = ports.clock()
+            began = ports.clock()
+            complete = partial(ports.models.complete, bound.spec, self._request(plan.timeout_s, bound))
             try:
-                response = await ctx.io(
-                    partial(ports.models.complete, bound.spec, request, on_text_delta=sink)
-                )
-                latency_s = max(0.0, ports.clock() - sent_s)
+                response = await ctx.io(partial(complete, on_text_delta=sink))
                 break
             except Cancelled:
                 return
-            except ModelTransientError as exc:
-                if sink.sent:
-                    # Clients drop what this attempt streamed; the step is retried as a whole.
-                    self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
-                delay = max(exc.retry_after_s or 0.0, self.ctx.backoff(attempt))
-                now = ports.clock()
-                fits_run = retry_fits(
-                    now_s=now, delay_s=delay, expected_call_s=0.0, deadline_s=ctx.deadline_s
-                )
-                fits = fits_run and retry_fits(
-                    now_s=now,
-                    delay_s=delay,
-                    expected_call_s=0.0,
-                    deadline_s=ctx.deadline_s,
+            except ModelError as exc:
+                clock = attempts.AttemptClock(
+                    began_s=began,
+                    now_s=ports.clock(),
                     step_deadline_s=step_deadline,
+                    run_deadline_s=ctx.deadline_s,
+                    layer=plan.layer,
+                    expected_s=self._expected_s,
                 )
-                if attempt < ctx.settings.model_attempts and fits_run and not fits:
-                    ports.counters.inc("retry_exhausted_count")
-                    self._step_timeout(redact(str(exc)))
+                if not await self._after_failure(
+                    exc, step=step, attempt=attempt, clock=clock, sink=sink, bound=bound
+                ):
                     return
-                if attempt >= ctx.settings.model_attempts or not fits:
-                    ports.counters.inc("retry_exhausted_count")
-                    reason = "model_unavailable"
-                    ctx.add(
-                        *end_events(
-                            self.ctx.state, Phase.FAILED, reason, message=redact(str(exc)), retryable=True
-                        )
-                    )
-                    return
+        self._expected_s = latency_s = max(0.0, ports.clock() - began)
+        await self._record(step, bound, response, latency_s)
+
+    def _bind(self) -> BoundModel | None:
+        """The step's model, or None when its profile cannot make a provider (the run ends failed)."""
+        bound: BoundModel | None = None
+        try:
+            bound = self._model()
+            self.ctx.ports.models.check(bound.spec)
+        except ModelError as exc:
+            message = bound.redact(str(exc)) if bound is not None else str(exc)
+            self.ctx.add(
+                *end_events(self.ctx.state, Phase.FAILED, f"model_error:{exc.reason}", message=message)
+            )
+            return None
+        return bound
+
+    async def _after_failure(
+        self,
+        exc: ModelError,
+        *,
+        step: int,
+        attempt: int,
+        clock: attempts.AttemptClock,
+        sink: _DeltaSink,
+        bound: BoundModel,
+    ) -> bool:
+        """Carry out the verdict on a failed attempt; True when the step is to be asked again."""
+        ctx, ports = self.ctx, self.ctx.ports
+        settings = ctx.settings
+        if sink.sent:
+            # Clients drop what this attempt streamed; the step is retried (or ends) as a whole.
+            self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
+        verdict = attempts.model_verdict(
+            model_failure(exc),
+            attempt=attempt,
+            clock=clock,
+            retry=attempts.RetryPolicy(
+                max_attempts=settings.model_attempts, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s
+            ),
+            rand=ports.rand(),
+        )
+        # Messages of provider errors enter events: a profile's endpoints and key sources must not.
+        message = bound.redact(str(exc))
+        match verdict:
+            case attempts.Retry(delay_s=delay):
                 ports.counters.inc("retry_count")
                 # The incomplete step is a fact of the log, like a tool call's retry.
                 retry = RetryScheduled(
@@ -408,25 +435,29 @@ class ModelStep:
                     step=step,
                     attempt=attempt + 1,
                     delay=f"{delay:.3f}s",
-                    reason=redact(f"model {exc.reason}: {exc.message}")[:400],
+                    reason=bound.redact(f"model {exc.reason}: {exc.message}")[:400],
                     due_time=rfc3339(ports.now_ms() + math.ceil(delay * 1000)),
                 )
-                self.ctx.add(retry)
-                await self.ctx.flush()
+                ctx.add(retry)
+                await ctx.flush()
                 try:
                     await ctx.sleep(delay)
                 except Cancelled:
-                    return
-            except ModelAuthError as exc:
-                ctx.add(*end_events(self.ctx.state, Phase.FAILED, "model_auth", message=redact(str(exc))))
-                return
-            except ModelError as exc:
-                ctx.add(
-                    *end_events(
-                        self.ctx.state, Phase.FAILED, f"model_error:{exc.reason}", message=redact(str(exc))
-                    )
-                )
-                return
+                    return False
+                return True
+            case attempts.StepTimeout(exhausted=exhausted):
+                if exhausted:
+                    ports.counters.inc("retry_exhausted_count")
+                self._step_timeout(message)
+            case attempts.Fail(reason=reason, retryable=retryable):
+                if retryable:
+                    ports.counters.inc("retry_exhausted_count")
+                ctx.add(*end_events(ctx.state, Phase.FAILED, reason, message=message, retryable=retryable))
+        return False
+
+    async def _record(self, step: int, bound: BoundModel, response: ModelResponse, latency_s: float) -> None:
+        """Persist the model's output (R5.2): what it said, what it cost, what shaped it."""
+        ctx, ports = self.ctx, self.ctx.ports
         cost = self._cost(bound, response.input_tokens, response.output_tokens)
         # Spent now, whatever happens next: a fault before the commit still counts it (run.fault).
         spent = Usage(
@@ -496,6 +527,19 @@ class ModelStep:
     def _publish_delta(self, delta: ModelTextDelta) -> None:
         """Live only (R8.1: deltas are best-effort and never persisted one by one)."""
         self.ctx.publish_live(delta)
+
+
+def model_failure(exc: ModelError) -> attempts.ModelFailure:
+    """A provider's error as the core's typed facts: its class, stable reason and retry-after."""
+    if isinstance(exc, ModelTransientError):
+        kind = attempts.ModelFailureKind.TRANSIENT
+    elif isinstance(exc, ModelAuthError):
+        kind = attempts.ModelFailureKind.AUTH
+    else:
+        kind = attempts.ModelFailureKind.PERMANENT
+    return attempts.ModelFailure(
+        kind=kind, reason=exc.reason, retry_after_s=exc.retry_after_s, timed_out=exc.reason == "timeout"
+    )
 
 
 class _DeltaSink:

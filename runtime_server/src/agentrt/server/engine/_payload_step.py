@@ -209,12 +209,10 @@ async def bound_tool_outcome(ctx: RunContext, outcome: ToolOutcome) -> ToolOutco
             f"the result is {size} bytes, more than the {view_max} the model may see; "
             f"the full result is payload {ref.payload_id}"
         )
-        failed = ToolOutcome.failure("RESULT_TOO_LARGE", message)
-        assert failed.error is not None
         details = {"payload_id": ref.payload_id, "size_bytes": size, "sha256": ref.sha256}
+        failed = ToolOutcome.failure("RESULT_TOO_LARGE", message, details_json=json.dumps(details))
         return replace(
             failed,
-            error={**failed.error, "details_json": json.dumps(details)},
             replayed=outcome.replayed,
             runtime_json=outcome.runtime_json,
             host=outcome.host,

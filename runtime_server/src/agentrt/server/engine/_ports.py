@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server._config import Settings
+from agentrt.server.core import LedgerWord
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.models import ModelRequest, ModelResponse, ModelSpecData
@@ -34,7 +35,6 @@ __all__ = [
     "ChildRuns",
     "Counters",
     "Fresh",
-    "LedgerAnswer",
     "LiveEvents",
     "ModelPort",
     "PayloadPort",
@@ -50,7 +50,6 @@ Fresh = tuple[RunRecord, list[StoredEvent]]
 
 # What a tool host's ledger says about a call: its outcome, or that it has no entry, or that it
 # cannot tell (still running, unreachable).
-LedgerAnswer = ToolOutcome | Literal["not_found", "unknown"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,8 +138,8 @@ class ToolPort(Protocol):
 
     async def query(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
-    ) -> LedgerAnswer:
-        """An outcome the host is unsure of (it stopped the tool where it stood) is ``in_doubt``."""
+    ) -> LedgerWord:
+        """The ledger's recorded outcome (``replayed``), or why there is none; never raises."""
         ...
 
     async def cancel(

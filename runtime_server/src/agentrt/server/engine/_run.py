@@ -59,14 +59,16 @@ class RunHandle:
     io: asyncio.Future[Any] | None = None  # the call a cancel request cuts
     cancel_reason: str | None = None
     cancel_by: str = ""  # who asked for the cancel, recorded on cancel.requested
+    cancel_requested_ms: int = 0  # when it was asked (the bound of a cancelled run's wait counts from it)
     session_id: str = ""  # set once the run's row is read: its end may let a waiting turn start
 
 
-def signal_cancel(handle: RunHandle, reason: str, requested_by: str) -> None:
+def signal_cancel(handle: RunHandle, reason: str, requested_by: str, requested_ms: int) -> None:
     """A cancel request reached the run's owner: remember it and cut the call in flight, if any."""
     if handle.cancel_reason is None:
         handle.cancel_reason = reason
         handle.cancel_by = requested_by
+        handle.cancel_requested_ms = requested_ms
     if handle.io is not None and not handle.io.done():
         handle.io.cancel()
 
@@ -235,7 +237,8 @@ class RunContext:
             ended = next((e for e in self.buffer if isinstance(e, RunEnded)), None)
             if ended is not None and ended.partial:
                 values["call_summary"] = call_summary_json(ended)
-        attention = state.escalation is not None
+        # A wait a person must end, or a cancelled run that ended handing a write's outcome over.
+        attention = state.escalation is not None or state.unknown_at_end
         if attention != self.needs_attention:
             values["needs_attention"] = attention
         cleanup_status = state.cleanup_status.value

@@ -1,21 +1,21 @@
-"""Tool calls of a run: send, retry, recover, reconcile (R5.3, R6.3 to R6.6).
+"""Tool calls of a run: carry out what the core's verdict says of each attempt (R5.3, R6.3 to R6.6).
 
-A write tool (not read-only, not idempotent) is never sent twice on a guess: a
-call found started by an earlier owner is first looked up in its tool host's
-ledger by idempotency key, and a call cut off in flight whose outcome the
-ledger cannot tell becomes UNKNOWN_OUTCOME until a query or a person settles it.
-So does a write the host reports still running past its deadline, or stopped
-where it stood ("effect unknown"): it is never recorded failed, never re-sent.
-A ledger's TRANSIENT or CANCELLED in the tool's own words ("did not complete")
-means the write is sent again under its key, unless the run was cancelled.
+What an outcome means (retry, ask the ledger, unknown, step timeout, fail, record) is decided by
+``core.attempts`` from the router's typed facts; this module sends, asks, sleeps and records.
+
+A write tool (not read-only, not idempotent) is never sent twice on a guess: a call found
+started by an earlier owner is first looked up in its tool host's ledger by idempotency key, and
+a call cut off in flight whose outcome the ledger cannot tell becomes UNKNOWN_OUTCOME until a
+query or a person settles it. So does a write the host reports still running past its deadline,
+or stopped where it stood ("effect unknown"): it is never recorded failed, never re-sent.
 
 Cancelling a run with a write in flight (R6.6): the cancel is committed at once
-(cancel.requested), the tool host is asked to stop the call explicitly
-(CancelOperation: a crash or a dropped connection never stops a write), and the
-write's RPC stays open, so its answer, the real outcome, is recorded: a result if
-the effect landed, CANCELLED if the tool stopped first, UNKNOWN_OUTCOME (then the
-ledger) if the host cannot tell. Cutting the RPC instead would only turn a
-knowable outcome into an unknown one. Reads and model calls are cut at once.
+(cancel.requested), the tool host is asked to stop the call explicitly (CancelOperation: a crash
+or a dropped connection never stops a write), and the write's answer, the real outcome, is waited
+for up to ``[timeouts] cancel_wait_s``: a result if the effect landed, CANCELLED if the tool
+stopped first, else its ledger decides. A cancelled run ends within that bound whatever the write
+does (§11.11): a write nobody can tell is listed unknown on its end, for a person to settle.
+Reads and model calls are cut at once.
 """
 
 from __future__ import annotations
@@ -33,24 +33,25 @@ from agentrt.server.core import (
     Event,
     IntentDuplicate,
     LeaseLost,
+    LedgerWord,
     OutcomeResolved,
     PayloadRef,
     Phase,
     RetryScheduled,
-    TimeoutLayer,
     ToolCompleted,
     ToolError,
     ToolErrorCode,
     ToolFailed,
+    ToolOutcome,
     ToolOutcomeUnknown,
     ToolStarted,
     VariablesSet,
+    attempts,
     end_events,
     loads_bounded,
     nesting_depth,
     not_allowed_error,
     reconcile_delay_ms,
-    retry_fits,
     rfc3339,
     step_deadline_s,
     variables_json,
@@ -60,25 +61,17 @@ from agentrt.server.engine._approval_step import recheck_approved
 from agentrt.server.engine._cleanup_step import register_child_run, register_cleanups
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
-from agentrt.server.engine._ports import LedgerAnswer, StartRequest
+from agentrt.server.engine._ports import StartRequest
 from agentrt.server.engine._run import RunContext
-from agentrt.server.store import outcome_decision_from_json, tool_error_from_json
-from agentrt.server.tools import ToolOutcome
+from agentrt.server.store import outcome_decision_from_json
+
+# The settled verdicts of a recorded outcome, and those that end or retry it.
+_Settled = attempts.Fenced | attempts.Fail | attempts.Pause | attempts.Done
 
 
 def is_write(spec: tool_pb2.ToolSpec | None) -> bool:
     """Writes are retried only through their key or after a query (invariant 3)."""
     return spec is None or (spec.side_effect != tool_pb2.SIDE_EFFECT_READ_ONLY and not spec.idempotent)
-
-
-def did_not_complete(outcome: ToolOutcome) -> bool:
-    """A failure in the tool's own words that leaves nothing done: the same key may run it again.
-
-    Never true of an outcome the host is unsure of (``in_doubt``): a tool the host stopped where
-    it stood, or one that is still running.
-    """
-    code = (outcome.error or {}).get("code", "")
-    return not outcome.in_doubt and code in ("TOOL_ERROR_CODE_TRANSIENT", "TOOL_ERROR_CODE_CANCELLED")
 
 
 class ToolStep:
@@ -91,24 +84,165 @@ class ToolStep:
         # gives an inherited call a fresh step budget (the run's deadline still bounds it).
         self._step_began: dict[str, float] = {}
 
-    def _spec_timeout(self, spec: tool_pb2.ToolSpec | None) -> float:
-        seconds = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
-        return seconds or self.ctx.settings.tool_timeout_s
+    # -- one call -----------------------------------------------------------------------------------
+
+    async def run_call(self, call: CallState) -> None:
+        """Send a started call (an inherited write: its ledger first) and carry out what it meant."""
+        d = self.ctx
+        if self._refused(call):
+            return
+        if call.tool.startswith(AGENT_TOOL_PREFIX):
+            self._record(call, await bound_tool_outcome(d, await self._child_run(call)))
+            return
+        write = is_write(d.ports.tools.spec(call.tool))
+        inherited = write and call.call_id not in d.started_here
+        if inherited and not await self._resume_inherited(call):
+            return
+        first_send = inherited or call.attempts == 1
+        if call.approved and first_send and await self._vetoed(call):
+            return
+        plan = self._plan(call)
+        if not isinstance(plan, attempts.Send):
+            self._out_of_time(call, plan)
+            return
+        d.check_lease()
+        began, call_deadline_ms = d.ports.clock(), d.ports.now_ms() + math.ceil(plan.timeout_s * 1000)
+        outcome = await self._attempt(call, write=write, timeout_s=plan.timeout_s)
+        if outcome is None:
+            return
+        d.ports.faults.hit("tool_response_received")
+        verdict = self._verdict(call, outcome, write=write, layer=plan.layer, began=began)
+        if isinstance(verdict, attempts.AskLedger):
+            settled = await self._settle_doubt(call, outcome, call_deadline_ms)
+            if settled is None:
+                return
+            outcome = settled
+            verdict = self._verdict(
+                call, outcome, write=write, layer=plan.layer, began=began, reconciled=True
+            )
+        await self._carry_out(call, outcome, verdict)
+
+    async def _attempt(self, call: CallState, *, write: bool, timeout_s: float) -> ToolOutcome | None:
+        """One attempt's outcome; None when a cancel met a write whose outcome nobody can tell (recorded)."""
+        try:
+            if write:
+                return await self._send_write(call, timeout_s=timeout_s)
+            return await self.ctx.io(lambda: self._send(call, timeout_s=timeout_s))
+        except Cancelled:
+            if not write:
+                return ToolOutcome.failure("CANCELLED", "cancelled in flight")
+        # The cancel came before this write was sent; an earlier attempt may still be in flight.
+        word = await self._query(call)
+        match attempts.ledger_after_doubt(word):
+            case attempts.Adopt():
+                assert isinstance(word, ToolOutcome)
+                return word
+            case attempts.Done():
+                return ToolOutcome.failure("CANCELLED", "cancelled before it was sent", never_sent=True)
+        self._outcome_unknown(call, "cancelled while an earlier attempt was in flight", 0)
+        return None
+
+    async def _settle_doubt(
+        self, call: CallState, outcome: ToolOutcome, call_deadline_ms: int
+    ) -> ToolOutcome | None:
+        """A write that may have run: its ledger's outcome, the attempt's own, or None (now unknown)."""
+        word = await self._query(call)
+        match attempts.ledger_after_doubt(word):
+            case attempts.Adopt():
+                assert isinstance(word, ToolOutcome)
+                return word
+            case attempts.Done():
+                return outcome  # the ledger never saw it: the attempt's own outcome stands
+        self._outcome_unknown(call, outcome.error.message if outcome.error else "", call_deadline_ms)
+        return None
+
+    async def _carry_out(self, call: CallState, outcome: ToolOutcome, verdict: attempts.ToolVerdict) -> None:
+        d, counters = self.ctx, self.ctx.ports.counters
+        if isinstance(verdict, attempts.Retry):
+            counters.inc("retry_count")
+            d.add(self._retry_event(call, call.attempts + 1, verdict.delay_s, outcome))
+            return
+        self._step_began.pop(call.call_id, None)
+        if isinstance(verdict, attempts.StepTimeout):
+            if verdict.exhausted:
+                counters.inc("retry_exhausted_count")
+            outcome = self._step_timeout(call, outcome)
+        elif isinstance(verdict, attempts.Done) and verdict.exhausted:
+            counters.inc("retry_exhausted_count")
+        self._record(call, await bound_tool_outcome(d, outcome))
+
+    # -- what the core is asked ---------------------------------------------------------------------
+
+    def _plan(self, call: CallState) -> attempts.Send | attempts.StepTimeout | attempts.Expire:
+        d = self.ctx
+        spec = d.ports.tools.spec(call.tool)
+        spec_timeout = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
+        return attempts.plan_attempt(
+            now_s=d.ports.clock(),
+            call_timeout_s=spec_timeout or d.settings.tool_timeout_s,
+            step_deadline_s=self._step_deadline(call),
+            run_deadline_s=d.deadline_s,
+            reserve_s=d.settings.call_reserve_s,
+        )
 
     def _step_deadline(self, call: CallState) -> float:
         """When this call, all its attempts and backoff included, must end (``[timeouts] tool_step_s``)."""
         began = self._step_began.setdefault(call.call_id, self.ctx.ports.clock())
         return step_deadline_s(began_s=began, step_s=self.ctx.settings.timeouts.tool_step_s)
 
-    def _step_timeout(self, call: CallState, last: dict[str, Any] | None = None) -> ToolOutcome:
-        """The step layer fired: the call ends failed, saying so (never a write in doubt: see callers)."""
+    def _verdict(
+        self,
+        call: CallState,
+        outcome: ToolOutcome,
+        *,
+        write: bool,
+        layer: attempts.TimeoutLayer,
+        began: float,
+        attempt: int = 0,
+        reconciled: bool = False,
+    ) -> attempts.ToolVerdict:
+        d = self.ctx
+        settings = d.settings
+        if outcome.timed_out and not reconciled:
+            d.ports.counters.inc("timeout_count")
+        clock = attempts.AttemptClock(
+            began_s=began,
+            now_s=d.ports.clock(),
+            step_deadline_s=self._step_deadline(call),
+            run_deadline_s=d.deadline_s,
+            layer=layer,
+        )
+        return attempts.tool_verdict(
+            outcome,
+            tool=call.tool,
+            attempt=attempt or call.attempts,
+            write=write,
+            cancelled=d.handle.cancel_reason is not None,
+            clock=clock,
+            retry=attempts.RetryPolicy(
+                max_attempts=settings.tool_attempts, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s
+            ),
+            rand=d.ports.rand(),
+            reconciled=reconciled,
+        )
+
+    def _out_of_time(self, call: CallState, plan: attempts.StepTimeout | attempts.Expire) -> None:
+        d = self.ctx
+        if isinstance(plan, attempts.StepTimeout):
+            self._step_began.pop(call.call_id, None)
+            self._record(call, self._step_timeout(call))
+        else:
+            d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+
+    def _step_timeout(self, call: CallState, last: ToolOutcome | None = None) -> ToolOutcome:
+        """The step layer fired: the call ends failed, saying so (never a write in doubt: tool_verdict)."""
         limit = self.ctx.settings.timeouts.tool_step_s
         message = f"step_timeout: {call.tool} with its retries did not finish within tool_step_s={limit:g}s"
-        if last:
-            message += f" (last attempt: {last.get('message', '')})"
+        if last is not None and last.error is not None:
+            message += f" (last attempt: {last.error.message})"
         return ToolOutcome.failure("TRANSIENT", message)
 
-    # -- one call -----------------------------------------------------------------------------------
+    # -- before the send ----------------------------------------------------------------------------
 
     def _refused(self, call: CallState) -> bool:
         """Defence in depth behind the decider: a tool the active agent lacks is never sent (R10.2)."""
@@ -116,88 +250,8 @@ class ToolStep:
         if policy.allows(call.tool):
             return False
         error = not_allowed_error(call.tool, policy.agent_name)
-        self.record(call, ToolOutcome.failure("NOT_ALLOWED", error.message))
+        self._record(call, ToolOutcome.failure("NOT_ALLOWED", error.message))
         return True
-
-    async def run_call(self, call: CallState) -> None:
-        """Send a started call (or, for an inherited write, query first) and record what happened."""
-        d, ports = self.ctx, self.ctx.ports
-        if self._refused(call):
-            return
-        if call.tool.startswith(AGENT_TOOL_PREFIX):
-            self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
-            return
-        spec = ports.tools.spec(call.tool)
-        write = is_write(spec)
-        if write and call.call_id not in d.started_here:
-            if not await self._resume_inherited(call):
-                return
-            never_sent = True  # sent again now, under the same key
-        else:
-            never_sent = call.attempts == 1
-        if call.approved and never_sent and await self._vetoed(call):
-            return
-        step_deadline = self._step_deadline(call)
-        budget = d.budget(self._spec_timeout(spec), step_deadline)
-        timeout = budget.timeout_s
-        if timeout <= 0 and budget.layer is TimeoutLayer.STEP:
-            self.record(call, self._step_timeout(call))
-            return
-        if timeout <= 0:
-            d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
-            return
-        d.check_lease()
-        call_deadline_ms = ports.now_ms() + math.ceil(timeout * 1000)
-        started = ports.clock()
-        try:
-            if write:
-                outcome = await self._send_write(call, timeout_s=timeout)
-            else:
-                outcome = await d.io(lambda: self._send(call, timeout_s=timeout))
-        except Cancelled:
-            # A read cut in flight, or a write the cancel reached before it was sent.
-            settled = await self._query(call) if write else None
-            if settled is None:
-                outcome = ToolOutcome.failure("CANCELLED", "cancelled in flight")
-            elif isinstance(settled, ToolOutcome) and not settled.in_doubt:
-                outcome = settled  # an earlier attempt's recorded outcome
-            elif settled == "not_found":
-                outcome = ToolOutcome.failure("CANCELLED", "cancelled before it was sent")
-            else:
-                self._outcome_unknown(call, "cancelled while an earlier attempt was in flight", 0)
-                return
-        ports.faults.hit("tool_response_received")
-        message = (outcome.error or {}).get("message", "")
-        timed_out = outcome.error is not None and ("deadline" in message or "timeout" in message)
-        if timed_out:
-            ports.counters.inc("timeout_count")
-        if outcome.in_doubt and write:
-            # The request may have reached the host, or the host cannot tell what the tool did:
-            # learn what happened before any retry (R5.3); a still-running write is never failed.
-            settled = await self._query(call)
-            if isinstance(settled, ToolOutcome) and not settled.in_doubt:
-                outcome = settled
-            elif settled != "not_found":
-                self._outcome_unknown(
-                    call, outcome.error["message"] if outcome.error else "", call_deadline_ms
-                )
-                return
-        error = outcome.error or {}
-        retryable = error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and d.handle.cancel_reason is None
-        # The outcome as settled (a ledger's answer replaces a timed-out write's): did the step cut it?
-        final = str(error.get("message", ""))
-        step_fired = budget.layer is TimeoutLayer.STEP and ("deadline" in final or "timeout" in final)
-        if retryable and not step_fired:
-            scheduled = self._schedule_retry(
-                call, error, expected_call_s=ports.clock() - started, step_deadline=step_deadline
-            )
-            if scheduled is True:
-                return
-            step_fired = scheduled is TimeoutLayer.STEP
-        if step_fired:
-            outcome = self._step_timeout(call, error)
-        self._step_began.pop(call.call_id, None)
-        self.record(call, await bound_tool_outcome(d, outcome))
 
     async def _vetoed(self, call: CallState) -> bool:
         """Re-check an approved call before it first reaches its tool host; True when vetoed (recorded)."""
@@ -213,25 +267,23 @@ class ToolStep:
     async def _resume_inherited(self, call: CallState) -> bool:
         """A write an earlier owner started: its ledger decides. True when it is to be sent now."""
         d = self.ctx
-        found = await self._query(call)
-        cancelled = d.handle.cancel_reason is not None
-        if isinstance(found, ToolOutcome) and not found.in_doubt:
-            if not (did_not_complete(found) and not cancelled):
-                self.record(call, await bound_tool_outcome(d, found))
+        word = await self._query(call)
+        match attempts.ledger_before_resend(word, cancelled=d.handle.cancel_reason is not None):
+            case attempts.Adopt():
+                assert isinstance(word, ToolOutcome)
+                self._record(call, await bound_tool_outcome(d, word))
                 return False
-            # The tool's own word that it did not complete (never a crash read as a cancel).
-        elif found != "not_found" or cancelled:
-            # Running, unreachable, stopped where it stood; or never seen in a cancelled run, whose
-            # earlier request may still be on its way: the ledger is asked again later.
-            self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
-            return False
-        # Never reached the tool host's ledger, or provably did not complete: send it, same key.
-        self._restart(call)
+            case attempts.Unknown():
+                self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
+                return False
+        self._restart(call)  # never reached the ledger, or provably did not complete: same key
         await d.flush()
         return True
 
+    # -- sending ------------------------------------------------------------------------------------
+
     async def _send_write(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
-        """Send a write; a cancel request does not cut it (see the module's doc).
+        """Send a write; a cancel request does not cut it at once (see the module's doc).
 
         Raises:
             Cancelled: the cancel came before the write was sent; it is not sent.
@@ -241,18 +293,28 @@ class ToolStep:
             raise Cancelled()
         sending = asyncio.ensure_future(self._send(call, timeout_s=timeout_s))
         try:
-            if await d.cancel_arrives_before(sending):
-                await self._commit_cancel_now()
-                await d.ports.tools.cancel(
-                    call.tool,
-                    call.arguments_json,
-                    metadata=d.call_metadata(call),
-                    reason=handle.cancel_reason or "cancelled",
-                    timeout_s=d.settings.query_timeout_s,
-                )
-            return await sending
+            if not await d.cancel_arrives_before(sending):
+                return await sending
+            await self._commit_cancel_now()
+            await d.ports.tools.cancel(
+                call.tool,
+                call.arguments_json,
+                metadata=d.call_metadata(call),
+                reason=handle.cancel_reason or "cancelled",
+                timeout_s=d.settings.query_timeout_s,
+            )
+            await asyncio.wait({sending}, timeout=d.settings.timeouts.cancel_wait_s)
+            if sending.done():
+                return sending.result()
+            # No answer within the cancel's bound: the ledger is asked what the write did.
+            return ToolOutcome.failure(
+                "CANCELLED",
+                "the write did not answer within cancel_wait_s of the cancel",
+                transport_lost=True,
+            )
         finally:
-            # Only on shutdown or a lost lease is it still running: cut the RPC, the host finishes the write.
+            # Still running only on shutdown, a lost lease or the cancel's bound: cut the RPC; the
+            # host finishes (or stops) the write and its ledger records what it did.
             sending.cancel()
 
     async def _commit_cancel_now(self) -> None:
@@ -281,52 +343,16 @@ class ToolStep:
         self._sent[call.call_id] = (sent_ms, ports.now_ms())
         return outcome
 
-    def _call_record(self, call: CallState, outcome: ToolOutcome) -> dict[str, Any]:
-        """When the call's last attempt was sent and answered, and by which host (S004 §12); a result
-        learned from a ledger query (or never sent) has no send time."""
-        sent = self._sent.pop(call.call_id, None)
-        return {
-            "start_time": rfc3339(sent[0]) if sent is not None else None,
-            "end_time": rfc3339(sent[1] if sent is not None else self.ctx.ports.now_ms()),
-            "host": outcome.host,
-        }
+    # -- recording ----------------------------------------------------------------------------------
 
-    def _schedule_retry(
-        self, call: CallState, error: dict[str, Any], *, expected_call_s: float, step_deadline: float
-    ) -> bool | TimeoutLayer:
-        """True when a retry is scheduled; else False, or STEP when only the step's deadline stops it."""
-        d, ports = self.ctx, self.ctx.ports
-        delay = d.backoff(call.attempts)
-        now = ports.clock()
-        fits_run = retry_fits(
-            now_s=now, delay_s=delay, expected_call_s=expected_call_s, deadline_s=d.deadline_s
-        )
-        fits = retry_fits(
-            now_s=now,
-            delay_s=delay,
-            expected_call_s=expected_call_s,
-            deadline_s=d.deadline_s,
-            step_deadline_s=step_deadline,
-        )
-        if call.attempts >= d.settings.tool_attempts or not fits:
-            ports.counters.inc("retry_exhausted_count")
-            attempts_left = call.attempts < d.settings.tool_attempts
-            return TimeoutLayer.STEP if attempts_left and fits_run else False
-        ports.counters.inc("retry_count")
-        due_ms = ports.now_ms() + math.ceil(delay * 1000)
-        d.add(self._retry_event(call, call.attempts + 1, delay, error, due_ms))
-        return True
-
-    @staticmethod
-    def _retry_event(
-        call: CallState, attempt: int, delay: float, error: dict[str, Any], due_ms: int
-    ) -> Event:
+    def _retry_event(self, call: CallState, attempt: int, delay: float, outcome: ToolOutcome) -> Event:
+        error = outcome.error or ToolError(ToolErrorCode.UNSPECIFIED)
         return RetryScheduled(
             call_id=call.call_id,
             attempt=attempt,
             delay=f"{delay:.3f}s",
-            reason=f"{error.get('code', '')}: {error.get('message', '')}"[:400],
-            due_time=rfc3339(due_ms),
+            reason=f"TOOL_ERROR_CODE_{error.code.value}: {error.message}"[:400],
+            due_time=rfc3339(self.ctx.ports.now_ms() + math.ceil(delay * 1000)),
         )
 
     def _attempt_event(self, call: CallState, attempt: int) -> Event:
@@ -347,14 +373,27 @@ class ToolStep:
         self.ctx.add(self._attempt_event(call, call.attempts + 1))
         self.ctx.started_here.add(call.call_id)
 
-    def record(self, call: CallState, outcome: ToolOutcome) -> None:
-        self._check_fence(outcome)
-        self._add_result(call, outcome)
-        self._end_if_fatal(call, outcome)
+    def _record(self, call: CallState, outcome: ToolOutcome) -> None:
+        """Record a settled outcome, and end the run where it says so (UNAUTHORIZED, KEY_CONFLICT)."""
+        self._end_if(self._add_result(call, outcome), outcome)
 
-    def _add_result(self, call: CallState, outcome: ToolOutcome) -> None:
-        """The result event, and the run variables the result sets (S004 §1.2), if any."""
+    def _end_if(self, settled: _Settled, outcome: ToolOutcome) -> None:
+        if isinstance(settled, attempts.Fail):
+            message = outcome.error.message if outcome.error is not None else ""
+            self.ctx.add(*end_events(self.ctx.state, Phase.FAILED, settled.reason, message=message))
+
+    def _add_result(self, call: CallState, outcome: ToolOutcome) -> _Settled:
+        """The result event and the run variables the result sets (S004 §1.2); what the outcome means.
+
+        Raises:
+            LeaseLost: the host refused this owner's fencing token.
+        """
         d = self.ctx
+        settled = attempts.recorded_verdict(
+            outcome, tool=call.tool, cancelled=d.handle.cancel_reason is not None
+        )
+        if isinstance(settled, attempts.Fenced):
+            raise LeaseLost(f"tool host refused run {d.run_id}'s fencing token {d.handle.generation}")
         result = self._result_event(call, outcome)
         d.add(result)
         # A large result's view (or its refusal) lacks the members addressed to the runtime: they
@@ -363,9 +402,13 @@ class ToolStep:
         deduplicated = isinstance(result, ToolCompleted) and result.deduplicated
         if text and not deduplicated:  # a duplicate's resources are the first call's, not this run's
             register_cleanups(d, call, text, outcome.host)
-        if not isinstance(result, ToolCompleted) or (result.truncated and outcome.runtime_json is None):
-            return  # the variables of a result the run does not keep as a success are not set
-        change = variables_requested(text or "", d.state.variables)
+        if isinstance(result, ToolCompleted) and not (result.truncated and outcome.runtime_json is None):
+            self._set_variables(call, text or "")  # only a result the run keeps as a success sets them
+        return settled
+
+    def _set_variables(self, call: CallState, text: str) -> None:
+        d = self.ctx
+        change = variables_requested(text, d.state.variables)
         if change is None:
             return
         d.add(
@@ -383,36 +426,35 @@ class ToolStep:
         else:
             d.pending_values["variables"] = variables_json(d.state.variables)
 
-    def _check_fence(self, outcome: ToolOutcome) -> None:
-        if (outcome.error or {}).get("code") == "TOOL_ERROR_CODE_FENCED":
-            raise LeaseLost(
-                f"tool host refused run {self.ctx.run_id}'s fencing token {self.ctx.handle.generation}"
-            )
-
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed or outcome.deduplicated:
             self.ctx.ports.counters.inc("duplicate_suppressed_count")
-        record = self._call_record(call, outcome)
-        if outcome.error is None and (result_error := self._result_error(outcome.result_json or "")):
-            return ToolFailed(
-                step=call.step, call_id=call.call_id, tool=call.tool, error=result_error, **record
-            )
-        if outcome.error is None:
-            ref = outcome.result_ref  # stored as a payload: result_json is what the model saw
-            return ToolCompleted(
-                **record,
-                step=call.step,
-                call_id=call.call_id,
-                tool=call.tool,
-                result_json=outcome.result_json or "",
-                replayed=outcome.replayed,
-                result_ref=PayloadRef.from_json(ref) if ref is not None else None,
-                truncated=outcome.truncated if ref is not None else False,
-                deduplicated=outcome.deduplicated,
-                duplicate_of=_duplicate_of(outcome.duplicate_of) if outcome.deduplicated else None,
-            )
-        error = tool_error_from_json(outcome.error)
-        return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error, **record)
+        sent = self._sent.pop(call.call_id, None)
+        # When the last attempt was sent and answered, and by which host (S004 §12); a result
+        # learned from a ledger query (or never sent) has no send time.
+        record: dict[str, Any] = {
+            "start_time": rfc3339(sent[0]) if sent is not None else None,
+            "end_time": rfc3339(sent[1] if sent is not None else self.ctx.ports.now_ms()),
+            "host": outcome.host,
+        }
+        error = outcome.error
+        if error is None and (refused := self._result_error(outcome.result_json or "")):
+            error = refused
+        if error is not None:
+            return ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error, **record)
+        ref = outcome.result_ref  # stored as a payload: result_json is what the model saw
+        return ToolCompleted(
+            **record,
+            step=call.step,
+            call_id=call.call_id,
+            tool=call.tool,
+            result_json=outcome.result_json or "",
+            replayed=outcome.replayed,
+            result_ref=PayloadRef.from_json(ref) if ref is not None else None,
+            truncated=outcome.truncated if ref is not None else False,
+            deduplicated=outcome.deduplicated,
+            duplicate_of=_duplicate_of(outcome.duplicate_of) if outcome.deduplicated else None,
+        )
 
     def _result_error(self, result_json: str) -> ToolError | None:
         """A result nesting past the bounds is a tool error: nothing downstream must recurse into it."""
@@ -422,14 +464,18 @@ class ToolStep:
         message = f"the tool ran, but its result was refused: JSON nests deeper than {limit} levels"
         return ToolError(ToolErrorCode.PERMANENT, message)
 
-    def _end_if_fatal(self, call: CallState, outcome: ToolOutcome) -> None:
-        d = self.ctx
-        code = (outcome.error or {}).get("code", "")
-        message = (outcome.error or {}).get("message", "")
-        if code == "TOOL_ERROR_CODE_UNAUTHORIZED":
-            d.add(*end_events(d.state, Phase.FAILED, f"tool_unauthorized:{call.tool}", message=message))
-        elif code == "TOOL_ERROR_CODE_KEY_CONFLICT":
-            d.add(*end_events(d.state, Phase.FAILED, "idempotency_conflict", message=message))
+    def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
+        self.ctx.ports.counters.inc("unknown_result_count")
+        unknown = ToolOutcomeUnknown(
+            step=call.step,
+            call_id=call.call_id,
+            tool=call.tool,
+            idempotency_key=call.idempotency_key,
+            reason=reason,
+            call_deadline=rfc3339(call_deadline_ms) if call_deadline_ms else None,
+            unknown_time=rfc3339(self.ctx.ports.now_ms()),
+        )
+        self.ctx.add(unknown)
 
     # -- parallel read-only calls -------------------------------------------------------------------
 
@@ -444,85 +490,62 @@ class ToolStep:
         if not calls:
             return
         d.check_lease()
-        settled: dict[str, list[tuple[Event | None, ToolOutcome]]] = {c.call_id: [] for c in calls}
+        settled: dict[str, list[Event | ToolOutcome]] = {c.call_id: [] for c in calls}
         with contextlib.suppress(Cancelled):  # results that arrived before the cancel are kept below
             await d.io(lambda: asyncio.gather(*(self._settle_read(c, settled[c.call_id]) for c in calls)))
+        ends: list[tuple[_Settled, ToolOutcome]] = []
         for call in calls:
             steps = settled[call.call_id]
-            if not steps or steps[-1][0] is not None:  # no outcome yet: cut off by the cancel
-                steps.append((None, ToolOutcome.failure("CANCELLED", "cancelled in flight")))
-            steps[-1] = (None, await bound_tool_outcome(d, steps[-1][1]))
-            for retry_event, outcome in steps:
-                if retry_event is not None:
-                    d.add(retry_event)
-                    continue
-                self._check_fence(outcome)
-                self._add_result(call, outcome)
-        for call in calls:
-            outcome = settled[call.call_id][-1][1]
-            self._end_if_fatal(call, outcome)
+            last = steps[-1] if steps else None
+            outcome = (
+                last
+                if isinstance(last, ToolOutcome)
+                else ToolOutcome.failure("CANCELLED", "cancelled in flight")
+            )
+            d.add(*(e for e in steps if not isinstance(e, ToolOutcome)))
+            outcome = await bound_tool_outcome(d, outcome)
+            ends.append((self._add_result(call, outcome), outcome))
+        for verdict, outcome in ends:  # every result is in the log before the run ends
+            self._end_if(verdict, outcome)
 
-    async def _settle_read(self, call: CallState, steps: list[tuple[Event | None, ToolOutcome]]) -> None:
-        d, ports = self.ctx, self.ctx.ports
-        spec = ports.tools.spec(call.tool)
+    async def _settle_read(self, call: CallState, steps: list[Event | ToolOutcome]) -> None:
+        """One read with its retries; its retry events, then its final outcome, go into ``steps``."""
+        d = self.ctx
         attempt = call.attempts
-        step_deadline = self._step_deadline(call)
-        self._step_began.pop(call.call_id, None)  # the whole step runs inside this method
-        while True:
-            budget = d.budget(self._spec_timeout(spec), step_deadline)
-            if budget.timeout_s <= 0:
-                if budget.layer is TimeoutLayer.STEP:
-                    steps.append((None, self._step_timeout(call)))
-                else:
-                    steps.append((None, ToolOutcome.failure("TRANSIENT", "the run's deadline left no time")))
-                return
-            began = ports.clock()
-            outcome = await self._send(call, timeout_s=budget.timeout_s)
-            error = outcome.error or {}
-            message = str(error.get("message", ""))
-            if budget.layer is TimeoutLayer.STEP and ("deadline" in message or "timeout" in message):
-                steps.append((None, self._step_timeout(call, error)))
-                return
-            if error.get("code") == "TOOL_ERROR_CODE_TRANSIENT" and attempt < d.settings.tool_attempts:
-                delay = d.backoff(attempt)
-                expected, now = ports.clock() - began, ports.clock()
-                fits_run = retry_fits(
-                    now_s=now, delay_s=delay, expected_call_s=expected, deadline_s=d.deadline_s
-                )
-                fits = fits_run and retry_fits(
-                    now_s=now,
-                    delay_s=delay,
-                    expected_call_s=expected,
-                    deadline_s=d.deadline_s,
-                    step_deadline_s=step_deadline,
-                )
-                if fits:
-                    ports.counters.inc("retry_count")
-                    attempt += 1
-                    due_ms = ports.now_ms() + math.ceil(delay * 1000)
-                    steps.append((self._retry_event(call, attempt, delay, error, due_ms), outcome))
-                    steps.append((self._attempt_event(call, attempt), outcome))
-                    await d.ports.sleep(delay)
-                    continue
-                ports.counters.inc("retry_exhausted_count")
-                if fits_run:  # only the step's deadline stops the retry
-                    steps.append((None, self._step_timeout(call, error)))
+        self._step_deadline(call)  # the whole step runs inside this method
+        try:
+            while True:
+                plan = self._plan(call)
+                if isinstance(plan, attempts.StepTimeout):
+                    steps.append(self._step_timeout(call))
                     return
-            steps.append((None, outcome))
-            return
-
-    def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
-        self.ctx.ports.counters.inc("unknown_result_count")
-        unknown = ToolOutcomeUnknown(
-            step=call.step,
-            call_id=call.call_id,
-            tool=call.tool,
-            idempotency_key=call.idempotency_key,
-            reason=reason,
-            call_deadline=rfc3339(call_deadline_ms) if call_deadline_ms else None,
-            unknown_time=rfc3339(self.ctx.ports.now_ms()),
-        )
-        self.ctx.add(unknown)
+                if isinstance(plan, attempts.Expire):
+                    steps.append(ToolOutcome.failure("TRANSIENT", "the run's deadline left no time"))
+                    return
+                began = d.ports.clock()
+                outcome = await self._send(call, timeout_s=plan.timeout_s)
+                verdict = self._verdict(
+                    call, outcome, write=False, layer=plan.layer, began=began, attempt=attempt
+                )
+                if isinstance(verdict, attempts.Retry):
+                    d.ports.counters.inc("retry_count")
+                    attempt += 1
+                    steps += [
+                        self._retry_event(call, attempt, verdict.delay_s, outcome),
+                        self._attempt_event(call, attempt),
+                    ]
+                    await d.ports.sleep(verdict.delay_s)
+                    continue
+                if isinstance(verdict, attempts.StepTimeout | attempts.Done) and verdict.exhausted:
+                    d.ports.counters.inc("retry_exhausted_count")
+                steps.append(
+                    self._step_timeout(call, outcome)
+                    if isinstance(verdict, attempts.StepTimeout)
+                    else outcome
+                )
+                return
+        finally:
+            self._step_began.pop(call.call_id, None)
 
     # -- agents as tools ----------------------------------------------------------------------------
 
@@ -543,7 +566,9 @@ class ToolStep:
             question = ""
         if not question.strip():
             return ToolOutcome.failure("INVALID_INPUT", "an agent tool needs a non-empty 'input'")
-        remaining = d.deadline_s - ports.clock() - d.settings.call_reserve_s
+        remaining = attempts.child_time_left_s(
+            now_s=ports.clock(), run_deadline_s=d.deadline_s, reserve_s=d.settings.call_reserve_s
+        )
         if remaining <= 0:
             return ToolOutcome.failure("TRANSIENT", "no time left for a child run")
         child_agent = d.agent.switch(target)
@@ -577,8 +602,8 @@ class ToolStep:
 
     # -- learning outcomes --------------------------------------------------------------------------
 
-    async def _query(self, call: CallState) -> LedgerAnswer:
-        """The ledger's word on a call: an outcome, "not_found", or "unknown" (running / unreachable)."""
+    async def _query(self, call: CallState) -> LedgerWord:
+        """The ledger's word on a call: its recorded outcome, NOT_FOUND, or UNKNOWN (running, unreachable)."""
         ctx = self.ctx
         return await ctx.ports.tools.query(
             call.tool,
@@ -588,27 +613,35 @@ class ToolStep:
         )
 
     async def reconcile(self, call: CallState) -> None:
-        """The run is in UNKNOWN_OUTCOME: ask again; park with backoff while nobody can tell."""
+        """The run is in UNKNOWN_OUTCOME: ask again; park with backoff while nobody can tell.
+
+        A cancelled run does not wait past its bound (§11.11): it ends CANCELLED listing the call
+        as unknown, handed to the operator queue (``needs_attention``).
+        """
         d, ports = self.ctx, self.ctx.ports
-        found = await self._query(call)
-        if isinstance(found, ToolOutcome) and not found.in_doubt:
-            if did_not_complete(found) and d.handle.cancel_reason is None:
-                self._restart(call)  # the ledger says it did not complete: safe to send again, same key
-            else:
-                self.record(call, await bound_tool_outcome(d, found))
-            return
-        now_ms = ports.now_ms()
-        if found == "not_found":
-            if d.handle.cancel_reason is None:
-                self._restart(call)
-                return
-            settled_ms = call.call_deadline_ms or int(d.deadline_s * 1000)
-            if now_ms > settled_ms:
-                self.record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
-                return
-            await d.park(settled_ms + 1)
-            return
-        await d.park(now_ms + self._reconcile_delay_ms())
+        word = await self._query(call)
+        verdict = attempts.ledger_in_wait(
+            word,
+            cancelled=d.handle.cancel_reason is not None,
+            now_ms=ports.now_ms(),
+            call_deadline_ms=call.call_deadline_ms or round(d.deadline_s * 1000),
+            cancel_requested_ms=d.handle.cancel_requested_ms,
+            cancel_wait_ms=math.ceil(d.settings.timeouts.cancel_wait_s * 1000),
+            ask_again_ms=ports.now_ms() + self._reconcile_delay_ms(),
+        )
+        match verdict:
+            case attempts.Adopt():
+                assert isinstance(word, ToolOutcome)
+                self._record(call, await bound_tool_outcome(d, word))
+            case attempts.Resend():
+                self._restart(call)  # the ledger says it did not complete, or never saw it: same key
+            case attempts.NeverRan():
+                self._record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
+            case attempts.HandOver():
+                ports.counters.inc("unknown_handed_over_count")
+                d.add(*end_events(d.state, Phase.CANCELLED, d.state.cancel_reason or "cancelled"))
+            case attempts.Park(wake_ms=wake_ms):
+                await d.park(wake_ms)
 
     def _reconcile_delay_ms(self) -> int:
         """The next query's delay; the attempt count is persisted with the park, so it keeps growing."""
@@ -621,7 +654,7 @@ class ToolStep:
             rand=d.ports.rand(),
         )
 
-    async def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
+    async def apply_outcome_decision(self, decision: dict[str, object]) -> None:
         """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
         d = self.ctx
         call = d.state.unknown_call()
@@ -631,29 +664,29 @@ class ToolStep:
         resolved = OutcomeResolved(
             call_id=call.call_id,
             decision=outcome_decision_from_json(kind),
-            resolved_by=decision.get("resolved_by", ""),
-            comment=decision.get("comment", ""),
+            resolved_by=str(decision.get("resolved_by", "")),
+            comment=str(decision.get("comment", "")),
         )
         d.add(resolved)
         if kind == "OUTCOME_DECISION_SUCCEEDED":
             # A person's result is bounded like a tool's: a large one is stored as a payload.
-            self.record(
-                call, await bound_tool_outcome(d, ToolOutcome(decision.get("result_json") or "{}", None))
-            )
+            result = str(decision.get("result_json") or "{}")
+            self._record(call, await bound_tool_outcome(d, ToolOutcome(result, None)))
         elif kind == "OUTCOME_DECISION_FAILED":
             message = f"decided by a person: {decision.get('comment', '')}".strip()
-            self.record(call, ToolOutcome.failure("PERMANENT", message))
+            self._record(call, ToolOutcome.failure("PERMANENT", message))
         else:
             self._restart(call)
 
 
-def _duplicate_of(first: dict[str, Any] | None) -> IntentDuplicate:
+def _duplicate_of(first: dict[str, object] | None) -> IntentDuplicate:
     """The earlier call, from the proto3 JSON of the tool host's ``IntentDuplicate``."""
     first = first or {}
+    first_time = first.get("first_time")
     return IntentDuplicate(
         intent_key=str(first.get("intent_key", "")),
         idempotency_key=str(first.get("idempotency_key", "")),
         run_id=str(first.get("run_id", "")),
         call_id=str(first.get("call_id", "")),
-        first_time=first.get("first_time"),
+        first_time=str(first_time) if first_time is not None else None,
     )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from agentrt.server.core import ToolOutcome
 from agentrt.server.tools._channel import HostTls
 from agentrt.server.tools._router import (
     CallMetadata,
     ToolHostError,
-    ToolOutcome,
+    ToolHostUnreachable,
     ToolRouter,
-    host_unsure,
-    tool_result_text,
+    host_failure,
 )
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
 from agentrt.server.tools._spawn import SpawnedToolHost
@@ -20,9 +20,9 @@ __all__ = [
     "SlotTimeout",
     "SpawnedToolHost",
     "ToolHostError",
+    "ToolHostUnreachable",
     "ToolOutcome",
     "ToolRouter",
     "ToolSlots",
-    "host_unsure",
-    "tool_result_text",
+    "host_failure",
 ]

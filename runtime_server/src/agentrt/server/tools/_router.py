@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from cryptography.hazmat.primitives import serialization
@@ -21,10 +22,20 @@ from google.protobuf import json_format
 
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server.core import connect_timeout_s
+from agentrt.server.core import (
+    LedgerSilence,
+    LedgerWord,
+    ToolError,
+    ToolErrorCode,
+    ToolOutcome,
+    connect_timeout_s,
+)
 from agentrt.server.tools._channel import TLS_CHECK_S, HostChannel, HostTls
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
 from agentrt.toolhost.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
+
+if TYPE_CHECKING:
+    from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceAsyncStub
 
 _log = logging.getLogger("agentrt.tools")
 
@@ -35,6 +46,10 @@ RESPONSE_OVERHEAD_BYTES = 1024 * 1024
 
 class ToolHostError(Exception):
     """A tool host could not be reached or answered badly at startup."""
+
+
+class ToolHostUnreachable(Exception):
+    """No connection to a tool host could be made within the connect layer's time."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,35 +82,6 @@ class CallMetadata:
         if self.intent_override:
             pairs = (*pairs, ("x-agentrt-intent-override", "1"))
         return (*pairs, ("traceparent", self.traceparent)) if self.traceparent else pairs
-
-
-@dataclass(frozen=True, slots=True)
-class ToolOutcome:
-    """Result JSON or a typed error (proto3 JSON shape of ToolError)."""
-
-    result_json: str | None
-    error: dict[str, str] | None
-    replayed: bool = False
-    # Whether the call took effect is not known: the transport failed after the request may have
-    # left, or the host says the tool is still running or was stopped where it stood. A write
-    # must be looked up (and reconciled) before it is sent again.
-    in_doubt: bool = False
-    # Set when the result is stored as a payload: its reference (proto3 JSON of PayloadRef), and
-    # whether result_json is a truncated view of it.
-    result_ref: dict[str, Any] | None = None
-    truncated: bool = False
-    # The host answered with an earlier call's result (same business intent); proto3 JSON of
-    # IntentDuplicate, naming that call.
-    deduplicated: bool = False
-    duplicate_of: dict[str, Any] | None = None
-    host: str = ""  # the configured name of the tool host that answered, when one did
-    # A large result's members addressed to the runtime (``_cleanup``, ``_set_variables``) as a
-    # JSON object, kept when result_json became a view of the payload (or a refusal) without them.
-    runtime_json: str | None = None
-
-    @classmethod
-    def failure(cls, code: str, message: str, *, in_doubt: bool = False) -> ToolOutcome:
-        return cls(None, {"code": f"TOOL_ERROR_CODE_{code}", "message": message}, in_doubt=in_doubt)
 
 
 class ToolRouter:
@@ -253,20 +239,16 @@ class ToolRouter:
                 left = timeout_s - waited
                 return await self._invoke(host, tool, arguments_json, metadata=metadata, timeout_s=left)
         except SlotTimeout as exc:
-            return ToolOutcome.failure("TRANSIENT", f"deadline exceeded: {exc}")
+            return ToolOutcome.failure("TRANSIENT", f"no free slot: {exc}", timed_out=True, never_sent=True)
 
     async def _invoke(
         self, host: HostChannel, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:
-        stub = host.stub()  # first: it may move the host to a new channel (rotated TLS files)
         began = time.monotonic()
-        connect_s = connect_timeout_s(connect_s=self.connect_s, call_timeout_s=timeout_s)
-        if not await host.connected(connect_s):
-            return ToolOutcome.failure(
-                "TRANSIENT",
-                f"tool host UNAVAILABLE: failed to connect to {host.name!r} within {connect_s:g}s; not sent",
-                in_doubt=False,
-            )
+        try:
+            stub = await self._ready_stub(host, timeout_s)
+        except ToolHostUnreachable as exc:
+            return ToolOutcome.failure("TRANSIENT", f"{exc}; not sent", connect_failed=True)
         left = max(0.0, timeout_s - (time.monotonic() - began))
         try:
             reply = await stub.InvokeTool(
@@ -277,8 +259,7 @@ class ToolRouter:
         except grpc.aio.AioRpcError as exc:
             return _transport_failure(exc)
         if reply.WhichOneof("outcome") == "error":
-            error = json_format.MessageToDict(reply.error, preserving_proto_field_name=True)
-            return ToolOutcome(None, error, reply.replayed, in_doubt=host_unsure(reply.error))
+            return host_failure(reply.error, replayed=reply.replayed)
         if reply.deduplicated:
             first = json_format.MessageToDict(reply.duplicate_of, preserving_proto_field_name=True)
             return ToolOutcome(reply.result_json, None, reply.replayed, deduplicated=True, duplicate_of=first)
@@ -293,42 +274,54 @@ class ToolRouter:
             True when the host was running the call and signalled it.
 
         Raises:
-            grpc.aio.AioRpcError: the host could not be asked (unreachable, deadline, no such key).
+            ToolHostUnreachable: no connection to the host within the connect layer's time.
+            grpc.aio.AioRpcError: the host could not be asked (deadline, no such key, refused).
         """
         found = self._specs.get(tool)
         if found is None:
             return False
         host = found[1]
-        reply = await host.stub().CancelOperation(
+        stub = await self._ready_stub(host, timeout_s)
+        reply = await stub.CancelOperation(
             svc.CancelOperationRequest(idempotency_key=metadata.idempotency_key, reason=reason[:1000]),
             timeout=timeout_s,
             metadata=self._metadata(host, tool, arguments_json, metadata),
         )
         return reply.signalled
 
-    async def get_operation(
+    async def query(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
-    ) -> tool_pb2.Operation | None:
-        """The host's ledger entry for the call's idempotency key; None when the host has none.
+    ) -> LedgerWord:
+        """The host ledger's word on the call's idempotency key (GetOperation), never an RPC error.
 
-        Raises:
-            grpc.aio.AioRpcError: the host could not answer (unreachable, deadline, refused grant).
+        A recorded outcome comes back ``replayed``; NOT_FOUND when the host has no entry; UNKNOWN when
+        the call is still running there, or the host cannot be reached or refuses to answer.
         """
         found = self._specs.get(tool)
         if found is None:
-            return None
+            return LedgerSilence.NOT_FOUND
         host = found[1]
         try:
-            reply = await host.stub().GetOperation(
+            stub = await self._ready_stub(host, timeout_s)
+            reply = await stub.GetOperation(
                 svc.GetOperationRequest(idempotency_key=metadata.idempotency_key),
                 timeout=timeout_s,
                 metadata=self._metadata(host, tool, arguments_json, metadata),
             )
+        except ToolHostUnreachable:
+            return LedgerSilence.UNKNOWN
         except grpc.aio.AioRpcError as exc:
+            # Only the host's own NOT_FOUND means "no entry": a deadline or a refusal tells nothing.
             if exc.code() == grpc.StatusCode.NOT_FOUND:
-                return None
-            raise
-        return reply.operation
+                return LedgerSilence.NOT_FOUND
+            return LedgerSilence.UNKNOWN
+        operation = reply.operation
+        if operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED:
+            return ToolOutcome(operation.result_json, None, True, host=host.name)
+        if operation.status == tool_pb2.OPERATION_STATUS_FAILED:
+            # "Stopped where it stood" is recorded, but says nothing about the effect.
+            return host_failure(operation.error, replayed=True, host=host.name)
+        return LedgerSilence.UNKNOWN
 
     async def preview(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
@@ -339,14 +332,29 @@ class ToolRouter:
             return f"{tool} is not served by any tool host"
         host = found[1]
         try:
-            reply = await host.stub().PreviewTool(
+            stub = await self._ready_stub(host, timeout_s)
+            reply = await stub.PreviewTool(
                 svc.PreviewToolRequest(tool=tool, arguments_json=arguments_json),
                 timeout=timeout_s,
                 metadata=self._metadata(host, tool, arguments_json, metadata),
             )
+        except ToolHostUnreachable:
+            return f"Would call {tool} with {arguments_json} (no preview: its tool host is unreachable)"
         except grpc.aio.AioRpcError as exc:
             return f"Would call {tool} with {arguments_json} (no preview: {exc.code().name})"
         return str(reply.impact_summary)
+
+    async def _ready_stub(self, host: HostChannel, timeout_s: float) -> ToolHostServiceAsyncStub:
+        """The host's stub once its channel is connected, within the connect layer's time.
+
+        Raises:
+            ToolHostUnreachable: no connection within ``min(connect_s, timeout_s)``.
+        """
+        stub = host.stub()  # first: it may move the host to a new channel (rotated TLS files)
+        connect_s = connect_timeout_s(connect_s=self.connect_s, call_timeout_s=timeout_s)
+        if not await host.connected(connect_s):
+            raise ToolHostUnreachable(f"no connection to tool host {host.name!r} within {connect_s:g}s")
+        return stub
 
     async def close(self) -> None:
         for host in self._hosts.values():
@@ -364,45 +372,63 @@ async def _last_connect_error(host: HostChannel) -> str:
     return ""
 
 
-def host_unsure(error: tool_pb2.ToolError) -> bool:
-    """The host's own word that it cannot say whether the call took effect (see ToolError.details_json):
-    the tool is still running, or the host stopped it where it stood."""
-    if not error.details_json or error.code not in _MAY_BE_UNSURE:
-        return False
-    try:
-        details = json.loads(error.details_json)
-    except ValueError:
-        return False
-    return isinstance(details, dict) and (
-        details.get("still_running") is True or details.get("effect") == "unknown"
+def host_failure(error: tool_pb2.ToolError, *, replayed: bool = False, host: str = "") -> ToolOutcome:
+    """A tool host's typed error as an outcome, with the host's own word on whether it can tell
+    what the tool did (``ToolError.details_json``: ``still_running``, or ``"effect": "unknown"``)."""
+    still_running = host_unsure = False
+    if error.details_json and error.code in _MAY_BE_UNSURE:
+        try:
+            details = json.loads(error.details_json)
+        except ValueError:
+            details = None
+        if isinstance(details, dict):
+            still_running = details.get("still_running") is True
+            host_unsure = details.get("effect") == "unknown"
+    return ToolOutcome(
+        None,
+        ToolError(_core_code(error.code), error.message, error.details_json),
+        replayed,
+        host_unsure=host_unsure,
+        still_running=still_running,
+        host=host,
     )
+
+
+def _core_code(code: int) -> ToolErrorCode:
+    """The host's code in the core's words; a code newer than this runtime reads as UNSPECIFIED."""
+    name = tool_pb2.ToolErrorCode.Name(code) if code in tool_pb2.ToolErrorCode.values() else ""
+    try:
+        return ToolErrorCode(name.removeprefix("TOOL_ERROR_CODE_"))
+    except ValueError:
+        return ToolErrorCode.UNSPECIFIED
 
 
 _MAY_BE_UNSURE = (tool_pb2.TOOL_ERROR_CODE_TRANSIENT, tool_pb2.TOOL_ERROR_CODE_CANCELLED)
 
-# gRPC fails a call this way when no connection to the host could be made: the call was never
-# given to a transport, so the request provably never left.
-_NEVER_CONNECTED = "failed to connect"
-
 
 def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
+    """An InvokeTool that ended without the host's answer, by its status code and nothing else.
+
+    It was sent on a ready channel (see :meth:`HostChannel.connected`), so a broken transport may
+    follow the request: such an outcome is in doubt, and a write is looked up before anything else.
+    """
     code = exc.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return ToolOutcome.failure("TRANSIENT", "deadline exceeded before the tool answered", in_doubt=True)
-    if code == grpc.StatusCode.UNAVAILABLE:
-        # Any other UNAVAILABLE (a connection reset, a host gone mid-call) may follow the request.
-        unsent = _NEVER_CONNECTED in (exc.details() or "").lower()
         return ToolOutcome.failure(
-            "TRANSIENT", f"tool host UNAVAILABLE: {exc.details()}", in_doubt=not unsent
+            "TRANSIENT", "the call's deadline passed before the tool answered", timed_out=True
         )
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
-        # The host sent a result past the channel's limit (it did not enforce the maximum itself):
-        # sending again would bring the same result back.
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ToolOutcome.failure(
+            "TRANSIENT", f"tool host UNAVAILABLE: {exc.details()}", transport_lost=True
+        )
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not _from_host(exc):
+        # The channel's own receive limit (the host sent a result past it instead of refusing it
+        # itself): sending again would bring the same result back.
         return ToolOutcome.failure("RESULT_TOO_LARGE", "the tool's result is larger than the maximum")
     if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED):
         return ToolOutcome.failure("TRANSIENT", f"tool host {code.name}: {exc.details()}")
     if code == grpc.StatusCode.CANCELLED:
-        return ToolOutcome.failure("CANCELLED", "call cancelled")
+        return ToolOutcome.failure("CANCELLED", "call cancelled", transport_lost=True)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return ToolOutcome.failure("INVALID_INPUT", exc.details() or "invalid call")
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
@@ -411,8 +437,7 @@ def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
     return ToolOutcome.failure("PERMANENT", f"tool host {code.name}: {exc.details()}")
 
 
-def tool_result_text(outcome: ToolOutcome) -> str:
-    """What the model sees for an outcome."""
-    if outcome.result_json is not None:
-        return outcome.result_json
-    return json.dumps(outcome.error or {})
+def _from_host(exc: grpc.aio.AioRpcError) -> bool:
+    """A status the host sent: tool hosts attach a google.rpc.Status; the local channel never does."""
+    trailers: Sequence[tuple[str, object]] = cast(Any, exc.trailing_metadata()) or ()
+    return any(key == "grpc-status-details-bin" for key, _ in trailers)
