@@ -31,10 +31,17 @@ verdict            what the shell does                         from
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agentrt.server.core._deadline import TimeoutLayer, backoff_delay_s
+from agentrt.server.core._deadline import (
+    TimeoutLayer,
+    backoff_delay_s,
+    call_budget,
+    call_timeout_s,
+    retry_fits,
+)
 from agentrt.server.core._events import ToolErrorCode
 from agentrt.server.core._outcomes import LedgerSilence, LedgerWord, ToolOutcome
 
@@ -63,6 +70,9 @@ __all__ = [
     "UnauthorizedPolicy",
     "Unknown",
     "child_time_left_s",
+    "cleanup_deadline_ms",
+    "cleanup_timeout_s",
+    "cleanup_verdict",
     "did_not_complete",
     "ledger_after_doubt",
     "ledger_before_resend",
@@ -188,10 +198,22 @@ class AttemptClock:
     expected_s: float = 0.0  # what a call is expected to take beyond this attempt's own time
 
     def retry_fits(self, delay_s: float) -> tuple[bool, bool]:
-        """Whether a retry after ``delay_s`` can finish before the run's, and the step's, deadline."""
+        """Whether a retry after ``delay_s`` can finish before the run's, and the step's, deadline.
+
+        The retry is expected to take what this attempt took, or ``expected_s`` if that is longer.
+        """
         expected = max(self.now_s - self.began_s, self.expected_s)
-        end = self.now_s + delay_s + expected
-        return end < self.run_deadline_s, end < min(self.run_deadline_s, self.step_deadline_s)
+        fits_run = retry_fits(
+            now_s=self.now_s, delay_s=delay_s, expected_call_s=expected, deadline_s=self.run_deadline_s
+        )
+        fits = fits_run and retry_fits(
+            now_s=self.now_s,
+            delay_s=delay_s,
+            expected_call_s=expected,
+            deadline_s=self.run_deadline_s,
+            step_deadline_s=self.step_deadline_s,
+        )
+        return fits_run, fits
 
 
 ToolVerdict = AskLedger | StepTimeout | Retry | Fail | Pause | Fenced | Done
@@ -204,15 +226,16 @@ def plan_attempt(
 
     A tie goes to the outer layer (run before step before call), the one that explains more.
     """
-    run_left = run_deadline_s - reserve_s - now_s
-    layer, left = TimeoutLayer.CALL, call_timeout_s
-    if step_deadline_s - now_s <= left:
-        layer, left = TimeoutLayer.STEP, step_deadline_s - now_s
-    if run_left <= left:
-        layer, left = TimeoutLayer.RUN, run_left
-    if left > 0:
-        return Send(left, layer)
-    return StepTimeout() if layer is TimeoutLayer.STEP else Expire()
+    budget = call_budget(
+        now_s=now_s,
+        call_timeout_s=call_timeout_s,
+        step_deadline_s=step_deadline_s,
+        run_deadline_s=run_deadline_s,
+        reserve_s=reserve_s,
+    )
+    if budget.timeout_s > 0:
+        return Send(budget.timeout_s, budget.layer)
+    return StepTimeout() if budget.layer is TimeoutLayer.STEP else Expire()
 
 
 def tool_verdict(
@@ -357,7 +380,32 @@ def ledger_in_wait(
 
 def child_time_left_s(*, now_s: float, run_deadline_s: float, reserve_s: float) -> float:
     """What a child run may take: the parent's time left less its reserve (0: none)."""
-    return max(0.0, run_deadline_s - reserve_s - now_s)
+    return call_timeout_s(
+        now_s=now_s, run_deadline_s=run_deadline_s, call_timeout_s=math.inf, reserve_s=reserve_s
+    )
+
+
+# -- cleanup attempts -------------------------------------------------------------------------------
+
+
+def cleanup_deadline_ms(*, now_ms: int, deadline_s: float) -> int:
+    """When a run's cleanups must be done, set by its first cleanup attempt."""
+    return now_ms + round(deadline_s * 1000)
+
+
+def cleanup_timeout_s(*, call_timeout_s: float, now_ms: int, deadline_ms: int) -> float:
+    """One cleanup attempt's timeout: its own, within what is left of the cleanup deadline."""
+    return max(0.001, min(call_timeout_s, (deadline_ms - now_ms) / 1000))
+
+
+def cleanup_verdict(
+    *, retryable: bool, attempt: int, retry: RetryPolicy, now_ms: int, deadline_ms: int, rand: float
+) -> Retry | Done:
+    """A failed cleanup attempt: another after a backoff, or given up (the cleanup job asks later)."""
+    delay = backoff_delay_s(attempt=attempt, base_s=retry.base_s, cap_s=retry.cap_s, rand=rand)
+    if not retryable or attempt >= retry.max_attempts or now_ms + delay * 1000 >= deadline_ms:
+        return Done()
+    return Retry(delay)
 
 
 # -- model attempts ---------------------------------------------------------------------------------

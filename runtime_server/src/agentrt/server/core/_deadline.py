@@ -84,3 +84,13 @@ def retry_fits(
 ) -> bool:
     """A retry is scheduled only if it can finish before the run's deadline and the step's (R6.4)."""
     return now_s + delay_s + expected_call_s < min(deadline_s, step_deadline_s)
+
+
+def lease_lapsed(*, now_s: float, lease_deadline_s: float) -> bool:
+    """Past its local deadline a worker may no longer trust its lease: it starts no new work."""
+    return now_s >= lease_deadline_s
+
+
+def extended_deadline_s(*, deadline_s: float, by_ms: int) -> float:
+    """The run's deadline moved later by ``by_ms`` (time spent waiting for a person)."""
+    return deadline_s + by_ms / 1000

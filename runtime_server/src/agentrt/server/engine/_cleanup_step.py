@@ -31,7 +31,7 @@ from agentrt.server.core import (
     CleanupStarted,
     LeaseLost,
     ToolErrorCode,
-    backoff_delay_s,
+    attempts,
     cleanup_key,
     cleanups_requested,
     rfc3339,
@@ -296,7 +296,11 @@ class CleanupStep:
             return
         now_ms = ports.now_ms()
         first = not ctx.state.cleanup_deadline_ms
-        deadline_ms = now_ms + round(config.deadline_s * 1000) if first else ctx.state.cleanup_deadline_ms
+        deadline_ms = (
+            attempts.cleanup_deadline_ms(now_ms=now_ms, deadline_s=config.deadline_s)
+            if first
+            else ctx.state.cleanup_deadline_ms
+        )
         ctx.add(
             CleanupStarted(
                 cleanup_id=entry.cleanup_id,
@@ -307,7 +311,9 @@ class CleanupStep:
         )
         await ctx.flush()  # a cleanup not persisted as started was not made (§11.1)
         ctx.check_lease()
-        timeout = min(config.call_timeout_s, (deadline_ms - ports.now_ms()) / 1000)
+        timeout = attempts.cleanup_timeout_s(
+            call_timeout_s=config.call_timeout_s, now_ms=ports.now_ms(), deadline_ms=deadline_ms
+        )
         done = await perform_cleanup(
             ports,
             entry,
@@ -316,24 +322,24 @@ class CleanupStep:
             session_id=ctx.handle.session_id,
             generation=ctx.handle.generation,
             attempt=attempt,
-            timeout_s=max(timeout, 0.001),
+            timeout_s=timeout,
         )
         ports.faults.hit("cleanup_response_received")
         if done.ok:
             ctx.add(CleanupCompleted(cleanup_id=entry.cleanup_id, attempt=attempt))
             return
-        delay = backoff_delay_s(
+        verdict = attempts.cleanup_verdict(
+            retryable=done.retryable,
             attempt=attempt,
-            base_s=ctx.settings.retry_base_s,
-            cap_s=ctx.settings.retry_cap_s,
+            retry=ctx.retry_policy(config.attempts),
+            now_ms=ports.now_ms(),
+            deadline_ms=deadline_ms,
             rand=ports.rand(),
         )
-        out_of_time = ports.now_ms() + delay * 1000 >= deadline_ms
-        final = not done.retryable or attempt >= config.attempts or out_of_time
-        self._failed(entry, attempt, done.message, final=final)
-        if not final:
+        self._failed(entry, attempt, done.message, final=not isinstance(verdict, attempts.Retry))
+        if isinstance(verdict, attempts.Retry):
             await ctx.flush()
-            await ports.sleep(delay)  # not cut by a cancel of the run: the run is already ending
+            await ports.sleep(verdict.delay_s)  # not cut by a cancel of the run: the run is already ending
 
     def _failed(self, entry: CleanupEntry, attempt: int, message: str, *, final: bool) -> None:
         ctx = self.ctx

@@ -288,9 +288,10 @@ class ModelStep:
         step's commit asks again, like any model call not yet recorded.
         """
         ctx, ports = self.ctx, self.ctx.ports
-        timeout = ctx.timeout(ctx.settings.model_timeout_s)
-        if timeout <= 0:
+        plan = ctx.plan_call(ctx.settings.model_timeout_s)
+        if not isinstance(plan, attempts.Send):
             return None
+        timeout = plan.timeout_s
         budget_bytes = max(1024, (bound.context_tokens or 0) * 3 * 3 // 4)  # the window, in bytes
         request = ModelRequest(
             run_id=ctx.run_id,
@@ -348,13 +349,7 @@ class ModelStep:
         attempt = 0
         while True:
             attempt += 1
-            plan = attempts.plan_attempt(
-                now_s=ports.clock(),
-                call_timeout_s=ctx.settings.model_timeout_s,
-                step_deadline_s=step_deadline,
-                run_deadline_s=ctx.deadline_s,
-                reserve_s=ctx.settings.call_reserve_s,
-            )
+            plan = ctx.plan_call(ctx.settings.model_timeout_s, step_deadline)
             if isinstance(plan, attempts.StepTimeout):
                 self._step_timeout(bound.redact("the step's deadline left no time for another attempt"))
                 return
@@ -411,7 +406,6 @@ class ModelStep:
     ) -> bool:
         """Carry out the verdict on a failed attempt; True when the step is to be asked again."""
         ctx, ports = self.ctx, self.ctx.ports
-        settings = ctx.settings
         if sink.sent:
             # Clients drop what this attempt streamed; the step is retried (or ends) as a whole.
             self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
@@ -419,9 +413,7 @@ class ModelStep:
             model_failure(exc),
             attempt=attempt,
             clock=clock,
-            retry=attempts.RetryPolicy(
-                max_attempts=settings.model_attempts, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s
-            ),
+            retry=ctx.retry_policy(ctx.settings.model_attempts),
             rand=ports.rand(),
         )
         # Messages of provider errors enter events: a profile's endpoints and key sources must not.

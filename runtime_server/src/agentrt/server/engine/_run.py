@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,7 +22,6 @@ from agentrt.server._config_waits import wait_policy
 from agentrt.server.core import (
     ApprovalRequested,
     Budgets,
-    CallBudget,
     CallState,
     ContextWindow,
     Event,
@@ -32,10 +32,10 @@ from agentrt.server.core import (
     RunState,
     StepStarted,
     Usage,
-    backoff_delay_s,
-    call_budget,
-    call_timeout_s,
+    attempts,
     escalation_due_ms,
+    extended_deadline_s,
+    lease_lapsed,
 )
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
@@ -162,7 +162,7 @@ class RunContext:
 
     def extend_deadline(self, by_ms: int) -> None:
         """Move the run's deadline later (time spent waiting for a person); persisted next commit."""
-        self.deadline_s += by_ms / 1000
+        self.deadline_s = extended_deadline_s(deadline_s=self.deadline_s, by_ms=by_ms)
         self.pending_values["deadline_ms"] = round(self.deadline_s * 1000)
 
     def call_metadata(self, call: CallState) -> CallMetadata:
@@ -316,32 +316,25 @@ class RunContext:
 
     def check_lease(self) -> None:
         """Refuse to start a call once the lease may have passed to another worker (e.g. after a pause)."""
-        if self.ports.clock() >= self.handle.lease_deadline_s:
+        if lease_lapsed(now_s=self.ports.clock(), lease_deadline_s=self.handle.lease_deadline_s):
             raise LeaseLost(f"lease of run {self.run_id} expired locally; not starting new work")
 
-    def timeout(self, call_timeout: float) -> float:
-        """Seconds a call may take now: its own timeout, within the run's deadline less the reserve."""
-        return call_timeout_s(
+    def plan_call(
+        self, call_timeout_s: float, step_deadline_s: float = math.inf
+    ) -> attempts.Send | attempts.StepTimeout | attempts.Expire:
+        """Whether a call may start now, and its timeout under the call, step and run layers."""
+        return attempts.plan_attempt(
             now_s=self.ports.clock(),
-            run_deadline_s=self.deadline_s,
-            call_timeout_s=call_timeout,
-            reserve_s=self.settings.call_reserve_s,
-        )
-
-    def budget(self, call_timeout: float, step_deadline: float) -> CallBudget:
-        """A call's timeout under its own, its step's and the run's deadline, and which one binds."""
-        return call_budget(
-            now_s=self.ports.clock(),
-            call_timeout_s=call_timeout,
-            step_deadline_s=step_deadline,
+            call_timeout_s=call_timeout_s,
+            step_deadline_s=step_deadline_s,
             run_deadline_s=self.deadline_s,
             reserve_s=self.settings.call_reserve_s,
         )
 
-    def backoff(self, attempt: int) -> float:
+    def retry_policy(self, max_attempts: int) -> attempts.RetryPolicy:
         settings = self.settings
-        return backoff_delay_s(
-            attempt=attempt, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s, rand=self.ports.rand()
+        return attempts.RetryPolicy(
+            max_attempts=max_attempts, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s
         )
 
     async def io(self, make: Callable[[], Awaitable[T]]) -> T:

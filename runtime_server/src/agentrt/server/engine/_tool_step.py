@@ -177,13 +177,7 @@ class ToolStep:
         d = self.ctx
         spec = d.ports.tools.spec(call.tool)
         spec_timeout = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
-        return attempts.plan_attempt(
-            now_s=d.ports.clock(),
-            call_timeout_s=spec_timeout or d.settings.tool_timeout_s,
-            step_deadline_s=self._step_deadline(call),
-            run_deadline_s=d.deadline_s,
-            reserve_s=d.settings.call_reserve_s,
-        )
+        return d.plan_call(spec_timeout or d.settings.tool_timeout_s, self._step_deadline(call))
 
     def _step_deadline(self, call: CallState) -> float:
         """When this call, all its attempts and backoff included, must end (``[timeouts] tool_step_s``)."""
@@ -202,7 +196,6 @@ class ToolStep:
         reconciled: bool = False,
     ) -> attempts.ToolVerdict:
         d = self.ctx
-        settings = d.settings
         if outcome.timed_out and not reconciled:
             d.ports.counters.inc("timeout_count")
         clock = attempts.AttemptClock(
@@ -219,9 +212,7 @@ class ToolStep:
             write=write,
             cancelled=d.handle.cancel_reason is not None,
             clock=clock,
-            retry=attempts.RetryPolicy(
-                max_attempts=settings.tool_attempts, base_s=settings.retry_base_s, cap_s=settings.retry_cap_s
-            ),
+            retry=d.retry_policy(d.settings.tool_attempts),
             rand=d.ports.rand(),
             reconciled=reconciled,
         )
