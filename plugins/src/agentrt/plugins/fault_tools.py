@@ -6,6 +6,9 @@
 - ``slow.write_sync`` (WRITE, sync, 1 s timeout): blocks its thread ``seconds``, then records its
   effect; nothing can stop it once started (what a sync tool is to its host).
 - ``slow.write_blocking``: the same with a 10 s timeout (a slow sync write within its deadline).
+- ``stubborn.write`` (WRITE, async, 30 s timeout): waits ``seconds`` ignoring an explicit cancel,
+  then records its effect; only its host's hard stop after the cancel grace cuts it, and then
+  nobody can tell what it did (no query hook).
 
 Each effect is one line (the call's idempotency key) in ``<data_dir>/slow_writes.log``; count
 them with :func:`count_slow_writes`. Neither write implements the query hook, so the host
@@ -46,6 +49,7 @@ __all__ = [
     "slow_write",
     "slow_write_blocking",
     "slow_write_sync",
+    "stubborn_write",
 ]
 
 SLOW_WRITES_FILE = "slow_writes.log"
@@ -133,7 +137,20 @@ slow_write_blocking = tool(
 )(slow_write_sync.fn)
 
 
+@tool(
+    name="stubborn.write",
+    description="A write that ignores a request to stop; only its host's hard stop cuts it.",
+    side_effect=SideEffect.WRITE,
+    timeout=30.0,
+)
+async def stubborn_write(args: SlowWriteArgs, ctx: ToolContext) -> dict[str, Any]:
+    """Wait ``seconds`` whatever happens, then write."""
+    await asyncio.sleep(args.seconds)
+    _record_effect(ctx)
+    return {"written": args.note, "key": ctx.idempotency_key}
+
+
 @hookimpl
 def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
     """Register the fault-suite tools."""
-    return [flaky_transient, slow_write, slow_write_sync, slow_write_blocking]
+    return [flaky_transient, slow_write, slow_write_sync, slow_write_blocking, stubborn_write]

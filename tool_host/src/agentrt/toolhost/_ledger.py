@@ -151,6 +151,15 @@ _SETTLE_ORPHAN = (
 )
 
 
+# A write the host stopped where it stood ("effect unknown"), settled later by its tool's own word;
+# only the very entry that was examined (same update time) is replaced.
+_SETTLE_UNSURE = (
+    "UPDATE operations SET status = ?, result_json = ?, error_code = ?, error_message = ?,"
+    " error_details_json = ?, update_time_ns = ? WHERE tenant = ? AND idempotency_key = ?"
+    " AND status = 'FAILED' AND update_time_ns = ?"
+)
+
+
 def sealing_aad(tenant: str, idempotency_key: str, column: str) -> str:
     """What a sealed ledger value is bound to: its column and its tenant-scoped key.
 
@@ -421,6 +430,12 @@ class Ledger:
         params = self._outcome_params(tenant, idempotency_key, outcome)
         with self._transaction() as db:
             db.execute(_SETTLE_ORPHAN, params)
+
+    def settle_unsure(self, record: OperationRecord, outcome: Outcome) -> None:
+        """Replace a recorded "stopped where it stood, effect unknown" with what its tool reported."""
+        params = self._outcome_params(record.tenant, record.idempotency_key, outcome)
+        with self._transaction() as db:
+            db.execute(_SETTLE_UNSURE, (*params[:-1], record.update_time_ns))
 
     def check_fence(self, run_id: str, token: int, *, tenant: str = "") -> int | None:
         """Remember the highest fencing token per (tenant, run) and refuse older ones.

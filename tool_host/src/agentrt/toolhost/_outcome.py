@@ -58,6 +58,17 @@ class Outcome:
         return cls(failure=Failure.of(code, message, details))
 
     @property
+    def effect_unknown(self) -> bool:
+        """The host stopped the tool where it stood: whether its effect happened is not known."""
+        if self.failure is None or not self.failure.details_json:
+            return False
+        try:
+            details = json.loads(self.failure.details_json)
+        except ValueError:
+            return False
+        return isinstance(details, dict) and details.get("effect") == "unknown"
+
+    @property
     def retryable(self) -> bool:
         """True when a retry with the same key runs the tool again (TRANSIENT, CANCELLED)."""
         return self.failure is not None and self.failure.code.retryable

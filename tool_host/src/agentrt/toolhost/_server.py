@@ -546,6 +546,8 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             record = self._granted_entry(request.idempotency_key, tenant=tenant, run_id=run_id)
             if record.status is OperationStatus.RUNNING and record.owner != self._ledger.owner:
                 record = await self._settle_from_tool(record)
+            elif record.outcome is not None and record.outcome.effect_unknown:
+                record = await self._settle_stopped(record)
             return pb.GetOperationResponse(operation=operation_to_proto(record))
         except RpcFailure as exc:
             await abort_with(context, exc)
@@ -587,13 +589,49 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         """
         tool = self._tools.get(record.tool)
         if tool is not None and tool.rerun_after_crash:
-            outcome = Outcome.error(
+            rerun = Outcome.error(
                 ErrorCode.TRANSIENT, "interrupted by a tool host restart; safe to run again under its key"
             )
-            self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
+            self._ledger.settle_orphan(record.idempotency_key, rerun, tenant=record.tenant)
             return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
         if tool is None or not tool.supports_query:
             return record  # no plugin answers for this tool: another's hook must not guess for it
+        outcome = await self._ask_tool(record)
+        if outcome is None:
+            return record
+        self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
+        return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
+
+    async def _settle_stopped(self, record: OperationRecord) -> OperationRecord:
+        """This host stopped the write where it stood (a cancel, a deadline, a shutdown): ask the
+        tool's own store what it did (supports_query), so a cancelled run learns it in time (§11.11).
+        """
+        tool = self._tools.get(record.tool)
+        if tool is None or not tool.supports_query:
+            return record
+        stopped = record.outcome.failure if record.outcome is not None else None
+        code = stopped.code if stopped is not None else ErrorCode.CANCELLED
+        outcome = await self._ask_tool(
+            record, absent=(code, "stopped before its effect: the tool has no trace of it")
+        )
+        if outcome is None:
+            return record
+        self._ledger.settle_unsure(record, outcome)
+        return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
+
+    async def _ask_tool(
+        self,
+        record: OperationRecord,
+        *,
+        absent: tuple[ErrorCode, str] = (
+            ErrorCode.TRANSIENT,
+            "interrupted before its effect: the tool has no trace of it",
+        ),
+    ) -> Outcome | None:
+        """The tool's own word on a call (``agentrt_query_operation``); None when it cannot tell.
+
+        ``absent`` is the failure recorded when the tool has no trace of the call (no effect).
+        """
         answer = await asyncio.to_thread(
             self._pm.hook.agentrt_query_operation,
             tool=record.tool,
@@ -602,17 +640,12 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             config=self._config,
         )
         if not isinstance(answer, dict):
-            return record
+            return None
         if answer.get("status") == "succeeded":
-            outcome = Outcome.success(json.dumps(answer.get("result")))
-        elif answer.get("status") == "absent":
-            outcome = Outcome.error(
-                ErrorCode.TRANSIENT, "interrupted before its effect: the tool has no trace of it"
-            )
-        else:
-            return record
-        self._ledger.settle_orphan(record.idempotency_key, outcome, tenant=record.tenant)
-        return self._ledger.get(record.idempotency_key, tenant=record.tenant) or record
+            return Outcome.success(json.dumps(answer.get("result")))
+        if answer.get("status") == "absent":
+            return Outcome.error(*absent)
+        return None
 
     async def CancelOperation(
         self, request: pb.CancelOperationRequest, context: ServicerContext

@@ -71,7 +71,9 @@ def agentrt_query_operation(
     """Say whether a write with this idempotency key took effect, from the tool's own store.
 
     Asked only when the ledger cannot tell: its entry is RUNNING from an earlier host
-    life that died while the tool ran. This is what ``supports_query`` promises: a
+    life that died while the tool ran, or this host stopped the tool where it stood (a
+    cancel, a deadline or a shutdown cut it: "effect unknown"), and the runtime asks
+    what happened. This is what ``supports_query`` promises: a
     tool that keeps its effects keyed by idempotency key can settle the question.
     Implementing this hook is what makes the host report ``supports_query`` for the
     plugin's tools (unless a tool declares it false).

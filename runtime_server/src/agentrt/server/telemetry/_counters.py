@@ -23,6 +23,7 @@ COUNTER_NAMES: tuple[str, ...] = (
     "escalated_count",  # run.escalated events written: waits that need a person
     "cleanup_refused_count",  # cleanup registrations refused (malformed, untrusted tool)
     "cleanup_recovered_count",  # given-up cleanups the cleanup job released later
+    "unknown_handed_over_count",  # cancelled runs ended with a write nobody can tell, for a person
 )
 
 
