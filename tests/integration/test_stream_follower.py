@@ -18,7 +18,7 @@ from agentrt.server._config_limits import StreamsConfig
 from agentrt.server.api._stream_writer import FollowerStalled, send_events
 from agentrt.server.api._streams import Follower
 from agentrt.server.events import EventBus
-from agentrt.server.store import EventPage, Store, StoredEvent
+from agentrt.server.store import EventPage, RunRecord, Store, StoredEvent
 from tests.integration.test_store import run_values
 
 CONFIG = StreamsConfig(follower_buffer_events=8, follower_buffer_bytes=64 * 1024, stall_timeout_s=0.3)
@@ -40,7 +40,7 @@ class Writer:
         self.store, self.bus, self.run_id = store, bus, run_id
         self.revision, self.seq = 1, 1
 
-    async def commit(self, *types: str, phase: str = "MODEL_STEP", size: int = 10) -> None:
+    async def commit(self, *types: str, phase: str = "MODEL_STEP", size: int = 10, **values: Any) -> None:
         payloads = [(t, json.dumps({"pad": "x" * size})) for t in types]
         first = self.seq + 1
         self.revision = await self.store.append(
@@ -49,7 +49,7 @@ class Writer:
             owner="w1",
             first_seq=first,
             new_events=payloads,
-            values={"phase": phase},
+            values={"phase": phase, **values},
             now_ms=1000,
         )
         self.seq += len(payloads)
@@ -243,14 +243,26 @@ async def test_a_replay_whose_reader_stops_is_dropped_and_a_slow_reader_is_not(
 
     # Replay pages are cut to a byte budget from the stored sizes, whatever came before.
     pages: list[int] = []
-    read_page = store.read_page
+    read_page, read_run_and_page = store.read_page, store.read_run_and_page
 
     async def recording(run_id: str, *, after_seq: int, max_rows: int, max_bytes: int) -> EventPage:
         page = await read_page(run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes)
         pages.append(len(page.events))
         return page
 
+    async def recording_first(
+        run_id: str, *, after_seq: int, max_rows: int, max_bytes: int
+    ) -> tuple[RunRecord | None, EventPage]:
+        record, page = await read_run_and_page(
+            run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes
+        )
+        pages.append(len(page.events))
+        return record, page
+
     monkeypatch.setattr(store, "read_page", recording)
+    monkeypatch.setattr(
+        store, "read_run_and_page", recording_first
+    )  # a replay's first page comes with the row
     got = [item.seq async for item in follower(store, bus, "replay", follow=False).events()]
     assert got == list(range(1, writer.seq + 1))
     # run.started and the first 50 KB event fit one page; then one by one; the small end together.

@@ -252,6 +252,10 @@ CASES: dict[str, tuple[dict[str, object], str]] = {
         },
         'cleanup.failed  c1 attempt=3 "TRANSIENT: down" (given up: CLEANUP_UNKNOWN)',
     ),
+    "cleanup_settled": (
+        {"cleanup_settled": run_pb2.CleanupSettled(retries=2)},
+        "cleanup.settled  every cleanup released (cleanup job passes: 2); the run's log is complete",
+    ),
 }
 
 ONEOF_FIELDS = [f.name for f in run_pb2.RunEvent.DESCRIPTOR.oneofs_by_name["event"].fields]

@@ -11,6 +11,13 @@ from agentrt.server.core import (
     ApprovalRequested,
     ApprovalResolved,
     Budgets,
+    CleanupCompleted,
+    CleanupFailed,
+    CleanupKind,
+    CleanupRegistered,
+    CleanupSettled,
+    CleanupStarted,
+    CleanupStatus,
     Clock,
     Idle,
     IllegalTransition,
@@ -18,6 +25,8 @@ from agentrt.server.core import (
     Phase,
     RequestApproval,
     RetryScheduled,
+    RunClosing,
+    RunCompleted,
     RunEnded,
     RunFailed,
     RunStarted,
@@ -119,3 +128,25 @@ def test_an_approval_waits_until_its_expiry_then_is_asked_again() -> None:
     assert isinstance(expired, RequestApproval) and expired.call.call_id == "c1"
     state.apply(ApprovalResolved(approval_id="a1", decision=ApprovalDecision.APPROVE))
     assert state.pending_approval is None and state.calls[0].approved
+
+
+def test_the_cleanup_tail_closes_only_after_the_end_and_once_everything_is_released() -> None:
+    state = RunState(run_id="r")
+    state.apply(RunStarted(input="hi"))
+    state.apply(StepStarted(step=1))
+    state.apply(CleanupRegistered(cleanup_id="c1", kind=CleanupKind.TOOL, target="sandbox.destroy"))
+    state.apply(ModelCompleted(step=1, text="done", usage_after=Usage(model_steps=1)))
+    with pytest.raises(ValueError, match="before the run ended"):
+        state.apply(CleanupSettled(retries=1))  # the run has not ended
+    state.apply(RunClosing(phase=Phase.COMPLETED, reason="final_answer", output="done"))
+    state.apply(CleanupStarted(cleanup_id="c1", attempt=1))
+    state.apply(CleanupFailed(cleanup_id="c1", attempt=1, message="down", final=True))
+    state.apply(RunCompleted(output="done"))
+    state.apply(RunEnded(phase=Phase.COMPLETED))
+    assert state.ended and state.cleanup_status is CleanupStatus.UNKNOWN
+    with pytest.raises(ValueError, match="unreleased"):
+        state.apply(CleanupSettled(retries=1))  # c1 may still hold its resource
+    state.apply(CleanupStarted(cleanup_id="c1", attempt=2))  # the cleanup job, after run.ended
+    state.apply(CleanupCompleted(cleanup_id="c1", attempt=2))
+    state.apply(CleanupSettled(retries=1))
+    assert state.cleanup_status is CleanupStatus.DONE and state.phase is Phase.COMPLETED

@@ -448,7 +448,12 @@ async def test_the_cleanup_job_retries_a_given_up_cleanup_with_backoff_until_it_
     assert (record.cleanup_status, record.cleanups_unknown, record.cleanup_due_ms) == ("DONE", 0, None)
     assert boxes.destroyed == ["a"] and record.phase == "COMPLETED" and record.output == "done"
     after = world.log.types(run_id)[ended_at:]
-    assert after == ["cleanup.started", "cleanup.failed", "cleanup.started", "cleanup.completed"]
+    # The cleanup tail: only the job's records after run.ended, closed by cleanup.settled in the
+    # commit that made the status DONE (the pass that failed again appended no close).
+    tail = ["cleanup.started", "cleanup.failed", "cleanup.started", "cleanup.completed", "cleanup.settled"]
+    assert after == tail
+    assert json.loads(world.log.events[run_id][-1].payload) == {"retries": 2}
+    assert world.log.runs[run_id].last_seq == len(world.log.events[run_id])
     keys = {c.metadata.idempotency_key for c in world.tools.calls if c.tool == "sandbox.destroy"}
     assert keys == {f"cleanup:{run_id}:c1"}
     assert world.counters.get("cleanup_recovered_count") == 1
@@ -469,6 +474,13 @@ async def test_a_run_ended_by_repeated_faults_hands_its_cleanups_to_the_job() ->
     assert await job(world).run_pass() == 1
     assert boxes.destroyed == ["a"]
     assert world.log.runs[run_id].cleanup_status == "DONE"
+    # Its tail: the cleanup never run, released by the job, and the close; the log still folds.
+    types = world.log.types(run_id)
+    assert types[types.index("run.ended") + 1 :] == [
+        "cleanup.started",
+        "cleanup.completed",
+        "cleanup.settled",
+    ]
 
 
 async def test_a_run_registers_at_most_64_cleanups_and_refuses_the_rest_whole() -> None:

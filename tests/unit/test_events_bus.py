@@ -168,6 +168,14 @@ BASE = RunRecord(
         ({"phase": "RETRY_WAIT"}, {}, None),
         ({"phase": "MODEL_STEP"}, {}, None),
         ({"phase": "CANCEL_REQUESTED"}, {}, None),
+        # An ended run waits for nothing but the cleanup job, and only while its tail is open.
+        (
+            {"phase": "COMPLETED", "cleanup_status": "UNKNOWN", "cleanups_unknown": 2},
+            {},
+            ("WAIT_REASON_CLEANUP", Phase.COMPLETED, "2"),
+        ),
+        ({"phase": "CANCELLED", "cleanup_status": "DONE"}, {}, None),
+        ({"phase": "FAILED"}, {"unknown_call": "call_2_0"}, None),
     ],
 )
 def test_waiting_for_names_only_waits_outside_the_run(

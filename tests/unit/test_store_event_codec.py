@@ -29,6 +29,7 @@ from agentrt.server.core import (
     CleanupFailed,
     CleanupKind,
     CleanupRegistered,
+    CleanupSettled,
     CleanupStarted,
     ClippedResult,
     ContextWindow,
@@ -344,6 +345,7 @@ STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     CleanupFailed: st.builds(
         CleanupFailed, cleanup_id=text, attempt=small, message=text, final=st.booleans()
     ),
+    CleanupSettled: st.builds(CleanupSettled, retries=small),
 }
 
 
@@ -624,6 +626,7 @@ WRITTEN: list[tuple[str, str]] = [
         '"model": "openai/gpt-x", "response_id": "chatcmpl-9", "request_id": "", "latency": "0.400s"}',
     ),
     (ev.CLEANUP_FAILED, '{"cleanup_id": "c1", "attempt": 3, "message": "TRANSIENT: down", "final": true}'),
+    (ev.CLEANUP_SETTLED, '{"retries": 2}'),
 ]
 
 

@@ -123,7 +123,9 @@ export class AgentRuntimeClient {
 
   /**
    * Starts a run (or attaches to the one `requestKey` started) and streams its events until the
-   * run ends or waits for something outside itself (then the last event is `runWaiting`).
+   * run ends or waits for something outside itself (then the last event is `runWaiting`). A run
+   * that ends with cleanups the server's cleanup job still retries ends the stream with
+   * `runWaiting` `WaitReason.CLEANUP` right after `runEnded` (`tailOpen`): the outcome does not wait.
    *
    * `requestKey` defaults to a random UUID so that a reconnect attaches to the same run instead
    * of starting another; events already delivered are skipped. Closing the stream never cancels the run.
@@ -138,9 +140,15 @@ export class AgentRuntimeClient {
 
   /**
    * Replays a run's persisted events after `afterSeq`, then (with `follow`) tails live ones until
-   * the run ends; after a disconnect it resumes after the last seq received.
+   * the run ends and its log is complete: a run that ended with cleanups UNKNOWN is followed through
+   * its cleanup tail to `cleanupSettled` (the server's cleanup job may take hours). `cleanupTail:
+   * false` stops at the `runWaiting` `WaitReason.CLEANUP` after `runEnded` instead, for a caller
+   * that wants the outcome only. After a disconnect it resumes after the last seq received.
    */
-  streamEvents(runId: string, options: StreamOptions & { afterSeq?: bigint | number; follow?: boolean } = {}): EventStream {
+  streamEvents(
+    runId: string,
+    options: StreamOptions & { afterSeq?: bigint | number; follow?: boolean; cleanupTail?: boolean } = {},
+  ): EventStream {
     const follow = options.follow ?? false;
     return new EventStream(
       (afterSeq, signal) => this.rpc.streamRunEvents({ runId, afterSeq, follow }, this.callOptions(signal, options.timeoutMs)),
@@ -149,6 +157,7 @@ export class AgentRuntimeClient {
         afterSeq: BigInt(options.afterSeq ?? 0),
         reconnect: options.reconnect ?? this.reconnect,
         onReconnect: options.onReconnect,
+        cleanupTail: options.cleanupTail ?? true,
       },
     );
   }

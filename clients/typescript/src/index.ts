@@ -44,7 +44,7 @@ export {
   toRpcError,
   type UnknownDetail,
 } from "./errors.js";
-export { EventStream, isResumable, type ReconnectListener, type ReconnectOptions } from "./stream.js";
+export { EventStream, isResumable, isTailMark, type ReconnectListener, type ReconnectOptions } from "./stream.js";
 export type { Http2SessionOptions } from "@connectrpc/connect-node";
 export * from "./gen/agentrt/runtime/v1/run_pb.js";
 export * from "./gen/agentrt/runtime/v1/runtime_service_pb.js";

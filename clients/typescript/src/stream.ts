@@ -5,10 +5,16 @@
 // reopens the call after that seq and skips anything at or below it, so the caller sees every
 // persisted event once: no gap, no duplicate. Live-only `model.text.delta` items (seq 0) published
 // while disconnected are not replayed; the persisted `model.completed` is the truth.
+//
+// The cleanup tail: a run whose end left cleanups UNKNOWN gets, after `runEnded`, the records of the
+// server's cleanup job (`cleanupStarted`/`cleanupCompleted`/`cleanupFailed`), closed by
+// `cleanupSettled`. A stream that reaches the run while its tail is open gets `runWaiting` with
+// reason `WaitReason.CLEANUP`: RunAgent and non-follow streams end there; a follow stream goes on with
+// the tail (unless opened with `cleanupTail: false`, which stops it there).
 
 import { Code } from "@connectrpc/connect";
 
-import type { RunEnded, RunEvent, RunWaiting } from "./gen/agentrt/runtime/v1/run_pb.js";
+import { type CleanupSettled, type RunEnded, type RunEvent, type RunWaiting, WaitReason } from "./gen/agentrt/runtime/v1/run_pb.js";
 import { RpcError, toRpcError } from "./errors.js";
 
 /** How a stream reconnects after a disconnect. */
@@ -38,7 +44,8 @@ const DEFAULTS: Required<ReconnectOptions> = { maxAttempts: 8, baseDelayMs: 100,
  *
  * `for await (const event of stream)` until the server ends the stream; `break` (or `close()`)
  * stops early and never cancels the run. Afterwards `ended` or `waiting` says why it ended; both
- * unset means a non-follow replay reached the end of what is stored.
+ * unset means a non-follow replay reached the end of what is stored. `ended` with `tailOpen` means
+ * the run's outcome is final but the cleanup job still has records to add (see the file comment).
  */
 export class EventStream implements AsyncIterable<RunEvent> {
   /** The last persisted seq delivered: where a later `streamEvents` should resume. */
@@ -47,26 +54,45 @@ export class EventStream implements AsyncIterable<RunEvent> {
   runId: string;
   /** The run's `run.ended`, if the stream delivered it: the run is over. */
   ended: RunEnded | undefined;
-  /** The `run.waiting` a RunAgent stream ended with: what the run now waits for. */
+  /**
+   * The `run.waiting` a RunAgent stream ended with: what the run now waits for. For an ended run,
+   * reason `WaitReason.CLEANUP`: its cleanup tail is open (cleared again by `cleanupSettled`).
+   */
   waiting: RunWaiting | undefined;
+  /** The `cleanup.settled` that closed the run's cleanup tail, if the stream delivered it. */
+  settled: CleanupSettled | undefined;
   /** How many times the stream reconnected. */
   reconnects = 0;
 
   private readonly open: OpenStream;
   private readonly reconnect: Required<ReconnectOptions>;
   private readonly onReconnect: ReconnectListener | undefined;
+  private readonly cleanupTail: boolean;
   private readonly closing = new AbortController();
   private started = false;
 
   constructor(
     open: OpenStream,
-    options: { runId?: string; afterSeq?: bigint; reconnect?: ReconnectOptions; onReconnect?: ReconnectListener } = {},
+    options: {
+      runId?: string;
+      afterSeq?: bigint;
+      reconnect?: ReconnectOptions;
+      onReconnect?: ReconnectListener;
+      /** Follow a run's cleanup tail to `cleanupSettled` (default); false stops at the open-tail mark. */
+      cleanupTail?: boolean;
+    } = {},
   ) {
     this.open = open;
     this.runId = options.runId ?? "";
     this.lastSeq = options.afterSeq ?? 0n;
     this.reconnect = { ...DEFAULTS, ...options.reconnect };
     this.onReconnect = options.onReconnect;
+    this.cleanupTail = options.cleanupTail ?? true;
+  }
+
+  /** True when the stream reached the run's end while its cleanup tail was open, and no `cleanupSettled` came after. */
+  get tailOpen(): boolean {
+    return this.waiting?.reason === WaitReason.CLEANUP;
   }
 
   /** Stops the stream: the current call is cancelled and iteration ends. The run goes on. */
@@ -99,11 +125,15 @@ export class EventStream implements AsyncIterable<RunEvent> {
           const event = item.event;
           if (event === undefined) continue;
           if (event.seq !== 0n && event.seq <= this.lastSeq) continue; // replayed after a reconnect
+          if (isTailMark(event) && this.tailOpen) continue; // the mark again, from a reopened call
           failures = 0;
           this.note(event);
           yield event;
-          // Both end the stream: stop here, so a cut before the server's end is not reopened.
-          if (event.event.case === "runEnded" || event.event.case === "runWaiting") return;
+          // These end the stream: stop here, so a cut before the server's end is not reopened. After
+          // runEnded the server ends the stream or marks an open cleanup tail; a follow stream goes
+          // on with the tail, unless asked to stop at the mark.
+          if (event.event.case === "cleanupSettled") return;
+          if (event.event.case === "runWaiting" && (!isTailMark(event) || !this.cleanupTail)) return;
         }
         return; // the server ended the stream
       } catch (err) {
@@ -127,7 +157,16 @@ export class EventStream implements AsyncIterable<RunEvent> {
     if (event.seq !== 0n) this.lastSeq = event.seq;
     if (event.event.case === "runEnded") this.ended = event.event.value;
     else if (event.event.case === "runWaiting") this.waiting = event.event.value;
+    else if (event.event.case === "cleanupSettled") {
+      this.settled = event.event.value;
+      this.waiting = undefined; // the tail it marked is closed
+    }
   }
+}
+
+/** True for the `runWaiting` that says a run has ended with its cleanup tail still open. */
+export function isTailMark(event: RunEvent): boolean {
+  return event.event.case === "runWaiting" && event.event.value.reason === WaitReason.CLEANUP;
 }
 
 /**

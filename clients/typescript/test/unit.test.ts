@@ -12,6 +12,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 
 import {
   AgentRuntimeClient,
+  CleanupSettledSchema,
+  CleanupStartedSchema,
   ClientError,
   CredentialsError,
   EventStream,
@@ -23,7 +25,9 @@ import {
   RunEndedSchema,
   RunPhase,
   RunStartedSchema,
+  RunWaitingSchema,
   UnavailableError,
+  WaitReason,
   baseUrl,
   isLoopbackTarget,
   isResumable,
@@ -209,6 +213,68 @@ describe("EventStream", () => {
     );
     await assert.rejects(down.toArray(), UnavailableError);
     assert.equal(opens, fast.maxAttempts + 1);
+  });
+
+  // A run that ended with a cleanup UNKNOWN: its end, the open-tail mark, then the cleanup job's records.
+  function tailEvent(seq: bigint, kind: "mark" | "cleanupStarted" | "cleanupSettled"): { event: RunEvent } {
+    const body: RunEvent["event"] =
+      kind === "mark"
+        ? { case: "runWaiting", value: create(RunWaitingSchema, { reason: WaitReason.CLEANUP, phase: RunPhase.COMPLETED, detail: "1" }) }
+        : kind === "cleanupStarted"
+          ? { case: "cleanupStarted", value: create(CleanupStartedSchema, { cleanupId: "c1", attempt: 2 }) }
+          : { case: "cleanupSettled", value: create(CleanupSettledSchema, { retries: 1 }) };
+    return { event: create(RunEventSchema, { runId: "r1", seq, event: body }) };
+  }
+  const kinds = (events: RunEvent[]): string[] => events.map((e) => `${e.seq}:${e.event.case ?? ""}`);
+
+  test("a follower reads through the cleanup tail to cleanupSettled, across a reconnect, the mark once", async () => {
+    const calls: bigint[] = [];
+    const stream = new EventStream(
+      async function* (afterSeq) {
+        calls.push(afterSeq);
+        if (calls.length === 1) {
+          yield* [event(1n), event(2n, "runEnded"), tailEvent(0n, "mark"), tailEvent(3n, "cleanupStarted")];
+          throw unavailable(); // cut inside the tail: reopened after seq 3
+        }
+        yield* [tailEvent(0n, "mark"), tailEvent(4n, "cleanupStarted"), tailEvent(5n, "cleanupSettled")];
+        yield event(6n); // never read: nothing is recorded after cleanupSettled
+      },
+      { reconnect: fast },
+    );
+    const events = await stream.toArray();
+    assert.deepEqual(kinds(events), ["1:runStarted", "2:runEnded", "0:runWaiting", "3:cleanupStarted", "4:cleanupStarted", "5:cleanupSettled"]);
+    assert.deepEqual(calls, [0n, 3n]);
+    assert.equal(stream.tailOpen, false);
+    assert.equal(stream.waiting, undefined);
+    assert.equal(stream.settled?.retries, 1);
+    assert.equal(stream.ended?.phase, RunPhase.COMPLETED);
+  });
+
+  test("cleanupTail: false stops at the open-tail mark and releases the call", async () => {
+    let signal: AbortSignal | undefined;
+    const stream = new EventStream(
+      async function* (_afterSeq, callSignal) {
+        signal = callSignal;
+        yield* [event(1n), event(2n, "runEnded"), tailEvent(0n, "mark")];
+        await new Promise(() => undefined); // a follow stream of an open tail: the server would wait
+      },
+      { cleanupTail: false },
+    );
+    const events = await stream.toArray();
+    assert.deepEqual(kinds(events), ["1:runStarted", "2:runEnded", "0:runWaiting"]);
+    assert.equal(stream.tailOpen, true);
+    assert.equal(stream.ended?.phase, RunPhase.COMPLETED);
+    assert.equal(signal?.aborted, true);
+  });
+
+  test("a stream the server ends at the mark says the tail is open, typed", async () => {
+    const stream = new EventStream(async function* () {
+      yield* [event(1n), event(2n, "runEnded"), tailEvent(0n, "mark")];
+    });
+    await stream.toArray();
+    assert.equal(stream.tailOpen, true);
+    assert.equal(stream.waiting?.reason, WaitReason.CLEANUP);
+    assert.equal(stream.lastSeq, 2n);
   });
 
   test("close() during a backoff ends the iteration quietly", async () => {

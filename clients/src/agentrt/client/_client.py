@@ -250,7 +250,10 @@ class AsyncClient:
     ) -> AsyncEventStream:
         """Starts a run (or attaches to the one ``request_key`` started) and streams its events.
 
-        The stream ends when the run ends or pauses; closing it never cancels the run.
+        The stream ends when the run ends or pauses; closing it never cancels the run. A run that
+        ends with cleanups the server's cleanup job still retries ends it with ``run.waiting``
+        ``WAIT_REASON_CLEANUP`` right after ``run.ended`` (``tail_open``): the outcome does not
+        wait for the job; ``stream_events(after_seq=..., follow=True)`` follows the rest.
 
         Args:
             agent_name: Name of an agent configured on the server.
@@ -360,24 +363,38 @@ class AsyncClient:
         return await self._unary(self._stub.ListRuns(request, timeout=self.timeout, metadata=self._metadata))
 
     def stream_events(
-        self, run_id: str, *, after_seq: int = 0, follow: bool = False, timeout: float | None = None
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = False,
+        timeout: float | None = None,
+        cleanup_tail: bool = True,
     ) -> AsyncEventStream:
         """Replays a run's persisted events after ``after_seq``, then (with ``follow``) tails live ones.
 
         Args:
             run_id: The run's id.
             after_seq: Only events with a greater seq (reconnect with the last seq seen).
-            follow: Keep the stream open until the run ends.
+            follow: Keep the stream open until the run ends and its log is complete: a run that
+                ended with cleanups UNKNOWN is followed through its cleanup tail, until
+                ``cleanup.settled`` (the cleanup job may take hours).
             timeout: Deadline of the whole stream, in seconds; none by default.
+            cleanup_tail: With ``follow``, False stops the stream at the ``run.waiting``
+                (``WAIT_REASON_CLEANUP``) that follows ``run.ended`` when the tail is open:
+                for callers that want the run's outcome, not the cleanup job's records.
 
         Returns:
-            An async iterator of the events.
+            An async iterator of the events; ``tail_open`` says whether the run's cleanup tail was
+            still open where it ended.
         """
         request = runtime_service_pb2.StreamRunEventsRequest(
             run_id=run_id, after_seq=after_seq, follow=follow
         )
         return AsyncEventStream(
-            self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+            self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata),
+            hint=self._hint,
+            cleanup_tail=cleanup_tail,
         )
 
     async def get_payload(self, run_id: str, payload_id: str, *, deadline_s: float | None = None) -> Payload:

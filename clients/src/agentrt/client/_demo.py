@@ -210,7 +210,8 @@ def _run_once(client: Client, input_text: str, json_output: bool) -> run_pb2.Run
             expected_revision=run.revision,
             comment="approved in the demo",
         )
-        with client.stream_events(run_id, after_seq=run.last_seq, follow=True) as stream:
+        # To the run's end: the demo shows the outcome, not the records of a cleanup retried later.
+        with client.stream_events(run_id, after_seq=run.last_seq, follow=True, cleanup_tail=False) as stream:
             for event in stream:
                 print(event_to_json(event) if json_output else format_event(event), flush=True)
         run = client.get_run(run_id)

@@ -291,6 +291,10 @@ def _cleanup_failed(e: run_pb2.CleanupFailed) -> str:
     return f"{e.cleanup_id} attempt={e.attempt} {_quote(e.message)}{final}"
 
 
+def _cleanup_settled(e: run_pb2.CleanupSettled) -> str:
+    return f"every cleanup released (cleanup job passes: {e.retries}); the run's log is complete"
+
+
 def _summary_completed(e: run_pb2.SummaryCompleted) -> str:
     return f"step={e.step} {e.entries} entries summarised by {e.model}: {_quote(e.text)}"
 
@@ -328,6 +332,7 @@ _RENDERERS: dict[str, Callable[[Any], str]] = {
     "cleanup_registered": _cleanup_registered,
     "cleanup_started": _cleanup_started,
     "cleanup_completed": _cleanup_completed,
+    "cleanup_settled": _cleanup_settled,
     "cleanup_failed": _cleanup_failed,
     "summary_completed": _summary_completed,
 }

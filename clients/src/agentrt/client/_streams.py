@@ -1,4 +1,12 @@
-"""Event streams returned by the clients: plain iterators that stop early without cancelling the run."""
+"""Event streams returned by the clients: plain iterators that stop early without cancelling the run.
+
+The cleanup tail: a run whose end left cleanups UNKNOWN gets, after ``run.ended``, the records
+of the server's cleanup job (``cleanup.started``/``completed``/``failed``), closed by
+``cleanup.settled``. A stream that reaches such a run while its tail is open delivers the
+stream-only ``run.waiting`` with reason ``WAIT_REASON_CLEANUP``: RunAgent and non-follow streams
+end there; a follow stream goes on with the tail, unless it was opened with
+``cleanup_tail=False``, which stops it there (the run's outcome is final at ``run.ended``).
+"""
 
 from __future__ import annotations
 
@@ -19,19 +27,29 @@ class _HasEvent(Protocol):
     def event(self) -> run_pb2.RunEvent: ...
 
 
+def is_tail_mark(event: run_pb2.RunEvent) -> bool:
+    """True for the ``run.waiting`` that says a run has ended with its cleanup tail still open."""
+    return (
+        event.WhichOneof("event") == "run_waiting" and event.run_waiting.reason == run_pb2.WAIT_REASON_CLEANUP
+    )
+
+
 class _Ending:
     """Why a stream ended, from its last items.
 
-    A stream that ends without error ended for one of three reasons: the run ended
-    (``run.ended``), the run waits for something outside itself (a RunAgent stream's last
-    item is the stream-only ``run.waiting``: an approval, a budget grant, an unknown
-    outcome, or an earlier turn of its session), or a non-follow replay reached the end
-    of what is stored (neither is set).
+    A stream that ends without error ended for one of these reasons: the run ended and its log
+    is complete (``run.ended``, or ``cleanup.settled`` after it); the run ended with its cleanup
+    tail open (``run.ended`` set, and ``waiting`` has reason ``WAIT_REASON_CLEANUP``: the cleanup
+    job has more to record); the run waits for something outside itself (a RunAgent stream's
+    last item is the stream-only ``run.waiting``: an approval, a budget grant, an unknown
+    outcome, or an earlier turn of its session); or a non-follow replay reached the end of what
+    is stored (neither is set).
     """
 
     def __init__(self) -> None:
         self.ended: run_pb2.RunEnded | None = None
         self.waiting: run_pb2.RunWaiting | None = None
+        self.settled: run_pb2.CleanupSettled | None = None
         self.last_seq = 0
 
     def note(self, event: run_pb2.RunEvent) -> run_pb2.RunEvent:
@@ -40,9 +58,16 @@ class _Ending:
             self.ended = event.run_ended
         elif kind == "run_waiting":
             self.waiting = event.run_waiting
+        elif kind == "cleanup_settled":
+            self.settled = event.cleanup_settled
+            self.waiting = None  # the tail it marked is closed
         if event.seq:
             self.last_seq = event.seq
         return event
+
+    @property
+    def tail_open(self) -> bool:
+        return self.waiting is not None and self.waiting.reason == run_pb2.WAIT_REASON_CLEANUP
 
 
 class EventStream(Iterator[run_pb2.RunEvent]):
@@ -59,12 +84,16 @@ class EventStream(Iterator[run_pb2.RunEvent]):
             resume with ``stream_events(after_seq=<last seq received>)``).
     """
 
-    def __init__(self, call: grpc.CallIterator[Any], *, hint: _errors.Hint | None = None) -> None:
+    def __init__(
+        self, call: grpc.CallIterator[Any], *, hint: _errors.Hint | None = None, cleanup_tail: bool = True
+    ) -> None:
         self._call = call
         self._hint = hint
         self._it = iter(call)
         self._cancelled = False
         self._ending = _Ending()
+        self._cleanup_tail = cleanup_tail
+        self._stop_next = False
 
     @property
     def ended(self) -> run_pb2.RunEnded | None:
@@ -73,8 +102,20 @@ class EventStream(Iterator[run_pb2.RunEvent]):
 
     @property
     def waiting(self) -> run_pb2.RunWaiting | None:
-        """The ``run.waiting`` a RunAgent stream ended with: what the run now waits for."""
+        """The ``run.waiting`` a RunAgent stream ended with: what the run now waits for (for an
+        ended run, ``WAIT_REASON_CLEANUP``: its cleanup tail is open; cleared by cleanup.settled)."""
         return self._ending.waiting
+
+    @property
+    def tail_open(self) -> bool:
+        """True when the stream reached the run's end while the cleanup job still had cleanups to
+        release, and saw no ``cleanup.settled`` after: the run's log is not complete yet."""
+        return self._ending.tail_open
+
+    @property
+    def settled(self) -> run_pb2.CleanupSettled | None:
+        """The ``cleanup.settled`` that closed the run's cleanup tail, if the stream delivered it."""
+        return self._ending.settled
 
     @property
     def last_seq(self) -> int:
@@ -85,6 +126,8 @@ class EventStream(Iterator[run_pb2.RunEvent]):
         return self
 
     def __next__(self) -> run_pb2.RunEvent:
+        if self._stop_next and not self._cancelled:
+            self.cancel()  # asked not to follow the cleanup tail: the run's outcome is known
         if self._cancelled:
             raise StopIteration
         try:
@@ -93,6 +136,7 @@ class EventStream(Iterator[run_pb2.RunEvent]):
             if self._cancelled:
                 raise StopIteration from None
             raise _errors.from_call(exc, hint=self._hint) from exc
+        self._stop_next = not self._cleanup_tail and is_tail_mark(response.event)
         return self._ending.note(response.event)
 
     def cancel(self) -> None:
@@ -122,12 +166,20 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
             RESOURCE_EXHAUSTED ``FOLLOWER_STALLED``; resume after :attr:`last_seq`).
     """
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall[Any, Any], *, hint: _errors.Hint | None = None) -> None:
+    def __init__(
+        self,
+        call: grpc.aio.UnaryStreamCall[Any, Any],
+        *,
+        hint: _errors.Hint | None = None,
+        cleanup_tail: bool = True,
+    ) -> None:
         self._call = call
         self._hint = hint
         self._it = call.__aiter__()
         self._cancelled = False
         self._ending = _Ending()
+        self._cleanup_tail = cleanup_tail
+        self._stop_next = False
 
     @property
     def ended(self) -> run_pb2.RunEnded | None:
@@ -136,8 +188,20 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
 
     @property
     def waiting(self) -> run_pb2.RunWaiting | None:
-        """The ``run.waiting`` a RunAgent stream ended with: what the run now waits for."""
+        """The ``run.waiting`` a RunAgent stream ended with: what the run now waits for (for an
+        ended run, ``WAIT_REASON_CLEANUP``: its cleanup tail is open; cleared by cleanup.settled)."""
         return self._ending.waiting
+
+    @property
+    def tail_open(self) -> bool:
+        """True when the stream reached the run's end while the cleanup job still had cleanups to
+        release, and saw no ``cleanup.settled`` after: the run's log is not complete yet."""
+        return self._ending.tail_open
+
+    @property
+    def settled(self) -> run_pb2.CleanupSettled | None:
+        """The ``cleanup.settled`` that closed the run's cleanup tail, if the stream delivered it."""
+        return self._ending.settled
 
     @property
     def last_seq(self) -> int:
@@ -148,12 +212,15 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
         return self
 
     async def __anext__(self) -> run_pb2.RunEvent:
+        if self._stop_next and not self._cancelled:
+            self.cancel()  # asked not to follow the cleanup tail: the run's outcome is known
         if self._cancelled:
             raise StopAsyncIteration
         try:
             response: _HasEvent = await anext(self._it)
         except grpc.aio.AioRpcError as exc:
             raise await _errors.from_aio_call(self._call, exc, hint=self._hint) from exc
+        self._stop_next = not self._cleanup_tail and is_tail_mark(response.event)
         return self._ending.note(response.event)
 
     def cancel(self) -> None:

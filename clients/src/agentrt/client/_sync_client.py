@@ -182,14 +182,22 @@ class Client:
             raise _errors.from_call(exc, hint=self._hint) from exc
 
     def stream_events(
-        self, run_id: str, *, after_seq: int = 0, follow: bool = False, timeout: float | None = None
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        follow: bool = False,
+        timeout: float | None = None,
+        cleanup_tail: bool = True,
     ) -> EventStream:
         """Replays (and with ``follow`` tails) a run's events; see :meth:`AsyncClient.stream_events`."""
         request = runtime_service_pb2.StreamRunEventsRequest(
             run_id=run_id, after_seq=after_seq, follow=follow
         )
         return EventStream(
-            self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata), hint=self._hint
+            self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata),
+            hint=self._hint,
+            cleanup_tail=cleanup_tail,
         )
 
     def get_payload(self, run_id: str, payload_id: str, *, deadline_s: float | None = None) -> Payload:

@@ -148,7 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("events", parents=[common], help="print a run's events")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--after", type=int, default=0, metavar="N", help="only events with seq > N")
-    p.add_argument("--follow", action="store_true", help="keep streaming until the run ends")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep streaming until the run ends and its cleanup tail (if any) is settled",
+    )
     p.set_defaults(func=_cmd_events)
 
     p = sub.add_parser("get", parents=[common], help="print one run")
@@ -348,6 +352,8 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         if stream.ended is None and run_id:
             # The stream ended where the run waits for something outside itself, not at its end.
             print(_waiting_note(run_id, stream.waiting, stream.last_seq), file=sys.stderr)
+        elif stream.tail_open and stream.waiting is not None:
+            print(_tail_note(run_id, stream.waiting, stream.last_seq), file=sys.stderr)
         return 0 if stream.ended is not None and stream.ended.phase == run_pb2.RUN_PHASE_COMPLETED else 1
 
 
@@ -372,6 +378,15 @@ def _waiting_note(run_id: str, waiting: run_pb2.RunWaiting | None, last_seq: int
     detail = f" {waiting.detail}" if waiting.detail else ""
     step = _NEXT_STEP.get(waiting.reason, "")
     return f"run {run_id} waits: {reason}{detail}" + (f"; {step}" if step else "") + f"; then: {follow}"
+
+
+def _tail_note(run_id: str, waiting: run_pb2.RunWaiting, last_seq: int) -> str:
+    """What to tell a person whose run ended while cleanups it could not release are retried."""
+    return (
+        f"run {run_id} ended; cleanups not released yet: {waiting.detail or '?'} "
+        f"(the server's cleanup job retries them; agentrt list --cleanup-unknown); "
+        f"follow them with: agentrt events {run_id} --after {last_seq} --follow"
+    )
 
 
 def _cmd_events(ns: argparse.Namespace) -> int:

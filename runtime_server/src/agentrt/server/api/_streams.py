@@ -2,15 +2,22 @@
 
 The follower subscribes to the live bus when it is built, before any await, then
 reads the run's row and the store up to the row's ``last_seq``: nothing committed
-in between can be missed, and the row's phase is the phase *at* the last event
-delivered (an event and its row move in one transaction). From that position:
+in between can be missed, and the row's phase and cleanup status are those *at* the
+last event delivered (an event and its row move in one transaction). From that position:
 
-- an ended run ends the stream, whatever ``after_seq`` was (even past the end);
+- an ended run whose log is complete ends the stream, whatever ``after_seq`` was (even
+  past the end). The log is complete at ``run.ended`` unless the run ended with its
+  cleanup status UNKNOWN: then the cleanup job's records follow it (the cleanup tail),
+  until ``cleanup.settled`` closes it (``engine/_cleanup_job``);
+- an ended run whose tail is open gets a stream-only ``run.waiting`` item (reason
+  ``WAIT_REASON_CLEANUP``), once per stream, after what is stored of the tail: it ends
+  a RunAgent or non-follow stream; a follow stream goes on with the tail live;
 - with ``stop_at_wait`` (RunAgent) a run waiting for something outside itself
-  ends the stream with a stream-only ``run.waiting`` item saying what;
+  ends the stream with a ``run.waiting`` item saying what;
 - otherwise live items follow. Live items at or below the last delivered seq are
   dropped; a gap, a paused (overfull) subscription or an idle second sends the
-  follower back to the row and the store, which also covers other replicas.
+  follower back to the row and the store, which also covers other replicas. So does
+  ``run.ended``: the row after it says whether a tail follows.
 
 Memory: replay pages are bounded in bytes as well as rows, and the live buffer is
 the subscription's (bounded; see :mod:`agentrt.server.events`). A follower that
@@ -26,7 +33,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from agentrt.server._config_limits import StreamsConfig
-from agentrt.server.core import Phase
+from agentrt.server.core import CleanupStatus, Phase
 from agentrt.server.core import events as ev
 from agentrt.server.events import EventBus, Subscription
 from agentrt.server.store import EventPage, RunRecord, Store, StoredEvent
@@ -34,6 +41,7 @@ from agentrt.server.store import EventPage, RunRecord, Store, StoredEvent
 _MAX_PAGE_ROWS = 500
 _MAX_PAGE_BYTES = 64 * 1024  # one replay page in memory per follower, whatever the buffer allows
 _WAIT_MARKERS = frozenset({ev.APPROVAL_REQUESTED, ev.TOOL_OUTCOME_UNKNOWN})
+_ROW_DECIDES = frozenset({ev.RUN_ENDED, ev.CLEANUP_SETTLED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +61,20 @@ class Waiting:
 def waiting_for(record: RunRecord, *, unknown_call: str = "", session_head: str = "") -> Waiting | None:
     """What ``record`` waits for outside itself, or None while it can go on by itself.
 
+    An ended run waits for nothing but the cleanup job, and only while its cleanup tail is
+    open; for it the answer is the ``WAIT_REASON_CLEANUP`` mark.
+
     Args:
         record: The run's row.
         unknown_call: The call id of the last tool.outcome.unknown seen, if any.
         session_head: The run id of its session's oldest unended run ("" if unknown or none).
     """
     phase = Phase(record.phase)
+    if phase.terminal:
+        if record.cleanup_status != CleanupStatus.UNKNOWN.value:
+            return None  # its log is complete
+        # Ended, with cleanups the cleanup job retries: their records, the tail, are to come.
+        return Waiting("WAIT_REASON_CLEANUP", phase, str(record.cleanups_unknown or 0))
     if phase is Phase.WAITING_APPROVAL:
         pending = json.loads(record.pending_approval or "{}")
         # A budget pause is an approval with no call: a person grants more, or not.
@@ -125,20 +141,9 @@ class Follower:
     async def events(self) -> AsyncGenerator[StoredEvent, None]:
         """Yield the run's events after ``after_seq``; see the module docstring for when it ends."""
         try:
-            if self.sub is None:
-                last = self.after_seq
-                while True:
-                    page = await self.store.read_page(self.run_id, after_seq=last, **self._bounds)
-                    async with aclosing(self._replay(page)) as items:
-                        async for item in items:
-                            last = item.seq
-                            yield item
-                    if not page.more:
-                        return
-            else:
-                async with aclosing(self._follow(self.sub)) as items:
-                    async for item in items:
-                        yield item
+            async with aclosing(self._stream(self.sub)) as items:
+                async for item in items:
+                    yield item
         finally:
             self.replaying = False
             if self.sub is not None:
@@ -161,15 +166,19 @@ class Follower:
         if item.type == ev.TOOL_OUTCOME_UNKNOWN:
             self._unknown_call = str(json.loads(item.payload).get("call_id", ""))
 
-    async def _follow(self, sub: Subscription) -> AsyncGenerator[StoredEvent, None]:
+    async def _stream(self, sub: Subscription | None) -> AsyncGenerator[StoredEvent, None]:
+        """Replay up to the row, then end, mark an open cleanup tail, or (with ``sub``) go live."""
         last = self.after_seq
+        marked = False  # the open-tail mark was sent (once a stream)
         while True:
-            # Resume before reading: whatever is published from here on is buffered, and what
-            # was dropped while paused is in the store. The row and the first page come together.
-            sub.resume()
+            if sub is not None:
+                # Resume before reading: whatever is published from here on is buffered, and what
+                # was dropped while paused is in the store. The row and the first page come together.
+                sub.resume()
             record, page = await self.store.read_run_and_page(self.run_id, after_seq=last, **self._bounds)
             if record is None:
                 return  # gone (pruned): nothing more will come
+            ended = False
             while last < record.last_seq:
                 if not page.events:
                     break  # the store has fewer events than the row says (pruned)
@@ -177,13 +186,26 @@ class Follower:
                     async for item in items:
                         last = item.seq
                         yield item
-                        if item.type == ev.RUN_ENDED:
-                            return
+                        if item.type == ev.CLEANUP_SETTLED:
+                            return  # the tail is closed: nothing is ever appended after it
+                        ended = ended or item.type == ev.RUN_ENDED
                 if last < record.last_seq:
                     page = await self.store.read_page(self.run_id, after_seq=last, **self._bounds)
-            if Phase(record.phase).terminal:
-                return  # an ended run ends the stream, whatever after_seq was
-            if self.stop_at_wait and last >= record.last_seq:
+            phase = Phase(record.phase)
+            if ended and not phase.terminal:
+                continue  # the page ran past the row: the row after run.ended says what follows
+            if phase.terminal:
+                tail = waiting_for(record)
+                if tail is None:
+                    return  # an ended run whose log is complete ends the stream, whatever after_seq was
+                if not marked:
+                    marked = True
+                    yield tail.to_stored(self.run_id, self._now_ms())
+                if sub is None or self.stop_at_wait:
+                    return  # the answer does not wait for the tail
+            elif sub is None:
+                return  # a replay: what is stored, no more
+            elif self.stop_at_wait and last >= record.last_seq:
                 waiting = await self._waiting(record)
                 if waiting is not None:
                     yield waiting.to_stored(self.run_id, self._now_ms())
@@ -193,7 +215,7 @@ class Follower:
                     if item.seq:
                         last = item.seq
                     yield item
-                    if item.type == ev.RUN_ENDED:
+                    if item.type == ev.CLEANUP_SETTLED:
                         return
 
     async def _live(self, sub: Subscription, last: int) -> AsyncGenerator[StoredEvent, None]:
@@ -216,8 +238,8 @@ class Follower:
             last = item.seq
             self._note(item)
             yield item
-            if item.type == ev.RUN_ENDED:
-                return
+            if item.type in _ROW_DECIDES:
+                return  # the row after it says whether a cleanup tail follows (or the tail closed)
             if self.stop_at_wait and item.type in _WAIT_MARKERS and not sub.buffered_events:
                 return  # maybe waiting now: the row decides
 

@@ -50,6 +50,7 @@ CLEANUP_REGISTERED = "cleanup.registered"
 CLEANUP_STARTED = "cleanup.started"
 CLEANUP_COMPLETED = "cleanup.completed"
 CLEANUP_FAILED = "cleanup.failed"
+CLEANUP_SETTLED = "cleanup.settled"  # closes the cleanup tail after run.ended
 SUMMARY_COMPLETED = "summary.completed"
 RUN_WAITING = "run.waiting"  # stream-only: never stored, ends a RunAgent stream before the run ends
 
@@ -83,6 +84,7 @@ EVENT_TYPES: tuple[str, ...] = (
     CLEANUP_COMPLETED,
     CLEANUP_FAILED,
     SUMMARY_COMPLETED,
+    CLEANUP_SETTLED,
 )
 
 
@@ -619,6 +621,19 @@ class CleanupFailed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CleanupSettled:
+    """The cleanup tail is closed: the background job released what the run's end left UNKNOWN.
+
+    Only the cleanup job appends after ``run.ended`` (cleanup.started/completed/failed); this is
+    the last of those, committed with the row's cleanup status DONE. Nothing follows it.
+    """
+
+    type_name: ClassVar[str] = CLEANUP_SETTLED
+
+    retries: int = 0  # passes of the cleanup job over the run, this one included
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SummaryCompleted:
     """The run's model summarised what a step's context window leaves out (its own call)."""
 
@@ -664,6 +679,7 @@ Event = (
     | CleanupCompleted
     | CleanupFailed
     | SummaryCompleted
+    | CleanupSettled
 )
 
 # Every event class, by its stored type name (run.waiting is made and sent by the API alone).
@@ -698,5 +714,6 @@ EVENT_CLASSES: Mapping[str, type[Event]] = {
         CleanupCompleted,
         CleanupFailed,
         SummaryCompleted,
+        CleanupSettled,
     )
 }

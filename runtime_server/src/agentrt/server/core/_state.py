@@ -388,6 +388,10 @@ class RunState:
                 entry = self._cleanup(event.cleanup_id)
                 entry.message = event.message
                 entry.unknown = entry.unknown or event.final
+            case ev.CleanupSettled():
+                # The tail's close: only after the end, and only once nothing is left to release.
+                if not self.ended or not all(c.done for c in self.cleanups):
+                    raise ValueError("cleanup.settled before the run ended or with a cleanup unreleased")
             case _:
                 raise ValueError(f"unknown event {type(event).__name__}")
 

@@ -3,10 +3,14 @@
 Every replica runs it. A pass claims ended runs whose cleanup status is UNKNOWN and due (the
 same lease and fencing token as a driver's, so two replicas never retry one run at once),
 tries each given-up cleanup once more under its own idempotency key, appends what happened to
-the run's log (after run.ended: the run's end does not change, its cleanup status does) and sets
-the next due time, doubling from ``[cleanup] retry_interval_s`` to ``retry_cap_s``. A run ended
-by repeated faults (from its row, without its cleanups) is handed over the same way, with its
-cleanups never run.
+the run's log and sets the next due time, doubling from ``[cleanup] retry_interval_s`` to
+``retry_cap_s``. A run ended by repeated faults (from its row, without its cleanups) is handed
+over the same way, with its cleanups never run.
+
+What it appends is the run's cleanup tail, the only records allowed after ``run.ended`` (the
+run's end does not change; its cleanup status does): cleanup.started, cleanup.completed and
+cleanup.failed, and, in the commit that moves the status from UNKNOWN to DONE, cleanup.settled,
+which closes the tail. Followers end their streams on it (``api/_streams``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Protocol
 from agentrt.server.core import (
     CleanupCompleted,
     CleanupFailed,
+    CleanupSettled,
     CleanupStarted,
     Event,
     LeaseLost,
@@ -137,8 +142,12 @@ class CleanupJob:
                 await commit(failed)
         values = cleanup_row_values(state, ports.now_ms(), config.retry_interval_s)
         retries = (record.cleanup_retries or 0) + 1
+        settled: list[Event] = []
         if values["cleanup_due_ms"] is not None:  # still unknown: back off, doubling to the cap
             delay_s = min(config.retry_cap_s, config.retry_interval_s * 2 ** min(retries, 30))
             values["cleanup_due_ms"] = ports.now_ms() + round(delay_s * 1000)
+        else:  # all released: the tail closes in the commit that makes the status DONE
+            settled.append(CleanupSettled(retries=retries))
+            state.apply(settled[0])
         values.update(cleanup_retries=retries, lease_owner=None, lease_expires_ms=None)
-        await commit_after_row(ports, record, [], values, ports.now_ms())
+        await commit_after_row(ports, record, settled, values, ports.now_ms())

@@ -544,6 +544,10 @@ def _cleanup_failed(e: ev.CleanupFailed) -> dict[str, Any]:
     return {"cleanup_id": e.cleanup_id, "attempt": e.attempt, "message": e.message, "final": e.final}
 
 
+def _cleanup_settled(e: ev.CleanupSettled) -> dict[str, Any]:
+    return {"retries": e.retries}
+
+
 def _summary_completed(e: ev.SummaryCompleted) -> dict[str, Any]:
     out: dict[str, Any] = {
         "step": e.step,
@@ -589,6 +593,7 @@ _ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     ev.CleanupCompleted: _cleanup_completed,
     ev.CleanupFailed: _cleanup_failed,
     ev.SummaryCompleted: _summary_completed,
+    ev.CleanupSettled: _cleanup_settled,
 }
 
 
@@ -912,6 +917,10 @@ def _d_cleanup_failed(d: Mapping[str, Any]) -> ev.CleanupFailed:
     )
 
 
+def _d_cleanup_settled(d: Mapping[str, Any]) -> ev.CleanupSettled:
+    return ev.CleanupSettled(retries=int(d.get("retries", 0)))
+
+
 def _d_summary_completed(d: Mapping[str, Any]) -> ev.SummaryCompleted:
     return ev.SummaryCompleted(
         step=int(d.get("step", 0)),
@@ -955,6 +964,7 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any]], ev.Event]] = {
     ev.CLEANUP_COMPLETED: _d_cleanup_completed,
     ev.CLEANUP_FAILED: _d_cleanup_failed,
     ev.SUMMARY_COMPLETED: _d_summary_completed,
+    ev.CLEANUP_SETTLED: _d_cleanup_settled,
 }
 
 

@@ -63,6 +63,7 @@ class WaitReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WAIT_REASON_UNKNOWN_OUTCOME: _ClassVar[WaitReason]
     WAIT_REASON_BUDGET: _ClassVar[WaitReason]
     WAIT_REASON_SESSION_QUEUE: _ClassVar[WaitReason]
+    WAIT_REASON_CLEANUP: _ClassVar[WaitReason]
 RUN_PHASE_UNSPECIFIED: RunPhase
 RUN_PHASE_QUEUED: RunPhase
 RUN_PHASE_MODEL_STEP: RunPhase
@@ -96,6 +97,7 @@ WAIT_REASON_APPROVAL: WaitReason
 WAIT_REASON_UNKNOWN_OUTCOME: WaitReason
 WAIT_REASON_BUDGET: WaitReason
 WAIT_REASON_SESSION_QUEUE: WaitReason
+WAIT_REASON_CLEANUP: WaitReason
 
 class Budgets(_message.Message):
     __slots__ = ("max_model_steps", "max_tool_calls", "max_calls_per_tool", "timeout", "max_input_tokens", "max_output_tokens", "max_cost_micros", "max_handoffs", "max_parallel_tool_calls")
@@ -644,7 +646,7 @@ class RunEnded(_message.Message):
     def __init__(self, phase: _Optional[_Union[RunPhase, str]] = ..., reason: _Optional[str] = ..., partial: _Optional[bool] = ..., retryable: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting", "variables_set", "run_escalated", "run_closing", "cleanup_registered", "cleanup_started", "cleanup_completed", "cleanup_failed", "summary_completed")
+    __slots__ = ("run_id", "seq", "time", "run_started", "step_started", "model_text_delta", "model_completed", "tool_started", "tool_completed", "tool_failed", "approval_requested", "approval_resolved", "retry_scheduled", "run_checkpointed", "cancel_requested", "run_completed", "run_failed", "run_cancelled", "run_ended", "tool_outcome_unknown", "handoff", "outcome_resolved", "run_fault", "run_waiting", "variables_set", "run_escalated", "run_closing", "cleanup_registered", "cleanup_started", "cleanup_completed", "cleanup_failed", "summary_completed", "cleanup_settled")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -677,6 +679,7 @@ class RunEvent(_message.Message):
     CLEANUP_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     CLEANUP_FAILED_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_SETTLED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -709,7 +712,8 @@ class RunEvent(_message.Message):
     cleanup_completed: CleanupCompleted
     cleanup_failed: CleanupFailed
     summary_completed: SummaryCompleted
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ..., variables_set: _Optional[_Union[VariablesSet, _Mapping]] = ..., run_escalated: _Optional[_Union[RunEscalated, _Mapping]] = ..., run_closing: _Optional[_Union[RunClosing, _Mapping]] = ..., cleanup_registered: _Optional[_Union[CleanupRegistered, _Mapping]] = ..., cleanup_started: _Optional[_Union[CleanupStarted, _Mapping]] = ..., cleanup_completed: _Optional[_Union[CleanupCompleted, _Mapping]] = ..., cleanup_failed: _Optional[_Union[CleanupFailed, _Mapping]] = ..., summary_completed: _Optional[_Union[SummaryCompleted, _Mapping]] = ...) -> None: ...
+    cleanup_settled: CleanupSettled
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., step_started: _Optional[_Union[StepStarted, _Mapping]] = ..., model_text_delta: _Optional[_Union[ModelTextDelta, _Mapping]] = ..., model_completed: _Optional[_Union[ModelCompleted, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_completed: _Optional[_Union[ToolCompleted, _Mapping]] = ..., tool_failed: _Optional[_Union[ToolFailed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., retry_scheduled: _Optional[_Union[RetryScheduled, _Mapping]] = ..., run_checkpointed: _Optional[_Union[RunCheckpointed, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_cancelled: _Optional[_Union[RunCancelled, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., tool_outcome_unknown: _Optional[_Union[ToolOutcomeUnknown, _Mapping]] = ..., handoff: _Optional[_Union[Handoff, _Mapping]] = ..., outcome_resolved: _Optional[_Union[OutcomeResolved, _Mapping]] = ..., run_fault: _Optional[_Union[RunFault, _Mapping]] = ..., run_waiting: _Optional[_Union[RunWaiting, _Mapping]] = ..., variables_set: _Optional[_Union[VariablesSet, _Mapping]] = ..., run_escalated: _Optional[_Union[RunEscalated, _Mapping]] = ..., run_closing: _Optional[_Union[RunClosing, _Mapping]] = ..., cleanup_registered: _Optional[_Union[CleanupRegistered, _Mapping]] = ..., cleanup_started: _Optional[_Union[CleanupStarted, _Mapping]] = ..., cleanup_completed: _Optional[_Union[CleanupCompleted, _Mapping]] = ..., cleanup_failed: _Optional[_Union[CleanupFailed, _Mapping]] = ..., summary_completed: _Optional[_Union[SummaryCompleted, _Mapping]] = ..., cleanup_settled: _Optional[_Union[CleanupSettled, _Mapping]] = ...) -> None: ...
 
 class SummaryCompleted(_message.Message):
     __slots__ = ("step", "text", "entries", "usage_before", "usage_after", "model", "response_id", "request_id", "latency")
@@ -800,6 +804,12 @@ class CleanupFailed(_message.Message):
     message: str
     final: bool
     def __init__(self, cleanup_id: _Optional[str] = ..., attempt: _Optional[int] = ..., message: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
+
+class CleanupSettled(_message.Message):
+    __slots__ = ("retries",)
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    retries: int
+    def __init__(self, retries: _Optional[int] = ...) -> None: ...
 
 class VariablesSet(_message.Message):
     __slots__ = ("step", "call_id", "tool", "variables", "removed", "refused_reason")

@@ -89,6 +89,8 @@ class AgentRuntimeServiceServicer:
     def RunAgent(self, request, context):
         """Starts a run (or attaches to the existing one when request_key repeats) and
         streams its events until it ends or pauses. Closing the stream never cancels the run.
+        A run that ends with its cleanup tail open (cleanup_status UNKNOWN) ends the stream with
+        run.waiting WAIT_REASON_CLEANUP right after run.ended: the answer does not wait for the tail.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,6 +119,8 @@ class AgentRuntimeServiceServicer:
 
     def StreamRunEvents(self, request, context):
         """Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate.
+        A follow stream ends once the run's log is complete: at run.ended, or, when the run ended with
+        its cleanup tail open, at cleanup.settled.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -36,6 +36,8 @@ class AgentRuntimeServiceStub:
     RunAgent: _grpc.UnaryStreamMultiCallable[_runtime_service_pb2.RunAgentRequest, _runtime_service_pb2.RunAgentResponse]
     """Starts a run (or attaches to the existing one when request_key repeats) and
     streams its events until it ends or pauses. Closing the stream never cancels the run.
+    A run that ends with its cleanup tail open (cleanup_status UNKNOWN) ends the stream with
+    run.waiting WAIT_REASON_CLEANUP right after run.ended: the answer does not wait for the tail.
     """
     StartRun: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.StartRunRequest, _runtime_service_pb2.StartRunResponse]
     """Starts a run (or returns the existing one when request_key repeats) without streaming."""
@@ -44,7 +46,10 @@ class AgentRuntimeServiceStub:
     ListRuns: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ListRunsRequest, _runtime_service_pb2.ListRunsResponse]
     """Lists runs, newest first, with filters and paging."""
     StreamRunEvents: _grpc.UnaryStreamMultiCallable[_runtime_service_pb2.StreamRunEventsRequest, _runtime_service_pb2.StreamRunEventsResponse]
-    """Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate."""
+    """Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate.
+    A follow stream ends once the run's log is complete: at run.ended, or, when the run ended with
+    its cleanup tail open, at cleanup.settled.
+    """
     CancelRun: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.CancelRunRequest, _runtime_service_pb2.CancelRunResponse]
     """Asks a run to stop; in-flight calls are cancelled. Cancellation is not rollback."""
     ResolveApproval: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveApprovalRequest, _runtime_service_pb2.ResolveApprovalResponse]
@@ -62,6 +67,8 @@ class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
     RunAgent: _aio.UnaryStreamMultiCallable[_runtime_service_pb2.RunAgentRequest, _runtime_service_pb2.RunAgentResponse]  # type: ignore[assignment]
     """Starts a run (or attaches to the existing one when request_key repeats) and
     streams its events until it ends or pauses. Closing the stream never cancels the run.
+    A run that ends with its cleanup tail open (cleanup_status UNKNOWN) ends the stream with
+    run.waiting WAIT_REASON_CLEANUP right after run.ended: the answer does not wait for the tail.
     """
     StartRun: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.StartRunRequest, _runtime_service_pb2.StartRunResponse]  # type: ignore[assignment]
     """Starts a run (or returns the existing one when request_key repeats) without streaming."""
@@ -70,7 +77,10 @@ class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
     ListRuns: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ListRunsRequest, _runtime_service_pb2.ListRunsResponse]  # type: ignore[assignment]
     """Lists runs, newest first, with filters and paging."""
     StreamRunEvents: _aio.UnaryStreamMultiCallable[_runtime_service_pb2.StreamRunEventsRequest, _runtime_service_pb2.StreamRunEventsResponse]  # type: ignore[assignment]
-    """Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate."""
+    """Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate.
+    A follow stream ends once the run's log is complete: at run.ended, or, when the run ended with
+    its cleanup tail open, at cleanup.settled.
+    """
     CancelRun: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.CancelRunRequest, _runtime_service_pb2.CancelRunResponse]  # type: ignore[assignment]
     """Asks a run to stop; in-flight calls are cancelled. Cancellation is not rollback."""
     ResolveApproval: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.ResolveApprovalRequest, _runtime_service_pb2.ResolveApprovalResponse]  # type: ignore[assignment]
@@ -91,6 +101,8 @@ class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_runtime_service_pb2.RunAgentResponse], _abc.AsyncIterator[_runtime_service_pb2.RunAgentResponse]]:
         """Starts a run (or attaches to the existing one when request_key repeats) and
         streams its events until it ends or pauses. Closing the stream never cancels the run.
+        A run that ends with its cleanup tail open (cleanup_status UNKNOWN) ends the stream with
+        run.waiting WAIT_REASON_CLEANUP right after run.ended: the answer does not wait for the tail.
         """
 
     @_abc_1.abstractmethod
@@ -123,7 +135,10 @@ class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _runtime_service_pb2.StreamRunEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_runtime_service_pb2.StreamRunEventsResponse], _abc.AsyncIterator[_runtime_service_pb2.StreamRunEventsResponse]]:
-        """Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate."""
+        """Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate.
+        A follow stream ends once the run's log is complete: at run.ended, or, when the run ended with
+        its cleanup tail open, at cleanup.settled.
+        """
 
     @_abc_1.abstractmethod
     def CancelRun(

@@ -350,7 +350,9 @@ export type StreamRunEventsRequest = Message<"agentrt.runtime.v1.StreamRunEvents
   afterSeq: bigint;
 
   /**
-   * Keep the stream open for live events until the run ends.
+   * Keep the stream open for live events until the run ends and its cleanup tail (if any) is
+   * settled. Without follow, a replay that reaches an ended run whose tail is open ends with
+   * run.waiting WAIT_REASON_CLEANUP.
    *
    * @generated from field: bool follow = 3;
    */
@@ -750,6 +752,8 @@ export const AgentRuntimeService: GenService<{
   /**
    * Starts a run (or attaches to the existing one when request_key repeats) and
    * streams its events until it ends or pauses. Closing the stream never cancels the run.
+   * A run that ends with its cleanup tail open (cleanup_status UNKNOWN) ends the stream with
+   * run.waiting WAIT_REASON_CLEANUP right after run.ended: the answer does not wait for the tail.
    *
    * @generated from rpc agentrt.runtime.v1.AgentRuntimeService.RunAgent
    */
@@ -790,6 +794,8 @@ export const AgentRuntimeService: GenService<{
   },
   /**
    * Replays persisted events after after_seq, then (with follow) tails live ones; no gap, no duplicate.
+   * A follow stream ends once the run's log is complete: at run.ended, or, when the run ended with
+   * its cleanup tail open, at cleanup.settled.
    *
    * @generated from rpc agentrt.runtime.v1.AgentRuntimeService.StreamRunEvents
    */
