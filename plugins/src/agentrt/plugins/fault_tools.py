@@ -6,6 +6,8 @@
 - ``slow.write_sync`` (WRITE, sync, 1 s timeout): blocks its thread ``seconds``, then records its
   effect; nothing can stop it once started (what a sync tool is to its host).
 - ``slow.write_blocking``: the same with a 10 s timeout (a slow sync write within its deadline).
+- ``guarded.write`` (WRITE, async): refuses the runtime's authority (UNAUTHORIZED) until the
+  file ``<data_dir>/credentials_ok`` exists (a person fixed the credentials), then writes.
 - ``stubborn.write`` (WRITE, async, 30 s timeout): waits ``seconds`` ignoring an explicit cancel,
   then records its effect; only its host's hard stop after the cancel grace cuts it, and then
   nobody can tell what it did (no query hook).
@@ -35,6 +37,7 @@ from agentrt.toolhost import (
     ToolContext,
     ToolHostConfig,
     TransientError,
+    Unauthorized,
     hookimpl,
     tool,
 )
@@ -46,6 +49,7 @@ __all__ = [
     "agentrt_register_tools",
     "count_slow_writes",
     "flaky_transient",
+    "guarded_write",
     "slow_write",
     "slow_write_blocking",
     "slow_write_sync",
@@ -150,7 +154,21 @@ async def stubborn_write(args: SlowWriteArgs, ctx: ToolContext) -> dict[str, Any
     return {"written": args.note, "key": ctx.idempotency_key}
 
 
+@tool(
+    name="guarded.write",
+    description="A write whose downstream refuses the host's credentials until they are fixed.",
+    side_effect=SideEffect.WRITE,
+    timeout=10.0,
+)
+async def guarded_write(args: SlowWriteArgs, ctx: ToolContext) -> dict[str, Any]:
+    """UNAUTHORIZED until ``<data_dir>/credentials_ok`` exists; then record the effect."""
+    if not (ctx.data_dir / "credentials_ok").exists():
+        raise Unauthorized("the payments API refused the host's credentials")
+    _record_effect(ctx)
+    return {"written": args.note, "key": ctx.idempotency_key}
+
+
 @hookimpl
 def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
     """Register the fault-suite tools."""
-    return [flaky_transient, slow_write, slow_write_sync, slow_write_blocking, stubborn_write]
+    return [flaky_transient, slow_write, slow_write_sync, slow_write_blocking, stubborn_write, guarded_write]
