@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentrt.toolhost.security import (
+    DEFAULT_MAX_GRANT_LIFETIME_S,
     CipherError,
     GrantError,
     GrantSigner,
@@ -118,6 +119,45 @@ def test_grants_bind_the_call_and_refuse_tampering(tmp_path: Path) -> None:
     unsigned = jwt.encode({"ten": "acme"}, key=None, algorithm="none")  # type: ignore[arg-type]
     with pytest.raises(GrantError):
         verifier.verify(unsigned)
+
+
+def test_a_grant_living_longer_than_the_hosts_cap_is_refused(tmp_path: Path) -> None:
+    signer, verifier, key_file, pub_file = _signer_and_verifier(tmp_path)
+    for lifetime in (10**9, int(DEFAULT_MAX_GRANT_LIFETIME_S) + 1):
+        with pytest.raises(GrantError) as info:
+            verifier.verify(_sign(signer, ttl_s=lifetime))
+        assert info.value.reason == "GRANT_TOO_LONG", lifetime
+        assert "3600 s" in info.value.message
+    # Issued long ago, it would still expire in time: its lifetime, not what is left of it, counts.
+    backdated = GrantSigner(key_file=key_file, ttl_s=10**9, clock=lambda: time.time() - 10**8)
+    with pytest.raises(GrantError) as info:
+        verifier.verify(_sign(backdated))
+    assert info.value.reason == "GRANT_TOO_LONG"
+    # The longest ttl the runtime may sign with passes the default cap.
+    assert verifier.verify(_sign(signer, ttl_s=DEFAULT_MAX_GRANT_LIFETIME_S)).tenant == "acme"
+    tight = GrantVerifier(keys_file=pub_file, max_lifetime_s=30)
+    assert tight.verify(_sign(signer, ttl_s=30)).tenant == "acme"
+    with pytest.raises(GrantError) as info:
+        tight.verify(_sign(signer, ttl_s=31))
+    assert info.value.reason == "GRANT_TOO_LONG"
+
+
+@pytest.mark.parametrize("cap", [0, -1, float("inf"), float("nan")])
+def test_a_grant_lifetime_cap_must_be_positive_and_finite(tmp_path: Path, cap: float) -> None:
+    _, _, _, pub_file = _signer_and_verifier(tmp_path)
+    with pytest.raises(ValueError, match="positive and finite"):
+        GrantVerifier(keys_file=pub_file, max_lifetime_s=cap)
+
+
+def test_the_signer_states_the_lifetime_it_signs_with(tmp_path: Path) -> None:
+    signer, _, key_file, _ = _signer_and_verifier(tmp_path)
+    for ttl, lifetime in ((0.2, 1), (1.0, 1), (2.6, 3), (3600.0, 3600)):
+        claims = jwt.decode(
+            _sign(GrantSigner(key_file=key_file, ttl_s=ttl)), options={"verify_signature": False}
+        )
+        assert (
+            claims["exp"] - claims["iat"] == GrantSigner(key_file=key_file, ttl_s=ttl).lifetime_s == lifetime
+        )
 
 
 def test_grant_keys_rotate_by_file_without_restart(tmp_path: Path) -> None:

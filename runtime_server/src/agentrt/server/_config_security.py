@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentrt.toolhost.security import DEFAULT_MAX_GRANT_LIFETIME_S
+
 Role = Literal["runner", "approver", "operator", "admin"]
 ROLES: tuple[Role, ...] = ("runner", "approver", "operator", "admin")
 
@@ -107,11 +109,14 @@ class GrantsConfig(_Strict):
     ``signing_key_file`` is a PEM Ed25519 private key; its key id is derived from the public
     key. Without one the runtime signs with a key it makes at start (enough for tool hosts it
     spawns itself, which it hands the public key). The file is re-read when it changes.
+
+    ``ttl_s`` is at most what a tool host accepts by default (``--grant-max-lifetime``): a grant
+    is checked when a call arrives, so a tool may run longer than its grant lives.
     """
 
     enabled: bool = True
     signing_key_file: str = ""
-    ttl_s: float = Field(60.0, gt=0, le=3600)
+    ttl_s: float = Field(60.0, gt=0, le=DEFAULT_MAX_GRANT_LIFETIME_S)
 
 
 class EncryptionConfig(_Strict):

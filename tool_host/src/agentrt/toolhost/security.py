@@ -6,6 +6,7 @@ from __future__ import annotations
 from agentrt.toolhost._cipher import CipherError, PayloadCipher, write_key_file
 from agentrt.toolhost._grants import (
     AUDIENCE,
+    DEFAULT_MAX_GRANT_LIFETIME_S,
     GRANT_HEADER,
     MAX_FENCING_TOKEN,
     CallGrant,
@@ -31,6 +32,7 @@ from agentrt.toolhost._tls import (
 
 __all__ = [
     "AUDIENCE",
+    "DEFAULT_MAX_GRANT_LIFETIME_S",
     "GRANT_HEADER",
     "MAX_FENCING_TOKEN",
     "CallGrant",
