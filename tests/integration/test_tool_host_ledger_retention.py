@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -156,11 +157,19 @@ def test_the_runtime_bound_with_defaults_is_the_hosts_minimum_and_grows_with_its
     assert _ledger_keep_s(long_runs) == (40 + 7 + 1) * 86_400
 
 
-async def test_a_spawned_host_gets_the_runtimes_keep_time(tmp_path: Path) -> None:
+async def test_a_spawned_host_gets_the_runtimes_keep_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The host enforces its minimum, so a keep time below it proves the flag reaches the child.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the child's private directory goes
     with pytest.raises(RuntimeError, match="did not start"):
         await SpawnedToolHost.start(data_dir=str(tmp_path / "short"), entrypoints=False, ledger_keep_s=60.0)
+    assert list(temp.iterdir()) == []  # a child that never served leaves no secrets behind
     host = await SpawnedToolHost.start(
         data_dir=str(tmp_path / "long"), entrypoints=False, ledger_keep_s=48 * 86_400.0
     )
+    assert list(temp.iterdir()) == [host.secrets_dir]
     await host.stop()
+    assert list(temp.iterdir()) == []

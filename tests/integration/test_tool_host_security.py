@@ -243,6 +243,7 @@ async def test_a_granted_refund_runs_once(
         ("no grant", grpc.StatusCode.UNAUTHENTICATED, "GRANT_REQUIRED"),
         ("garbage", grpc.StatusCode.UNAUTHENTICATED, "GRANT_INVALID"),
         ("expired", grpc.StatusCode.UNAUTHENTICATED, "GRANT_EXPIRED"),
+        ("lives 10^9 s", grpc.StatusCode.UNAUTHENTICATED, "GRANT_TOO_LONG"),
         ("unknown key", grpc.StatusCode.UNAUTHENTICATED, "GRANT_UNKNOWN_KEY"),
         ("other arguments", grpc.StatusCode.PERMISSION_DENIED, "GRANT_MISMATCH"),
         ("other tool", grpc.StatusCode.PERMISSION_DENIED, "GRANT_MISMATCH"),
@@ -272,6 +273,8 @@ async def test_a_refund_without_a_matching_grant_is_refused_and_runs_nothing(
         grant = "not-a-jwt"
     elif case == "expired":
         grant = call.grant(_expired_signer(grant_key))
+    elif case == "lives 10^9 s":  # signed by the trusted key, past the host's default cap
+        grant = call.grant(GrantSigner(key_file=grant_key[0], ttl_s=10**9))
     elif case == "unknown key":
         grant = call.grant(GrantSigner(key=Ed25519PrivateKey.generate()))
     elif case == "other arguments":
@@ -338,6 +341,26 @@ async def test_the_same_key_in_two_tenants_runs_twice_independently(
     operations = [await call.get_operation(stub, call.grant(signer)) for call in calls]
     assert [op.operation.run_id for op in operations] == [run_id, run_id]
     assert _ledger_rows(host.data_dir, key) == 2
+
+
+async def test_the_longest_grant_lifetime_is_configurable_and_a_refusal_writes_nothing(
+    tmp_path: Path, pki: DevPki, grant_key: tuple[Path, Path]
+) -> None:
+    with _secure_host(
+        tmp_path / "data", pki, grant_key[1], extra_args=["--grant-max-lifetime", "60"]
+    ) as host:
+        async with grpc.aio.secure_channel(host.address, _client_credentials(pki)) as channel:
+            stub = ToolHostServiceStub(channel)
+            call = Call("refund.issue", REFUND)
+            too_long = call.grant(GrantSigner(key_file=grant_key[0], ttl_s=61))
+            code, reason, _ = await _refused(call.invoke(stub, too_long))
+            assert (code, reason) == (grpc.StatusCode.UNAUTHENTICATED, "GRANT_TOO_LONG")
+            assert (_ledger_rows(host.data_dir, call.key), count_refunds(host.data_dir)) == (0, 0)
+            code, reason, _ = await _refused(call.get_operation(stub, too_long))
+            assert (code, reason) == (grpc.StatusCode.UNAUTHENTICATED, "GRANT_TOO_LONG")
+            reply = await call.invoke(stub, call.grant(GrantSigner(key_file=grant_key[0], ttl_s=60)))
+            assert json.loads(reply.result_json)["status"] == "issued"
+            assert (_ledger_rows(host.data_dir, call.key), count_refunds(host.data_dir)) == (1, 1)
 
 
 # --- GetOperation and PreviewTool -------------------------------------------------------------

@@ -93,8 +93,10 @@ def _write_config(path: Path, *, db_url: str, hosts: str, extra: str = "") -> Pa
     return path
 
 
-def _runtime(config: Path, cwd: Path, *flags: str) -> contextlib.AbstractContextManager[RuntimeProcess]:
-    return spawn_runtime(["--config", str(config), "--listen", "127.0.0.1:0", *flags], cwd=cwd)
+def _runtime(
+    config: Path, cwd: Path, *flags: str, env: dict[str, str] | None = None
+) -> contextlib.AbstractContextManager[RuntimeProcess]:
+    return spawn_runtime(["--config", str(config), "--listen", "127.0.0.1:0", *flags], cwd=cwd, env=env)
 
 
 def _refund_run(runtime: RuntimeProcess) -> list[run_pb2.RunEvent]:
@@ -407,56 +409,108 @@ def test_client_certificate_and_grant_key_rotate_under_a_live_runtime(
 # --- the spawned (demo) host -----------------------------------------------------------------
 
 
-def test_a_spawned_host_gets_mtls_grants_and_encryption_with_no_setup(
-    tmp_path: Path, sqlite_url: str
-) -> None:
-    key_file = tmp_path / "payload-key.json"
-    write_key_file(key_file)
-    data_dir = tmp_path / "data"
-    hosts = (
+def _spawned_host_toml() -> str:
+    return (
         '[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["agentrt.plugins.demo_tools"]\n'
         "entrypoints = false\n"
     )
-    extra = f'data_dir = "{data_dir}"\n[encryption]\nkey_file = "{key_file}"\n'
-    config = _write_config(tmp_path / "agentrt.toml", db_url=sqlite_url, hosts=hosts, extra=extra)
+
+
+def _refusal(error: grpc.RpcError) -> tuple[grpc.StatusCode, str]:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    error_info = error_details_pb2.ErrorInfo()
+    status.details[0].Unpack(error_info)
+    return error.code(), error_info.reason  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("grants", "nap_s"),
+    # One nap is enough: it outlives its grant (1 s) and the host's leeway on expiry (5 s).
+    [("", 0.0), ("enabled = false\n", 6.5)],
+    ids=["grants on", "grants off"],
+)
+def test_a_spawned_host_obeys_only_its_runtime_with_no_setup(
+    tmp_path: Path, sqlite_url: str, grants: str, nap_s: float
+) -> None:
+    # Grants off concern hosts at an address: the runtime's own child still trusts only it.
+    key_file = tmp_path / "payload-key.json"
+    write_key_file(key_file)
+    data_dir, temp = tmp_path / "data", tmp_path / "tmp"
+    temp.mkdir()
+    # Grants live 1 s and the child takes none longer, yet a tool may run longer than that: a
+    # grant is checked as a call arrives.
+    nap = {"text": "napping", "tool_calls": [{"tool": "sleep.wait", "arguments": {"seconds": nap_s}}]}
+    napper = agent_toml(
+        "napper", steps=[nap, {"text": "woke"}], tools=["sleep.wait"], budgets={"timeout_s": 60}
+    )
+    extra = f'data_dir = "{data_dir}"\n[encryption]\nkey_file = "{key_file}"\n[grants]\nttl_s = 1\n{grants}'
+    extra += napper
+    config = _write_config(
+        tmp_path / "agentrt.toml", db_url=sqlite_url, hosts=_spawned_host_toml(), extra=extra
+    )
     host_dir = data_dir / "toolhost-local"
-    with _runtime(config, tmp_path) as runtime:
+    # TMPDIR: the runtime makes the child's private directory where this test can find it.
+    with _runtime(config, tmp_path, env={**os.environ, "TMPDIR": str(temp)}) as runtime:
         result = _refund_completed(_refund_run(runtime))
         logs = runtime.stderr_text()
         found = re.search(r"serving \d+ tool\(s\) on (127\.0\.0\.1:\d+) \(mTLS, call grants verified\)", logs)
         assert found is not None, logs[-3000:]
         address = found.group(1)
+        # What the child was given sits in one private directory, out of the data dir.
+        (secrets,) = temp.glob("agentrt-toolhost-*")
+        assert secrets.stat().st_mode & 0o777 == 0o700
+        assert {p.stat().st_mode & 0o777 for p in secrets.iterdir()} == {0o600}
+        assert (secrets / "grant-keys.pem").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+        assert not (host_dir / "grant-keys.pem").exists() and not (host_dir / "tls").exists()
         with grpc.insecure_channel(address) as channel:
             with pytest.raises(grpc.RpcError) as info:
                 ToolHostServiceStub(channel).ListTools(ListToolsRequest(), timeout=5)
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
         # Even with the runtime's own client certificate, a call without the runtime's grant is refused.
-        cert, key = host_dir / "tls" / f"{RUNTIME_CLIENT}.pem", host_dir / "tls" / f"{RUNTIME_CLIENT}.key"
+        cert, key = secrets / f"{RUNTIME_CLIENT}.pem", secrets / f"{RUNTIME_CLIENT}.key"
         credentials = channel_credentials(
-            ca_file=str(host_dir / "tls" / "ca.pem"), cert_file=str(cert), key_file=str(key)
+            ca_file=str(secrets / "ca.pem"), cert_file=str(cert), key_file=str(key)
+        )
+        arguments_json = json.dumps({"order_id": "A100", "amount": 1, "reason": "x"})
+        request = InvokeToolRequest(tool="refund.issue", arguments_json=arguments_json)
+        metadata = [
+            ("x-agentrt-idempotency-key", "forged"),
+            ("x-agentrt-run-id", "r"),
+            ("x-agentrt-call-id", "c"),
+        ]
+        # A genuine-looking grant for exactly this call, signed by a key of the caller's own.
+        forged = GrantSigner(key=Ed25519PrivateKey.generate()).sign(
+            tenant="",
+            run_id="r",
+            call_id="c",
+            idempotency_key="forged",
+            fencing_token=0,
+            tool="refund.issue",
+            arguments_json=arguments_json,
         )
         with grpc.secure_channel(address, credentials) as channel:
             stub = ToolHostServiceStub(channel)
             assert stub.ListTools(ListToolsRequest(), timeout=5).tools
-            request = InvokeToolRequest(
-                tool="refund.issue",
-                arguments_json=json.dumps({"order_id": "A100", "amount": 1, "reason": "x"}),
-            )
-            with pytest.raises(grpc.RpcError) as info:
-                stub.InvokeTool(request, metadata=[("x-agentrt-idempotency-key", "forged")], timeout=5)
-            status = rpc_status.from_call(info.value)  # type: ignore[arg-type]
-            assert status is not None
-            error_info = error_details_pb2.ErrorInfo()
-            status.details[0].Unpack(error_info)
-            assert (info.value.code(), error_info.reason) == (  # type: ignore[attr-defined]
-                grpc.StatusCode.UNAUTHENTICATED,
-                "GRANT_REQUIRED",
-            )
-    assert count_refunds(host_dir) == 1
+            for grant, reason in ((None, "GRANT_REQUIRED"), (forged, "GRANT_UNKNOWN_KEY")):
+                sent = metadata if grant is None else [*metadata, (GRANT_HEADER, grant)]
+                with pytest.raises(grpc.RpcError) as info:
+                    stub.InvokeTool(request, metadata=sent, timeout=5)
+                assert _refusal(info.value) == (grpc.StatusCode.UNAUTHENTICATED, reason)
+        assert count_refunds(host_dir) == 1
+        # ...and the runtime is still served, a call outliving its grant too.
+        _refund_completed(_refund_run(runtime))
+        assert count_refunds(host_dir) == 2
+        with Client(runtime.address) as client:
+            napped = [e for e in client.run_agent("napper", "nap", timeout=60) if e.seq]
+        assert [e.tool_completed.tool for e in napped if event_type(e) == "tool.completed"] == ["sleep.wait"]
+        assert napped[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED, napped[-1]
+    assert not secrets.exists()  # removed with the child
     refund_id = json.loads(result)["refund_id"]
     ledger_bytes = b"".join(p.read_bytes() for p in host_dir.glob("ledger.sqlite*"))
     assert refund_id.encode() not in ledger_bytes and b"Ada Lovelace" not in ledger_bytes
     assert b"enc:v1:" in ledger_bytes
+    assert b"forged" not in ledger_bytes  # the refused calls wrote nothing
 
 
 def test_rotating_the_signing_key_never_locks_out_a_spawned_host(tmp_path: Path, sqlite_url: str) -> None:

@@ -161,6 +161,14 @@ def test_the_client_alone_calls_a_real_runtime_without_server_dependencies(
         [str(python.parent / "agentrt"), "serve"], capture_output=True, text=True, timeout=60
     )
     assert serve.returncode == 2 and "pip install agentrt-server" in serve.stderr, serve.stderr
+    pki = subprocess.run(
+        [str(python.parent / "agentrt"), "auth", "dev-pki", str(tmp_path / "pki")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert pki.returncode == 2 and "pip install agentrt-toolhost" in pki.stderr, pki.stderr
+    assert not (tmp_path / "pki").exists()
 
 
 def test_the_workspace_lists_every_distribution() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrt.server._config import ConfigError, load_settings
+from agentrt.toolhost.security import DEFAULT_MAX_GRANT_LIFETIME_S
 
 BAD = {
     "mtls without a client CA": {
@@ -26,6 +27,7 @@ BAD = {
     },
     "spawned host with TLS files": {"tool_hosts": [{"name": "h", "spawn": True, "ca_file": "ca"}]},
     "grant ttl out of range": {"grants": {"ttl_s": 0}},
+    "grant ttl past what tool hosts accept": {"grants": {"ttl_s": DEFAULT_MAX_GRANT_LIFETIME_S + 1}},
     "removed approvers list": {"approvers": ["alice"]},
 }
 
@@ -59,3 +61,9 @@ def test_a_complete_secure_configuration_loads() -> None:
         },
     )
     assert settings.auth.configured and settings.tls.enabled and settings.tool_hosts[0].tls
+
+
+def test_the_longest_grant_ttl_is_what_tool_hosts_accept_by_default() -> None:
+    # A grant is checked as a call arrives: no tool timeout needs a longer one.
+    settings = load_settings(env={}, base={"grants": {"ttl_s": DEFAULT_MAX_GRANT_LIFETIME_S}})
+    assert settings.grants.ttl_s == DEFAULT_MAX_GRANT_LIFETIME_S

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentrt.toolhost.security import (
+    DEFAULT_MAX_GRANT_LIFETIME_S,
     CipherError,
     GrantError,
     GrantSigner,
@@ -120,6 +121,45 @@ def test_grants_bind_the_call_and_refuse_tampering(tmp_path: Path) -> None:
         verifier.verify(unsigned)
 
 
+def test_a_grant_living_longer_than_the_hosts_cap_is_refused(tmp_path: Path) -> None:
+    signer, verifier, key_file, pub_file = _signer_and_verifier(tmp_path)
+    for lifetime in (10**9, int(DEFAULT_MAX_GRANT_LIFETIME_S) + 1):
+        with pytest.raises(GrantError) as info:
+            verifier.verify(_sign(signer, ttl_s=lifetime))
+        assert info.value.reason == "GRANT_TOO_LONG", lifetime
+        assert "3600 s" in info.value.message
+    # Issued long ago, it would still expire in time: its lifetime, not what is left of it, counts.
+    backdated = GrantSigner(key_file=key_file, ttl_s=10**9, clock=lambda: time.time() - 10**8)
+    with pytest.raises(GrantError) as info:
+        verifier.verify(_sign(backdated))
+    assert info.value.reason == "GRANT_TOO_LONG"
+    # The longest ttl the runtime may sign with passes the default cap.
+    assert verifier.verify(_sign(signer, ttl_s=DEFAULT_MAX_GRANT_LIFETIME_S)).tenant == "acme"
+    tight = GrantVerifier(keys_file=pub_file, max_lifetime_s=30)
+    assert tight.verify(_sign(signer, ttl_s=30)).tenant == "acme"
+    with pytest.raises(GrantError) as info:
+        tight.verify(_sign(signer, ttl_s=31))
+    assert info.value.reason == "GRANT_TOO_LONG"
+
+
+@pytest.mark.parametrize("cap", [0, -1, float("inf"), float("nan")])
+def test_a_grant_lifetime_cap_must_be_positive_and_finite(tmp_path: Path, cap: float) -> None:
+    _, _, _, pub_file = _signer_and_verifier(tmp_path)
+    with pytest.raises(ValueError, match="positive and finite"):
+        GrantVerifier(keys_file=pub_file, max_lifetime_s=cap)
+
+
+def test_the_signer_states_the_lifetime_it_signs_with(tmp_path: Path) -> None:
+    _, _, key_file, _ = _signer_and_verifier(tmp_path)
+    for ttl, lifetime in ((0.2, 1), (1.0, 1), (2.6, 3), (3600.0, 3600)):
+        claims = jwt.decode(
+            _sign(GrantSigner(key_file=key_file, ttl_s=ttl)), options={"verify_signature": False}
+        )
+        assert (
+            claims["exp"] - claims["iat"] == GrantSigner(key_file=key_file, ttl_s=ttl).lifetime_s == lifetime
+        )
+
+
 def test_grant_keys_rotate_by_file_without_restart(tmp_path: Path) -> None:
     now = [1_000_000.0]
     key_file, pub_file = tmp_path / "grant.key", tmp_path / "grant.pub"
@@ -170,11 +210,39 @@ def test_grants_are_standard_jwts_both_ways(tmp_path: Path) -> None:
 
 def test_dev_pki_files_and_loopback_names(tmp_path: Path) -> None:
     pki = generate_dev_pki(tmp_path / "pki", clients=["runtime", "alice"])
-    for path in (pki.ca_key_file, pki.server_key_file, *(key for _, key in pki.client_files.values())):
-        assert path.stat().st_mode & 0o777 == 0o600
+    assert sorted(pki.files()) == sorted(pki.directory.iterdir())
+    assert {path.stat().st_mode & 0o777 for path in pki.files()} == {0o600}
+    assert pki.directory.stat().st_mode & 0o777 == 0o700
     assert b"BEGIN CERTIFICATE" in pki.ca_file.read_bytes()
     assert all(is_loopback_host(h) for h in ("127.0.0.1", "127.1.2.3", "localhost", "[::1]", "::1"))
     assert not any(is_loopback_host(h) for h in ("0.0.0.0", "10.0.0.5", "example.com", "[::]"))
+
+
+def test_a_dev_pki_replaces_nothing_unless_asked(tmp_path: Path) -> None:
+    first = generate_dev_pki(tmp_path / "pki", clients=["alice"])
+    before = {path: path.read_bytes() for path in first.files()}
+    with pytest.raises(FileExistsError, match=r"ca\.pem"):
+        generate_dev_pki(tmp_path / "pki", clients=["alice"])
+    with pytest.raises(FileExistsError):  # one file in the way is enough, and nothing is written
+        generate_dev_pki(tmp_path / "pki", clients=["bob"])
+    assert {path: path.read_bytes() for path in first.files()} == before
+    assert not (tmp_path / "pki" / "bob.pem").exists()
+    # A name planted in the way (a symlink to a file of someone else's) is replaced, never followed.
+    elsewhere = tmp_path / "elsewhere.pem"
+    elsewhere.write_bytes(b"not yours")
+    first.ca_file.unlink()
+    first.ca_file.symlink_to(elsewhere)
+    again = generate_dev_pki(tmp_path / "pki", clients=["alice"], overwrite=True)
+    assert elsewhere.read_bytes() == b"not yours" and not again.ca_file.is_symlink()
+    assert again.ca_key_file.read_bytes() != before[first.ca_key_file]
+    assert {path.stat().st_mode & 0o777 for path in again.files()} == {0o600}
+
+
+@pytest.mark.parametrize("name", ["../alice", "", ".hidden", "a/b", "ca", "server"])
+def test_dev_pki_client_names_are_plain_and_distinct_file_names(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match="client names"):
+        generate_dev_pki(tmp_path / "pki", clients=[name])
+    assert not (tmp_path / "pki").exists()
 
 
 def test_a_server_trusting_two_dev_cas_accepts_clients_of_both(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
 from agentrt.client import _demo
 from agentrt.client._client import DEFAULT_TIMEOUT, default_target
+from agentrt.client._dev_pki import add_dev_pki_command
 from agentrt.client._errors import CredentialsError, RPCError
 from agentrt.client._format import event_to_json, format_event, format_run, format_run_line, run_to_json
 from agentrt.client._payloads import PayloadMismatch
@@ -223,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_auth_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    auth = sub.add_parser("auth", help="credentials for the runtime's [auth] configuration")
+    auth = sub.add_parser("auth", help="credentials: bearer tokens for [auth], a development PKI")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True, metavar="AUTH_COMMAND")
     p = auth_sub.add_parser(
         "hash-token",
@@ -243,6 +244,8 @@ def _add_auth_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--tenant", default=DEFAULT_TENANT, help=f"tenant of its runs (default {DEFAULT_TENANT})")
     p.add_argument("--role", action="append", default=[], choices=ROLES, help="repeatable; default runner")
     p.set_defaults(func=_cmd_hash_token)
+
+    add_dev_pki_command(auth_sub)
 
 
 def main(argv: list[str] | None = None) -> int:

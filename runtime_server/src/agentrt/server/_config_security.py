@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentrt.toolhost.security import DEFAULT_MAX_GRANT_LIFETIME_S
+
 Role = Literal["runner", "approver", "operator", "admin"]
 ROLES: tuple[Role, ...] = ("runner", "approver", "operator", "admin")
 
@@ -105,13 +107,18 @@ class GrantsConfig(_Strict):
     """Call grants the runtime signs for tool hosts (DESIGN R3.3).
 
     ``signing_key_file`` is a PEM Ed25519 private key; its key id is derived from the public
-    key. Without one the runtime signs with a key it makes at start (enough for tool hosts it
-    spawns itself, which it hands the public key). The file is re-read when it changes.
+    key. Without one the runtime signs with a key it makes at start. The file is re-read when it
+    changes. These settings concern tool hosts at an address: a host the runtime spawns always
+    gets a key pair of its own, made at its start, and obeys only this runtime, even with
+    ``enabled = false``.
+
+    ``ttl_s`` is at most what a tool host accepts by default (``--grant-max-lifetime``): a grant
+    is checked when a call arrives, so a tool may run longer than its grant lives.
     """
 
     enabled: bool = True
     signing_key_file: str = ""
-    ttl_s: float = Field(60.0, gt=0, le=3600)
+    ttl_s: float = Field(60.0, gt=0, le=DEFAULT_MAX_GRANT_LIFETIME_S)
 
 
 class EncryptionConfig(_Strict):

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import signal
 import sys
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from agentrt.toolhost._cipher import CipherError, PayloadCipher
 from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._context import DEFAULT_DATA_DIR
 from agentrt.toolhost._errors import PluginError
-from agentrt.toolhost._grants import GrantVerifier
+from agentrt.toolhost._grants import DEFAULT_MAX_GRANT_LIFETIME_S, GrantVerifier
 from agentrt.toolhost._host import ToolHost, parse_listen
 from agentrt.toolhost._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_S, MIN_KEEP_S, LedgerRetention
 from agentrt.toolhost._ledger_schema import LedgerVersionError
@@ -116,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
         help="clock skew allowed on grant expiry",
     )
     security.add_argument(
+        "--grant-max-lifetime",
+        type=float,
+        default=DEFAULT_MAX_GRANT_LIFETIME_S,
+        metavar="SECONDS",
+        help="refuse grants that live (exp - iat) longer than this (default: %(default)g, the longest "
+        "the runtime's grants.ttl_s may be); a grant is checked when a call arrives, so tools may run longer",
+    )
+    security.add_argument(
         "--encryption-key-file",
         default="",
         metavar="FILE",
@@ -157,6 +166,8 @@ def _security(args: argparse.Namespace) -> _Security:
         raise _SecurityError("give --tls-cert, --tls-key and --client-ca together (mTLS), or none of them")
     if not args.grant_leeway >= 0:
         raise _SecurityError("--grant-leeway must not be negative")
+    if not 0 < args.grant_max_lifetime < math.inf:
+        raise _SecurityError("--grant-max-lifetime must be a positive number of seconds")
     host, _ = parse_listen(args.listen)
     secured = all(tls_files) and bool(args.grant_keys)
     if not secured and not is_loopback_host(host):
@@ -186,7 +197,9 @@ def _security(args: argparse.Namespace) -> _Security:
     verifier = None
     if args.grant_keys:
         try:
-            verifier = GrantVerifier(keys_file=args.grant_keys, leeway_s=args.grant_leeway)
+            verifier = GrantVerifier(
+                keys_file=args.grant_keys, leeway_s=args.grant_leeway, max_lifetime_s=args.grant_max_lifetime
+            )
         except OSError as exc:
             raise _SecurityError(f"cannot read --grant-keys {args.grant_keys}: {exc.strerror}") from None
         except ValueError as exc:

@@ -22,7 +22,10 @@ trusted set before the runtime signs with it. The claims bind everything the hos
 ``ovr``     true when a person approved running the call over an earlier call's intent (optional)
 ==========  =========================================================
 
-A host verifies signature, expiry and every binding before any ledger write or plugin code.
+A host verifies signature, expiry, lifetime and every binding before any ledger write or plugin
+code. It takes no grant that lives (``exp - iat``) longer than its cap, by default
+:data:`DEFAULT_MAX_GRANT_LIFETIME_S`, the longest ``ttl_s`` the runtime signs with: a grant is
+checked when a call arrives, not while it runs, so long tool timeouts never need long grants.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import base64
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -44,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 __all__ = [
     "AUDIENCE",
+    "DEFAULT_MAX_GRANT_LIFETIME_S",
     "GRANT_HEADER",
     "MAX_FENCING_TOKEN",
     "CallGrant",
@@ -59,6 +64,8 @@ __all__ = [
 GRANT_HEADER = "x-agentrt-call-grant"
 AUDIENCE = "agentrt-toolhost"
 MAX_FENCING_TOKEN = 2**63 - 1  # fencing tokens are BIGINT lease generations
+DEFAULT_MAX_GRANT_LIFETIME_S = 3600.0
+"""The longest grant lifetime a host accepts unless told otherwise, and the runtime's ``grants.ttl_s`` cap."""
 _MAX_GRANT_BYTES = 4096
 _ALGORITHM = "EdDSA"
 _RELOAD_CHECK_S = 1.0
@@ -82,7 +89,8 @@ class GrantError(Exception):
     Args:
         message: What is wrong, never echoing the grant itself.
         reason: Stable reason: ``GRANT_REQUIRED``, ``GRANT_INVALID``, ``GRANT_EXPIRED``,
-            ``GRANT_UNKNOWN_KEY`` or ``GRANT_MISMATCH``.
+            ``GRANT_TOO_LONG`` (it lives longer than the host's cap), ``GRANT_UNKNOWN_KEY`` or
+            ``GRANT_MISMATCH``.
     """
 
     def __init__(self, message: str, *, reason: str) -> None:
@@ -194,6 +202,10 @@ def _load_public_keys(data: bytes) -> dict[str, Ed25519PublicKey]:
     return keys
 
 
+def _lifetime(ttl_s: float) -> int:
+    return max(1, round(ttl_s))
+
+
 class GrantSigner:
     """Signs grants with an Ed25519 key; a key file is re-read when it changes (rotation).
 
@@ -238,6 +250,11 @@ class GrantSigner:
         """PEM of the current public key."""
         return public_key_pem(self._current()[0])
 
+    @property
+    def lifetime_s(self) -> int:
+        """Seconds from ``iat`` to ``exp`` of the grants signed with the default ``ttl_s``."""
+        return _lifetime(self._ttl)
+
     def sign(
         self,
         *,
@@ -268,7 +285,7 @@ class GrantSigner:
             "tool": tool,
             "ahash": arguments_hash(arguments_json),
             "iat": now,
-            "exp": now + max(1, round(self._ttl if ttl_s is None else ttl_s)),
+            "exp": now + _lifetime(self._ttl if ttl_s is None else ttl_s),
             "aud": AUDIENCE,
         }
         if session_id:
@@ -287,18 +304,29 @@ class GrantVerifier:
     Args:
         keys_file: One or more PEM Ed25519 public keys, concatenated.
         leeway_s: Clock skew allowed on ``exp`` and ``iat``.
+        max_lifetime_s: The longest ``exp - iat`` taken; a grant living longer is refused
+            (``GRANT_TOO_LONG``), so a leaked one cannot be replayed for long.
         clock: Epoch seconds (expiry; when to look at the file again).
 
     Raises:
-        ValueError: The file holds no Ed25519 public key.
+        ValueError: The file holds no Ed25519 public key, or ``max_lifetime_s`` is not a positive
+            finite number.
         OSError: The file cannot be read.
     """
 
     def __init__(
-        self, *, keys_file: str | Path, leeway_s: float = 5.0, clock: Callable[[], float] = time.time
+        self,
+        *,
+        keys_file: str | Path,
+        leeway_s: float = 5.0,
+        max_lifetime_s: float = DEFAULT_MAX_GRANT_LIFETIME_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        if not 0 < max_lifetime_s < math.inf:
+            raise ValueError(f"the longest grant lifetime must be positive and finite, not {max_lifetime_s}")
         self._keys = _WatchedFile(Path(keys_file), _load_public_keys, clock)
         self._leeway = leeway_s
+        self._max_lifetime = max_lifetime_s
         self._clock = clock
 
     def verify(self, token: str) -> CallGrant:
@@ -339,6 +367,11 @@ class GrantVerifier:
             raise GrantError("the call grant's times are malformed", reason="GRANT_INVALID")
         if claims["aud"] != AUDIENCE or issued > now + self._leeway:
             raise GrantError("the call grant is not for a tool host now", reason="GRANT_INVALID")
+        if expires - issued > self._max_lifetime:
+            raise GrantError(
+                f"the call grant lives longer than the {self._max_lifetime:g} s this host accepts",
+                reason="GRANT_TOO_LONG",
+            )
         if expires <= now - self._leeway:
             raise GrantError("the call grant expired", reason="GRANT_EXPIRED")
         fencing = claims["fen"]

@@ -11,7 +11,7 @@ Error tree::
     ├── NotFound                        NOT_FOUND
     │   reasons: OPERATION_NOT_FOUND, UNKNOWN_TOOL
     ├── Unauthenticated                 UNAUTHENTICATED: no call grant the host can trust
-    │   reasons: GRANT_REQUIRED, GRANT_INVALID, GRANT_EXPIRED, GRANT_UNKNOWN_KEY
+    │   reasons: GRANT_REQUIRED, GRANT_INVALID, GRANT_EXPIRED, GRANT_TOO_LONG, GRANT_UNKNOWN_KEY
     ├── PermissionDenied                PERMISSION_DENIED: a valid grant, but for another call
     │   reasons: GRANT_MISMATCH
     └── InternalFailure                 INTERNAL

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import ipaddress
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,6 +33,7 @@ __all__ = [
     "ReloadingServerCredentials",
     "TlsFileError",
     "channel_credentials",
+    "dev_pki_paths",
     "generate_dev_pki",
     "is_loopback_host",
     "issue_certificate",
@@ -200,16 +203,25 @@ class DevPki:
     server_key_file: Path
     client_files: Mapping[str, tuple[Path, Path]]  # client name -> (certificate, key)
 
+    def files(self) -> list[Path]:
+        """Every file of the PKI."""
+        pairs = [path for pair in self.client_files.values() for path in pair]
+        return [self.ca_file, self.ca_key_file, self.server_cert_file, self.server_key_file, *pairs]
+
 
 def _key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _write(path: Path, data: bytes, *, secret: bool = False) -> None:
-    # Keys are created private (0600) before any byte is written.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
+def _write(path: Path, data: bytes) -> None:
+    # Created private (0600) before any byte is written; O_EXCL: a planted name (a symlink, say)
+    # is never followed.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -259,18 +271,56 @@ def issue_certificate(
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
+def dev_pki_paths(directory: Path, *, clients: Sequence[str] = ("agentrt-runtime",)) -> DevPki:
+    """The files :func:`generate_dev_pki` writes in ``directory`` (nothing is read or written).
+
+    Raises:
+        ValueError: A client name is not a plain file name, or names a file of the PKI twice.
+    """
+    bad = [name for name in clients if not _PLAIN_NAME.fullmatch(name)]
+    if bad:
+        raise ValueError(f"client names must be plain file names (letters, digits, '._-'): {bad}")
+    paths = DevPki(
+        directory=directory,
+        ca_file=directory / "ca.pem",
+        ca_key_file=directory / "ca.key",
+        server_cert_file=directory / "server.pem",
+        server_key_file=directory / "server.key",
+        client_files={name: (directory / f"{name}.pem", directory / f"{name}.key") for name in clients},
+    )
+    files = paths.files()
+    if len(set(files)) != len(files):
+        raise ValueError(f"client names {list(clients)} repeat or collide with ca or server")
+    return paths
+
+
 def generate_dev_pki(
     directory: Path,
     *,
     hosts: Sequence[str] = ("127.0.0.1", "localhost"),
     clients: Sequence[str] = ("agentrt-runtime",),
     days: int = 30,
+    overwrite: bool = False,
 ) -> DevPki:
-    """Make a CA, a server certificate for ``hosts`` and a client certificate per name in ``agentrt.client``.
+    """Make a CA, a server certificate for ``hosts`` and a client certificate per name in ``clients``.
 
-    For local processes (a tool host the runtime spawns) and tests; private keys are written 0600.
+    For local processes (a tool host the runtime spawns), development (``agentrt auth dev-pki``)
+    and tests. Every file is written 0600, the directory (when made here) 0700. Existing files
+    are replaced only with ``overwrite``; otherwise nothing is written.
+
+    Raises:
+        FileExistsError: A file of the PKI exists and ``overwrite`` is false.
+        ValueError: A client name is not a plain file name, or names a file of the PKI twice.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    pem = serialization.Encoding.PEM
+    paths = dev_pki_paths(directory, clients=clients)
+    files = paths.files()
+    existing = [str(f) for f in files if os.path.lexists(f)]
+    if existing and not overwrite:
+        raise FileExistsError(errno.EEXIST, f"the PKI would overwrite {', '.join(existing)}")
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name in existing:
+        os.unlink(name)
     ca_key = _key()
     now = datetime.datetime.now(datetime.UTC)
     # A name of its own: a peer trusting two of these CAs tells them apart by name and key id.
@@ -301,26 +351,17 @@ def generate_dev_pki(
         )
         .sign(ca_key, hashes.SHA256())
     )
-    pem = serialization.Encoding.PEM
-    paths = DevPki(
-        directory=directory,
-        ca_file=directory / "ca.pem",
-        ca_key_file=directory / "ca.key",
-        server_cert_file=directory / "server.pem",
-        server_key_file=directory / "server.key",
-        client_files={name: (directory / f"{name}.pem", directory / f"{name}.key") for name in clients},
-    )
-    _write(paths.ca_key_file, _key_pem(ca_key), secret=True)
+    _write(paths.ca_key_file, _key_pem(ca_key))
     _write(paths.ca_file, ca_cert.public_bytes(pem))
     cert, key = issue_certificate(
         ca_cert=ca_cert, ca_key=ca_key, common_name=hosts[0] if hosts else "server", hosts=hosts, days=days
     )
-    _write(paths.server_key_file, _key_pem(key), secret=True)
+    _write(paths.server_key_file, _key_pem(key))
     _write(paths.server_cert_file, cert.public_bytes(pem))
     for name, (cert_path, key_path) in paths.client_files.items():
         cert, key = issue_certificate(
             ca_cert=ca_cert, ca_key=ca_key, common_name=name, client=True, days=days
         )
-        _write(key_path, _key_pem(key), secret=True)
+        _write(key_path, _key_pem(key))
         _write(cert_path, cert.public_bytes(pem))
     return paths

@@ -6,6 +6,7 @@ from __future__ import annotations
 from agentrt.toolhost._cipher import CipherError, PayloadCipher, write_key_file
 from agentrt.toolhost._grants import (
     AUDIENCE,
+    DEFAULT_MAX_GRANT_LIFETIME_S,
     GRANT_HEADER,
     MAX_FENCING_TOKEN,
     CallGrant,
@@ -23,6 +24,7 @@ from agentrt.toolhost._tls import (
     ReloadingServerCredentials,
     TlsFileError,
     channel_credentials,
+    dev_pki_paths,
     generate_dev_pki,
     is_loopback_host,
     issue_certificate,
@@ -31,6 +33,7 @@ from agentrt.toolhost._tls import (
 
 __all__ = [
     "AUDIENCE",
+    "DEFAULT_MAX_GRANT_LIFETIME_S",
     "GRANT_HEADER",
     "MAX_FENCING_TOKEN",
     "CallGrant",
@@ -45,6 +48,7 @@ __all__ = [
     "TlsFileError",
     "arguments_hash",
     "channel_credentials",
+    "dev_pki_paths",
     "generate_dev_pki",
     "is_loopback_host",
     "issue_certificate",

@@ -84,20 +84,18 @@ class RuntimeServer:
                 signer = None
                 if host.spawn:
                     data_dir = host.data_dir or str(Path(settings.data_dir) / f"toolhost-{host.name}")
-                    if self.tools.signer is not None:
-                        # Our own child trusts a key of its own: rotating the configured signing
-                        # key can never lock it out.
-                        signer = GrantSigner(key=Ed25519PrivateKey.generate(), ttl_s=settings.grants.ttl_s)
+                    # Our own child trusts a key pair of its own, grants on or off: it obeys no
+                    # other local process, and rotating the configured key never locks it out.
                     spawned = await SpawnedToolHost.start(
                         data_dir=data_dir,
                         plugins=host.plugins,
                         entrypoints=host.entrypoints,
-                        grant_public_key=signer.public_key_pem if signer is not None else None,
+                        grant_ttl_s=settings.grants.ttl_s,
                         encryption_key_file=settings.encryption.key_file,
                         ledger_keep_s=ledger_keep_s,
                     )
                     self.spawned.append(spawned)
-                    address, tls = spawned.address, spawned.tls
+                    address, tls, signer = spawned.address, spawned.tls, spawned.signer
                 await self.tools.add_host(
                     host.name, address, tls=tls, signer=signer, timeout_s=settings.connect_timeout_s
                 )
@@ -285,14 +283,17 @@ def _server_credentials(settings: Settings) -> ReloadingServerCredentials | None
 
 
 def _grant_signer(settings: Settings) -> GrantSigner | None:
-    """The signer of call grants: the configured key file, else a key made now (enough for spawned hosts).
+    """The signer of call grants for hosts at an address: the configured key file, else a key made now.
 
     Raises:
         ConfigError: the signing key file cannot be read or is not an Ed25519 private key.
     """
     grants = settings.grants
     if not grants.enabled:
-        log.warning("call grants are off (grants.enabled = false): only tool hosts without grant keys obey")
+        log.warning(
+            "call grants are off (grants.enabled = false): tool hosts at an address get none, so only "
+            "those without grant keys obey (spawned hosts still get grants of their own)"
+        )
         return None
     if not grants.signing_key_file:
         if any(not host.spawn for host in settings.tool_hosts):
