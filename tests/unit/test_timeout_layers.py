@@ -159,6 +159,29 @@ async def test_a_tool_that_answers_transient_forever_is_stopped_by_the_step_laye
     assert world.log.phase(run_id) == "COMPLETED"  # the model is told and goes on
 
 
+@pytest.mark.parametrize("side_effect", ["read", "write"])
+async def test_a_tool_error_that_says_timeout_is_retried_like_any_transient_error(side_effect: str) -> None:
+    """Under a binding step layer: only a typed fact (the attempt timed out) is a step timeout."""
+    world, tools = world_with(tool_step_s=5)
+    answers = [
+        ToolOutcome('{"status": "shipped"}', None),
+        ToolOutcome.failure("TRANSIENT", "upstream timeout: deadline exceeded"),
+    ]
+
+    async def says_timeout_once(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        return answers.pop()
+
+    tools.add("order.status", says_timeout_once, side_effect=side_effect)  # type: ignore[arg-type]
+    run_id = world.create_run()
+
+    await world.drive(run_id)
+
+    types = world.log.types(run_id)
+    assert tools.timeouts == [5.0, pytest.approx(4.5)]  # the step layer bound both attempts
+    assert "retry.scheduled" in types and "tool.failed" not in types, types
+    assert world.log.phase(run_id) == "COMPLETED"
+
+
 async def test_without_a_step_layer_the_same_tool_retries_until_the_run_deadline() -> None:
     world, tools = world_with(run_s=30)
     tools.add("order.status", busy, side_effect="read")
