@@ -1,0 +1,164 @@
+"""One contract for the run log port, run against the in-memory fake and the real store.
+
+The engine's in-process tests drive the step loop against ``agentrt.testing``'s MemoryRunLog; the
+runtime runs on the SQLite or PostgreSQL store. Both must keep the same fencing rules, or a test
+of the engine proves nothing about the service: the same assertions run against each.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from agentrt.server._config import AgentConfig
+from agentrt.server.core import LeaseLost
+from agentrt.server.engine import ResolvedAgent
+from agentrt.server.engine._ports import RunLog
+from agentrt.server.store import Store, StoredCheckpoint
+from agentrt.testing.engine import MemoryRunLog
+from tests.integration.test_store import run_values
+
+OWNER = "worker-1"
+NOW = 1_000_000
+
+
+@dataclass
+class Backend:
+    """A run log with one QUEUED run owned by OWNER (revision 1, its run.started at seq 1)."""
+
+    log: RunLog
+    run_id: str
+    add_signal: Any  # (kind, payload) -> awaitable
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        memory = MemoryRunLog()
+        agent = ResolvedAgent.resolve("agent", AgentConfig(), {"agent": AgentConfig()})
+        record = memory.create(
+            agent=agent, input="hi", owner=OWNER, now_ms=NOW, budgets_json={}, deadline_ms=NOW + 60_000
+        )
+
+        async def add_memory_signal(kind: str, payload: str) -> None:
+            memory.add_signal(record.run_id, kind, json.loads(payload))
+
+        yield Backend(memory, record.run_id, add_memory_signal)
+        return
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    store = await Store.open(url)
+    try:
+        values = run_values("r1", owner=OWNER)
+        await store.create_run(values, [("run.started", '{"input": "hi"}')], NOW)
+
+        async def add_store_signal(kind: str, payload: str) -> None:
+            await store.add_signal("r1", kind=kind, payload=payload, now_ms=NOW)
+
+        yield Backend(store, "r1", add_store_signal)
+    finally:
+        await store.close()
+
+
+async def append(b: Backend, *, revision: int, first_seq: int, owner: str = OWNER, **values: Any) -> int:
+    return await b.log.append(
+        b.run_id,
+        expected_revision=revision,
+        owner=owner,
+        first_seq=first_seq,
+        new_events=[("step.started", json.dumps({"step": first_seq}))],
+        values={"phase": "MODEL_STEP", **values},
+        now_ms=NOW + first_seq,
+    )
+
+
+async def test_an_append_moves_the_row_and_the_log_together(backend: Backend) -> None:
+    assert await append(backend, revision=1, first_seq=2, output="so far") == 2
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None
+    assert (record.revision, record.last_seq, record.phase, record.output) == (2, 2, "MODEL_STEP", "so far")
+    events = await backend.log.read_events(backend.run_id)
+    assert [(e.seq, e.type) for e in events] == [(1, "run.started"), (2, "step.started")]
+    assert [e.seq for e in await backend.log.read_events(backend.run_id, after_seq=1)] == [2]
+
+
+@pytest.mark.parametrize(("owner", "revision"), [("worker-2", 1), (OWNER, 0), (OWNER, 2)])
+async def test_an_append_without_the_lease_or_the_revision_is_refused_and_changes_nothing(
+    backend: Backend, owner: str, revision: int
+) -> None:
+    with pytest.raises(LeaseLost):
+        await append(backend, revision=revision, first_seq=2, owner=owner, output="never")
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None and (record.revision, record.last_seq, record.output) == (1, 1, "")
+    assert [e.seq for e in await backend.log.read_events(backend.run_id)] == [1]
+
+
+async def test_release_is_the_owners_alone(backend: Backend) -> None:
+    await backend.log.release(backend.run_id, owner="worker-2")
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None and record.lease_owner == OWNER
+    await backend.log.release(backend.run_id, owner=OWNER)
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None and record.lease_owner is None
+    with pytest.raises(LeaseLost):  # a released run takes no more commits from its last owner
+        await append(backend, revision=1, first_seq=2)
+
+
+async def test_a_repark_gives_the_lease_back_without_a_revision(backend: Backend) -> None:
+    with pytest.raises(LeaseLost):
+        await backend.log.repark(
+            backend.run_id, owner=OWNER, expected_revision=7, wake_ms=5, reconcile_attempts=1
+        )
+    await backend.log.repark(
+        backend.run_id, owner=OWNER, expected_revision=1, wake_ms=NOW + 500, reconcile_attempts=3
+    )
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None
+    assert (record.revision, record.lease_owner, record.wake_ms, record.reconcile_attempts) == (
+        1,
+        None,
+        NOW + 500,
+        3,
+    )
+
+
+async def test_a_signal_is_consumed_by_the_commit_that_applies_it(backend: Backend) -> None:
+    await backend.add_signal("outcome_decision", json.dumps({"call_id": "c1"}))
+    await backend.add_signal("outcome_decision", json.dumps({"call_id": "c2"}))
+    first, second = await backend.log.read_signals(backend.run_id)
+    assert json.loads(first.payload) == {"call_id": "c1"} and json.loads(second.payload) == {"call_id": "c2"}
+    with pytest.raises(LeaseLost):  # a refused commit consumes nothing
+        await backend.log.append(
+            backend.run_id,
+            expected_revision=9,
+            owner=OWNER,
+            first_seq=2,
+            new_events=[],
+            values={},
+            now_ms=NOW,
+            consume_signals=[first.id],
+        )
+    await backend.log.append(
+        backend.run_id,
+        expected_revision=1,
+        owner=OWNER,
+        first_seq=2,
+        new_events=[],
+        values={},
+        now_ms=NOW,
+        consume_signals=[first.id],
+    )
+    assert [s.id for s in await backend.log.read_signals(backend.run_id)] == [second.id]
+
+
+async def test_the_latest_checkpoint_is_the_one_kept(backend: Backend) -> None:
+    assert await backend.log.read_checkpoint(backend.run_id) is None
+    for through in (5, 9, 7):
+        await backend.log.write_checkpoint(
+            StoredCheckpoint(backend.run_id, through, 1, f"state {through}", NOW)
+        )
+    latest = await backend.log.read_checkpoint(backend.run_id)
+    assert latest is not None and (latest.through_seq, latest.state) == (9, "state 9")
