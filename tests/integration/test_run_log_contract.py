@@ -16,8 +16,7 @@ import pytest
 
 from agentrt.server._config import AgentConfig
 from agentrt.server.core import LeaseLost
-from agentrt.server.engine import ResolvedAgent
-from agentrt.server.engine._ports import RunLog
+from agentrt.server.engine import ResolvedAgent, RunLog
 from agentrt.server.store import Store, StoredCheckpoint
 from agentrt.testing.engine import MemoryRunLog
 from tests.integration.test_store import run_values

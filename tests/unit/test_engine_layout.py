@@ -109,3 +109,21 @@ def _self_assignments(function: ast.AST) -> set[str]:
                 ):
                     names.add(leaf.attr)
     return names
+
+
+def test_the_testing_package_uses_only_the_engines_public_facade() -> None:
+    """agentrt.testing fakes the engine's public ports; a private module is no contract to fake."""
+    import agentrt.testing as testing_package
+
+    found = []
+    for path in sorted(Path(testing_package.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            found += [f"{path.name}: {n}" for n in names if n.startswith(PREFIX + "_")]
+    assert not found, found

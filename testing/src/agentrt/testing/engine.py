@@ -52,10 +52,15 @@ from agentrt.server.core import (
     ToolErrorCode,
     rfc3339,
 )
-from agentrt.server.engine import Ports, ResolvedAgent, StartRequest
-from agentrt.server.engine._contain import drive_contained
-from agentrt.server.engine._faults import FaultPlan
-from agentrt.server.engine._run import RunHandle, signal_cancel
+from agentrt.server.engine import (
+    FaultPlan,
+    Ports,
+    ResolvedAgent,
+    RunHandle,
+    StartRequest,
+    drive_contained,
+    signal_cancel,
+)
 from agentrt.server.models import (
     ModelConfigError,
     ModelRequest,

@@ -1,4 +1,9 @@
-"""Engine: workers, leases and step execution around the pure core."""
+"""Engine: workers, leases and step execution around the pure core.
+
+Its ports (``RunLog``, ``ToolPort``, ``ModelPort``...) are the seams where ``agentrt.testing``
+puts its fakes, and ``drive_contained`` with a ``RunHandle`` drives one run through them: the
+testing package uses nothing else of the engine.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,22 @@ from agentrt.server.engine._agents import (
     effective_budgets,
     sensitive_option,
 )
+from agentrt.server.engine._contain import drive_contained
 from agentrt.server.engine._engine import Engine, new_run_id
-from agentrt.server.engine._ports import Ports, StartRequest
+from agentrt.server.engine._faults import FaultPlan, InjectedFault
+from agentrt.server.engine._ports import (
+    ChildRuns,
+    Counters,
+    Fresh,
+    LiveEvents,
+    ModelPort,
+    PayloadPort,
+    PolicyPort,
+    Ports,
+    RunLog,
+    StartRequest,
+    ToolPort,
+)
 from agentrt.server.engine._retention import (
     LEDGER_RECONCILE_HORIZON_S,
     PAYLOADS_DIR,
@@ -20,6 +39,7 @@ from agentrt.server.engine._retention import (
     build_pruner,
     ledger_keep_bound_s,
 )
+from agentrt.server.engine._run import RunHandle, signal_cancel
 
 __all__ = [
     "LEDGER_RECONCILE_HORIZON_S",
@@ -27,15 +47,29 @@ __all__ = [
     "RUNTIME_VERSION",
     "STATE_VERSION",
     "BoundModel",
+    "ChildRuns",
+    "Counters",
     "Engine",
+    "FaultPlan",
+    "Fresh",
+    "InjectedFault",
+    "LiveEvents",
+    "ModelPort",
+    "PayloadPort",
+    "PolicyPort",
     "Ports",
     "ResolvedAgent",
     "RetentionJob",
+    "RunHandle",
+    "RunLog",
     "StartRequest",
+    "ToolPort",
     "bind_model",
     "build_pruner",
+    "drive_contained",
     "effective_budgets",
     "ledger_keep_bound_s",
     "new_run_id",
     "sensitive_option",
+    "signal_cancel",
 ]

@@ -48,9 +48,6 @@ __all__ = [
 # A run created here a moment ago: its row and first events are known, no read needed.
 Fresh = tuple[RunRecord, list[StoredEvent]]
 
-# What a tool host's ledger says about a call: its outcome, or that it has no entry, or that it
-# cannot tell (still running, unreachable).
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartRequest:
