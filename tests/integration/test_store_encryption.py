@@ -431,6 +431,16 @@ async def test_every_sealed_column_is_a_column_of_runs_that_holds_a_sealed_value
     assert {column: getattr(record, column) for column in SEALED_RUN_COLUMNS} == marked
 
 
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read key file"),
+        ("not json", "is not JSON"),
+        (json.dumps({"active": "k1", "keys": {"k1": base64.b64encode(b"short").decode()}}), "5 bytes"),
+        (json.dumps({"active": "k9", "keys": {"k1": base64.b64encode(KEY1).decode()}}), "active key"),
+        (json.dumps({"active": "k1", "keys": {"k1": "!!!"}}), "not base64"),
+    ],
+)
 def test_a_bad_key_file_is_refused_naming_the_file_and_never_the_key(
     tmp_path: Path, content: str | None, expected: str
 ) -> None:
