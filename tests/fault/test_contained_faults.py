@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from tests.fault.conftest import (
     serve_fake_openai,
     start_runtime,
 )
-from tests.fault.test_crash_points import CRASH_POINTS, check_log
+from tests.fault.test_crash_points import CRASH_POINTS, check_log, reasked_step
 
 DEEP_ARGUMENTS = '{"order_id": ' + "[" * 5000 + "]" * 5000 + "}"
 TIMEOUT_S = 60  # the run's deadline: every ending here must come long before it
@@ -200,7 +201,7 @@ def test_an_exception_at_any_commit_point_is_contained_exactly_once(
     sqlite_url: str,
 ) -> None:
     """The crash suite's points, raising in the driver instead of killing the process."""
-    _, url = served
+    fake, url = served
     env = runtime_env(db_url=sqlite_url, tool_host=refund_host.address, model_url=url, fault=f"{point}=raise")
     runtime = start_runtime(tmp_path, env)
     try:
@@ -220,6 +221,12 @@ def test_an_exception_at_any_commit_point_is_contained_exactly_once(
     assert len(faults) == (0 if point == "after_commit:run.ended" else 1)
     assert run.fault_count == len(faults) == counters["run_fault_count"]
     assert took < 30, took
+    # A fault before the commit of a step's answer loses it: that step was asked again, with the
+    # same conversation, and the lost answer is counted (run.fault) like every model call made.
+    asked = Counter(step for _, step in fake.requests)
+    reasked = reasked_step(point)
+    assert asked == {1: 1, 2: 1, 3: 1} | ({reasked: 2} if reasked else {}), (point, asked)
+    assert run.usage.model_steps == len(fake.requests)
 
 
 NUL_SCRIPT = {1: {"text": "A100\x00 is a broken kettle."}}

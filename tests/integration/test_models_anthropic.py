@@ -275,14 +275,8 @@ async def test_stream_option_false_sends_the_text_once(server: FakeModelServer) 
         ("anthropic_error_429", ModelTransientError, "rate_limited", 429, 12.0, "exceed the rate limit"),
         ("anthropic_error_529", ModelTransientError, "overloaded", 529, None, "Overloaded"),
         ("anthropic_error_500", ModelTransientError, "server_error", 500, None, "Internal server error"),
-        (
-            "anthropic_error_context_length",
-            ModelPermanentError,
-            "context_length_exceeded",
-            400,
-            None,
-            "too long",
-        ),
+        # No error type says "too long": the reason comes from the status, never from the message.
+        ("anthropic_error_context_length", ModelPermanentError, "bad_request", 400, None, "too long"),
         ("anthropic_error_401", ModelAuthError, "unauthorized", 401, None, "invalid x-api-key"),
     ],
 )

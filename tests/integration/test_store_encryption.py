@@ -400,15 +400,35 @@ async def test_sealed_records_read_without_a_key_file_fail_clearly(db_url: str, 
         await plain.close()
 
 
-def test_sealed_columns_are_the_payload_columns_of_runs() -> None:
-    assert set(SEALED_RUN_COLUMNS) == {
-        "agent_spec",
-        "input",
-        "output",
-        "metadata",
-        "pending_approval",
-        "variables",
-    }
+async def test_every_sealed_column_is_a_column_of_runs_that_holds_a_sealed_value(
+    store: Store, db_url: str
+) -> None:
+    # One marker per sealed column, each set the way the engine sets it: at creation or by an append.
+    marked = {column: json.dumps({"MARKER-column": column}) for column in SEALED_RUN_COLUMNS}
+    created = run_values("r1")
+    created.update({column: text for column, text in marked.items() if column in created})
+    await store.create_run(created, [("run.started", "{}")], 1000)
+    appended = {column: text for column, text in marked.items() if column not in created}
+    await store.append(
+        "r1",
+        expected_revision=1,
+        owner="w1",
+        first_seq=2,
+        new_events=[("approval.requested", "{}")],
+        values={"phase": "WAITING_APPROVAL", **appended},
+        now_ms=1001,
+    )
+
+    (row,) = raw_query(db_url, f"SELECT {', '.join(SEALED_RUN_COLUMNS)} FROM runs WHERE run_id = ?", ("r1",))
+    assert [
+        column
+        for column, value in zip(SEALED_RUN_COLUMNS, row, strict=True)
+        if not str(value).startswith("enc:v1:k1:")
+    ] == []
+    assert b"MARKER-column" not in raw_bytes(db_url)
+    record = await store.get_run("r1")
+    assert record is not None
+    assert {column: getattr(record, column) for column in SEALED_RUN_COLUMNS} == marked
 
 
 @pytest.mark.parametrize(

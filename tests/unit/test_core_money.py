@@ -30,7 +30,7 @@ from agentrt.server.store import decode_event
 
 
 def test_dollars_convert_through_their_decimal_text_not_binary_floats() -> None:
-    assert 0.1 + 0.2 != 0.3  # what float dollars did to sums
+    # Float dollars summed 0.1 + 0.2 to 0.30000000000000004; micro-dollars sum exactly.
     assert usd_to_micros(0.1) + usd_to_micros(0.2) == usd_to_micros(0.3) == 300_000
     assert usd_to_micros(0.1 + 0.2) == 300_000  # a float an old runtime summed reads back exactly
     assert usd_to_micros(1.005) == 1_005_000  # binary 1.00499999999999989... would round down

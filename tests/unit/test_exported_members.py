@@ -23,6 +23,7 @@ PACKAGES = [
     "agentrt.server.tools",
     "agentrt.testing",
     "agentrt.toolhost",
+    "agentrt.toolhost.metadata",
     "agentrt.toolhost.security",
 ]
 

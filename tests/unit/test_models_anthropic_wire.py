@@ -257,12 +257,13 @@ def error_body(type_: str, message: str = "boom") -> bytes:
         (502, {}, b"<html>Bad Gateway</html>", ModelTransientError, "server_error", None),
         (504, {}, error_body("timeout_error"), ModelTransientError, "timeout", None),
         (408, {}, b"", ModelTransientError, "timeout", None),
+        # The API gives a prompt that is too long no type of its own; its message is never read.
         (
             400,
             {},
             error_body("invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"),
             ModelPermanentError,
-            "context_length_exceeded",
+            "bad_request",
             None,
         ),
         (
@@ -272,9 +273,10 @@ def error_body(type_: str, message: str = "boom") -> bytes:
                 "invalid_request_error", "input length and `max_tokens` exceed context limit: 1 + 2 > 3"
             ),
             ModelPermanentError,
-            "context_length_exceeded",
+            "bad_request",
             None,
         ),
+        (500, {}, error_body("api_error", "prompt is too long"), ModelTransientError, "server_error", None),
         (
             400,
             {},

@@ -172,9 +172,21 @@ def test_malformed_events_are_bad_responses(data: str, match: str) -> None:
             {
                 "message": "This model's maximum context length is 8192 tokens",
                 "type": "invalid_request_error",
+                "code": "context_length_exceeded",
             },
             ModelPermanentError,
             "context_length_exceeded",
+        ),
+        # The message is never read: only the typed code and type decide.
+        (
+            {"message": "This model's maximum context length is 8192 tokens", "type": "server_error"},
+            ModelTransientError,
+            "server_error",
+        ),
+        (
+            {"message": "rate_limit exceeded, timeout", "type": "invalid_request_error"},
+            ModelPermanentError,
+            "bad_request",
         ),
         ("upstream failed", ModelTransientError, "server_error"),
     ],

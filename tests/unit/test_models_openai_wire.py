@@ -289,12 +289,13 @@ def error_body(code: str | None, message: str = "boom", type_: str = "invalid_re
             "context_length_exceeded",
             None,
         ),
+        # Only the typed code says so: a message is never read for a reason.
         (
             400,
             {},
             b'{"error": "This model\'s maximum context length is 8192 tokens"}',
             ModelPermanentError,
-            "context_length_exceeded",
+            "bad_request",
             None,
         ),
         (400, {}, error_body("invalid_value"), ModelPermanentError, "bad_request", None),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from agentrt.server.models import (
     ModelError,
     ModelPermanentError,
     ModelRequest,
+    ModelResponse,
     ModelSpecData,
     ModelToolCall,
     ModelTransientError,
@@ -46,14 +48,37 @@ def make_request(
     timeout_s: float | None = None,
     options: dict[str, Any] | None = None,
 ) -> ModelRequest:
+    """The request of model step ``step`` of a run whose earlier steps each called one tool."""
+    history: list[Message] = []
+    for earlier in range(1, step):
+        call = ModelToolCall(call_id=f"call_{earlier}_0", tool="t.x", arguments_json="{}")
+        history += [
+            Message(role="assistant", tool_calls=(call,)),
+            Message(role="tool", tool_call_id=call.call_id, content="{}"),
+        ]
     return ModelRequest(
         run_id=run_id,
         step=step,
         spec=ModelSpecData(provider="scripted", name="demo", options=options or {}),
-        messages=(Message(role="system", content="You help."), Message(role="user", content=user)),
+        messages=(Message(role="system", content="You help."), Message(role="user", content=user), *history),
         tools=(),
         timeout_s=timeout_s,
     )
+
+
+def asked_again(request: ModelRequest, *, times: int = 1) -> ModelRequest:
+    """The same conversation asked again after the answer was lost: the run counted the step."""
+    return dataclasses.replace(request, step=request.step + times)
+
+
+def answered(request: ModelRequest, response: ModelResponse, *results: str) -> ModelRequest:
+    """The next step's request, once ``response`` and its tool results are in the history."""
+    calls = response.tool_calls
+    history = [Message(role="assistant", content=response.text, tool_calls=calls)]
+    history += [
+        Message(role="tool", tool_call_id=c.call_id, content=r) for c, r in zip(calls, results, strict=True)
+    ]
+    return dataclasses.replace(request, step=request.step + 1, messages=(*request.messages, *history))
 
 
 async def test_decision_is_the_step_of_the_script() -> None:
@@ -148,7 +173,7 @@ async def test_token_counts_are_cheap_estimates() -> None:
 async def test_input_token_estimate_counts_tool_calls_in_the_history() -> None:
     provider = ScriptedProvider(options={"steps": [{"text": "x"}, {"text": "y"}]})
     call = ModelToolCall(call_id="c", tool="t" * 10, arguments_json="a" * 30)
-    request = make_request(2, user="u" * 31)
+    request = make_request(1, user="u" * 31)
     history = (
         *request.messages,
         Message(role="assistant", tool_calls=(call,)),
@@ -299,23 +324,80 @@ def test_bad_options_are_a_config_error(options: dict[str, Any], match: str) -> 
     assert str(caught.value).startswith("invalid options for the scripted model provider: ")
 
 
-async def test_aclose_is_idempotent() -> None:
-    provider = ScriptedProvider(options=SCRIPT)
+async def test_closing_twice_is_harmless_and_forgets_the_injected_error_counts() -> None:
+    provider = ScriptedProvider(options={"steps": [{"text": "ok", "error": "transient", "error_times": 1}]})
+    with pytest.raises(ModelTransientError):
+        await provider.complete(make_request(1))
+    assert (await provider.complete(make_request(1))).text == "ok"  # counted: the error is spent
 
     await provider.aclose()
     await provider.aclose()
 
+    with pytest.raises(ModelTransientError):  # nothing counted survives the close
+        await provider.complete(make_request(1))
 
-async def test_thousands_of_steps_per_second() -> None:
-    steps = [
-        {"text": f"step {i}", "tool_calls": [{"tool": "t.x", "arguments": {"i": i}}]} for i in range(100)
-    ]
+
+async def test_fixed_steps_are_rendered_once_not_per_call() -> None:
+    steps = [{"text": f"step {i}", "tool_calls": [{"tool": "t.x", "arguments": {"i": i}}]} for i in range(3)]
     provider = ScriptedProvider(options={"steps": steps})
-    requests = [make_request(1 + i % 101) for i in range(2000)]
-    started = time.perf_counter()
 
-    for request in requests:
-        await provider.complete(request)
+    first, again = [await provider.complete(make_request(2)) for _ in range(2)]
 
-    # Locally ~100k steps/s; the bound only catches per-call parsing or validation creeping in.
-    assert time.perf_counter() - started < 1.0
+    # The benchmark drives thousands of steps a second through here: no parsing or rendering per call.
+    assert first.tool_calls is again.tool_calls and first.text == "step 1"
+
+
+# -- re-asks: the answer follows the conversation, not the count of model calls -------------------
+
+
+async def test_a_step_asked_again_after_its_answer_was_lost_gets_the_same_decision() -> None:
+    provider = ScriptedProvider(options=SCRIPT)
+    first_ask = make_request(1)
+
+    first = await provider.complete(first_ask)
+    # A fault between the answer and its commit: the run counted the step, the log kept nothing.
+    again = await provider.complete(asked_again(first_ask))
+    twice_more = await provider.complete(asked_again(first_ask, times=3))
+
+    assert again == first == twice_more
+    assert [c.call_id for c in again.tool_calls] == ["call_1_0", "call_1_1"]
+    # The next decision comes once the first one is in the conversation, whatever the step count.
+    after = answered(asked_again(first_ask, times=3), again, '{"status": "shipped"}', "{}")
+    assert (await provider.complete(after)).text == "Order shipped."
+    assert (await provider.complete(answered(after, await provider.complete(after)))).text == EXHAUSTED_TEXT
+
+
+async def test_a_later_step_asked_again_keeps_its_place_in_the_script() -> None:
+    steps = [{"text": f"s{i}", "tool_calls": [{"tool": "t.x", "arguments": {}}]} for i in range(1, 4)]
+    provider = ScriptedProvider(options={"steps": [*steps, {"text": "done"}]})
+    request = make_request(3)
+
+    assert (await provider.complete(request)).text == "s3"
+    lost = await provider.complete(asked_again(request))
+
+    assert lost.text == "s3" and lost.tool_calls[0].call_id == "call_3_0"
+    assert (await provider.complete(answered(asked_again(request), lost, "{}"))).text == "done"
+
+
+async def test_an_answer_without_tool_calls_asked_past_counts_as_a_decision() -> None:
+    # A final answer the runtime refused (output validation) is followed by its note: the model is
+    # asked for the next decision, as it would be with request.step alone.
+    provider = ScriptedProvider(options={"steps": [{"text": "draft"}, {"text": "final"}]})
+    first = make_request(1)
+    draft = await provider.complete(first)
+    corrective = dataclasses.replace(
+        answered(first, draft),
+        messages=(*answered(first, draft).messages, Message(role="user", content="[agentrt] invalid")),
+    )
+
+    assert (await provider.complete(corrective)).text == "final"
+    assert (await provider.complete(asked_again(first))).text == "draft"  # nothing answered yet
+
+
+async def test_a_new_turn_of_a_session_starts_the_script_again() -> None:
+    provider = ScriptedProvider(options=SCRIPT)
+    turn = make_request(1)
+    earlier_turn = (Message(role="user", content="A099"), Message(role="assistant", content="Order shipped."))
+    second_turn = dataclasses.replace(turn, messages=(turn.messages[0], *earlier_turn, *turn.messages[1:]))
+
+    assert (await provider.complete(second_turn)).tool_calls[0].call_id == "call_1_0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from agentrt.server.api._page_tokens import MAX_PAGE_TOKEN_CHARS, PageTokens
 from agentrt.server.api._request_keys import request_hash
 from agentrt.server.api._validate import (
     MAX_AGENT_NAMES,
+    MAX_BUDGET_COUNT,
     MAX_COST_MICROS,
     MAX_INSTRUCTIONS_BYTES,
     MAX_TOKENS,
@@ -96,18 +98,57 @@ def test_enums_must_be_known_and_set() -> None:
 # -- budgets ------------------------------------------------------------------------------------------
 
 
-def test_ordinary_budgets_pass() -> None:
-    check_budgets(
-        run_pb2.Budgets(
-            max_model_steps=5,
-            max_cost_micros=2_500_000,
-            max_calls_per_tool={"orders.lookup": 0, "refund.issue": 2},
-            timeout=duration_pb2.Duration(seconds=30, nanos=500),
-            max_input_tokens=MAX_TOKENS,
-        ),
-        "budgets",
-        limits=LIMITS,
+# Each bound, at its value and one past it: the value passes, one past is refused naming the field.
+BOUNDS = [
+    ("max_model_steps", lambda n: run_pb2.Budgets(max_model_steps=n), MAX_BUDGET_COUNT),
+    ("max_tool_calls", lambda n: run_pb2.Budgets(max_tool_calls=n), MAX_BUDGET_COUNT),
+    ("max_handoffs", lambda n: run_pb2.Budgets(max_handoffs=n), MAX_BUDGET_COUNT),
+    ("max_parallel_tool_calls", lambda n: run_pb2.Budgets(max_parallel_tool_calls=n), MAX_BUDGET_COUNT),
+    ("max_input_tokens", lambda n: run_pb2.Budgets(max_input_tokens=n), MAX_TOKENS),
+    ("max_output_tokens", lambda n: run_pb2.Budgets(max_output_tokens=n), MAX_TOKENS),
+    ("max_cost_micros", lambda n: run_pb2.Budgets(max_cost_micros=n), MAX_COST_MICROS),
+    (
+        "max_calls_per_tool[refund.issue]",
+        lambda n: run_pb2.Budgets(max_calls_per_tool={"orders.lookup": 0, "refund.issue": n}),
+        MAX_BUDGET_COUNT,
+    ),
+    (
+        "timeout",
+        lambda n: run_pb2.Budgets(timeout=duration_pb2.Duration(seconds=n)),
+        int(LIMITS.max_timeout_s),
+    ),
+]
+
+
+@pytest.mark.parametrize(("field", "budgets", "bound"), BOUNDS, ids=[b[0] for b in BOUNDS])
+def test_each_budget_passes_at_its_bound_and_is_refused_past_it(
+    field: str, budgets: Callable[[int], run_pb2.Budgets], bound: int
+) -> None:
+    check_budgets(budgets(bound), "budgets", limits=LIMITS)  # at the bound: accepted
+
+    with pytest.raises(InvalidRequest) as caught:
+        check_budgets(budgets(bound + 1), "budgets", limits=LIMITS)
+
+    assert (caught.value.field, caught.value.reason) == (f"budgets.{field}", "BUDGET_OUT_OF_RANGE")
+
+
+def test_ordinary_budgets_pass_together_and_one_bad_entry_fails_them() -> None:
+    ordinary = run_pb2.Budgets(
+        max_model_steps=5,
+        max_cost_micros=2_500_000,
+        max_calls_per_tool={"orders.lookup": 0, "refund.issue": 2},
+        timeout=duration_pb2.Duration(seconds=30, nanos=500),
+        max_input_tokens=MAX_TOKENS,
     )
+    check_budgets(ordinary, "budgets", limits=LIMITS)
+    spoiled = run_pb2.Budgets()
+    spoiled.CopyFrom(ordinary)
+    spoiled.max_calls_per_tool["refund.issue"] = -1
+
+    with pytest.raises(InvalidRequest) as caught:
+        check_budgets(spoiled, "budgets", limits=LIMITS)
+
+    assert caught.value.field == "budgets.max_calls_per_tool[refund.issue]"
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,25 @@
-"""The asyncio client of ``agentrt.runtime.v1.AgentRuntimeService``, and what both clients share."""
+"""The asyncio client of ``agentrt.runtime.v1.AgentRuntimeService``."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import grpc
 import grpc.aio
 
 from agentrt.client import _errors
-from agentrt.client._credentials import ChannelSecurity, resolve_security
-from agentrt.client._errors import CredentialsError
+from agentrt.client._base import (
+    DEFAULT_TARGET,
+    DEFAULT_TIMEOUT,
+    BaseClient,
+    _list_request,
+    _outcome_request,
+    _resolve_request,
+    _start_fields,
+    default_target,
+)
 from agentrt.client._payloads import Payload, assemble_async
 from agentrt.client._streams import AsyncEventStream
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
@@ -20,120 +27,12 @@ from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_servi
 if TYPE_CHECKING:
     from agentrt.proto.runtime.v1.runtime_service_pb2_grpc import AgentRuntimeServiceAsyncStub
 
+__all__ = ["DEFAULT_TARGET", "DEFAULT_TIMEOUT", "AsyncClient", "default_target"]
+
 _R = TypeVar("_R")
 
 
-def default_target() -> str:
-    """Returns ``$AGENTRT_TARGET``, or ``127.0.0.1:50051`` when it is unset or empty."""
-    return os.environ.get("AGENTRT_TARGET") or "127.0.0.1:50051"
-
-
-DEFAULT_TARGET: Final[str] = default_target()
-"""Where clients connect by default: ``$AGENTRT_TARGET`` or ``127.0.0.1:50051``."""
-
-DEFAULT_TIMEOUT: Final[float] = 10.0
-"""Seconds a unary call may take unless the client or the call says otherwise."""
-
-
-def _metadata_tuple(metadata: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    return tuple((k.lower(), v) for k, v in metadata)
-
-
-def _security(
-    target: str, *, channel_given: bool, metadata: tuple[tuple[str, str], ...], **options: Any
-) -> ChannelSecurity:
-    if channel_given:
-        # A ready channel carries its own credentials; the environment's are not applied to it.
-        given = sorted(name for name, value in options.items() if value is not None)
-        if given:
-            raise CredentialsError(f"{', '.join(given)} cannot be combined with a ready channel")
-        return ChannelSecurity(target=target)
-    security = resolve_security(target, **options)
-    if security.token and any(k == "authorization" for k, _ in metadata):
-        raise CredentialsError("give the token or an authorization metadata entry, not both")
-    return security
-
-
-def _start_fields(
-    agent_name: str,
-    input: str,
-    agent: run_pb2.AgentSpec | None,
-    budgets: run_pb2.Budgets | None,
-    request_key: str,
-    metadata: Mapping[str, str] | None,
-    session_id: str,
-    session_policy: str = "",
-) -> dict[str, Any]:
-    # RunAgentRequest and StartRunRequest have the same fields.
-    fields: dict[str, Any] = {
-        "agent_name": agent_name,
-        "input": input,
-        "agent": agent,
-        "budgets": budgets,
-        "request_key": request_key,
-        "metadata": dict(metadata or {}),
-        "session_id": session_id,
-    }
-    if session_policy:  # "reject" | "enqueue" | "interrupt"
-        fields["session_policy"] = f"SESSION_POLICY_{session_policy.upper()}"
-    return fields
-
-
-def _list_request(
-    page_size: int,
-    page_token: str,
-    phases: Sequence[run_pb2.RunPhase],
-    agent_name: str,
-    session_id: str,
-    needs_attention: bool = False,
-    cleanup_unknown: bool = False,
-) -> runtime_service_pb2.ListRunsRequest:
-    return runtime_service_pb2.ListRunsRequest(
-        page_size=page_size,
-        page_token=page_token,
-        phases=list(phases),
-        agent_name=agent_name,
-        session_id=session_id,
-        needs_attention=needs_attention,
-        cleanup_unknown=cleanup_unknown,
-    )
-
-
-def _outcome_request(
-    run_id: str, call_id: str, decision: str, expected_revision: int, result_json: str, comment: str
-) -> runtime_service_pb2.ResolveOutcomeRequest:
-    return runtime_service_pb2.ResolveOutcomeRequest(
-        run_id=run_id,
-        call_id=call_id,
-        decision=f"OUTCOME_DECISION_{decision.upper()}",
-        result_json=result_json,
-        expected_revision=expected_revision,
-        comment=comment,
-    )
-
-
-def _resolve_request(
-    run_id: str,
-    approval_id: str,
-    approve: bool,
-    args_hash: str,
-    expected_revision: int,
-    comment: str,
-    override_intent: bool = False,
-) -> runtime_service_pb2.ResolveApprovalRequest:
-    decision = run_pb2.APPROVAL_DECISION_APPROVE if approve else run_pb2.APPROVAL_DECISION_REJECT
-    return runtime_service_pb2.ResolveApprovalRequest(
-        run_id=run_id,
-        approval_id=approval_id,
-        decision=decision,
-        args_hash=args_hash,
-        expected_revision=expected_revision,
-        comment=comment,
-        override_intent=override_intent,
-    )
-
-
-class AsyncClient:
+class AsyncClient(BaseClient):
     """asyncio client of the agentrt runtime.
 
     Example::
@@ -187,13 +86,11 @@ class AsyncClient:
         server_name: str | None = None,
         tls: bool | None = None,
     ) -> None:
-        self.target = target
-        self.timeout = timeout
-        extra = _metadata_tuple(metadata)
-        security = _security(
+        super().__init__(
             target,
+            timeout=timeout,
+            metadata=metadata,
             channel_given=channel is not None,
-            metadata=extra,
             ca_file=ca_file,
             cert_file=cert_file,
             key_file=key_file,
@@ -202,25 +99,14 @@ class AsyncClient:
             server_name=server_name,
             tls=tls,
         )
-        self._security = security.describe()
-        # Hints name this client's options; a channel made elsewhere gets none.
-        self._hint = security.hint if channel is None else None
-        self._metadata = extra + security.call_metadata()
-        self._owns_channel = channel is None
-        if channel is None:
-            credentials = security.channel_credentials()
-            channel = (
-                grpc.aio.secure_channel(target, credentials, options=security.channel_options())
-                if credentials is not None
-                else grpc.aio.insecure_channel(target)
-            )
-        self._channel = channel
+        self._channel = (
+            channel
+            if channel is not None
+            else self._open_channel(grpc.aio.secure_channel, grpc.aio.insecure_channel)
+        )
         self._stub: AgentRuntimeServiceAsyncStub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(
             self._channel
         )
-
-    def __repr__(self) -> str:
-        return f"AsyncClient(target={self.target!r}, security={self._security!r})"
 
     async def close(self) -> None:
         """Closes the channel (if the client made it); in-flight calls are cancelled."""

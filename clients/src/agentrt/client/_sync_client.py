@@ -9,14 +9,13 @@ from typing import Self
 import grpc
 
 from agentrt.client import _errors
-from agentrt.client._client import (
+from agentrt.client._base import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
+    BaseClient,
     _list_request,
-    _metadata_tuple,
     _outcome_request,
     _resolve_request,
-    _security,
     _start_fields,
 )
 from agentrt.client._payloads import Payload, assemble
@@ -24,7 +23,7 @@ from agentrt.client._streams import EventStream
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 
 
-class Client:
+class Client(BaseClient):
     """Synchronous client of the agentrt runtime; the same API as :class:`AsyncClient`.
 
     Example::
@@ -61,13 +60,11 @@ class Client:
         server_name: str | None = None,
         tls: bool | None = None,
     ) -> None:
-        self.target = target
-        self.timeout = timeout
-        extra = _metadata_tuple(metadata)
-        security = _security(
+        super().__init__(
             target,
+            timeout=timeout,
+            metadata=metadata,
             channel_given=channel is not None,
-            metadata=extra,
             ca_file=ca_file,
             cert_file=cert_file,
             key_file=key_file,
@@ -76,23 +73,10 @@ class Client:
             server_name=server_name,
             tls=tls,
         )
-        self._security = security.describe()
-        # Hints name this client's options; a channel made elsewhere gets none.
-        self._hint = security.hint if channel is None else None
-        self._metadata = extra + security.call_metadata()
-        self._owns_channel = channel is None
-        if channel is None:
-            credentials = security.channel_credentials()
-            channel = (
-                grpc.secure_channel(target, credentials, options=security.channel_options())
-                if credentials is not None
-                else grpc.insecure_channel(target)
-            )
-        self._channel = channel
+        self._channel = (
+            channel if channel is not None else self._open_channel(grpc.secure_channel, grpc.insecure_channel)
+        )
         self._stub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(self._channel)
-
-    def __repr__(self) -> str:
-        return f"Client(target={self.target!r}, security={self._security!r})"
 
     def close(self) -> None:
         """Closes the channel (if the client made it); in-flight calls are cancelled."""

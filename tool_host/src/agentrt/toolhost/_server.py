@@ -26,7 +26,6 @@ from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._context import ToolContext
 from agentrt.toolhost._convert import failure_to_proto, operation_to_proto, timestamp_ns, tool_to_spec
 from agentrt.toolhost._errors import ErrorCode, InvalidInput
-from agentrt.toolhost._grants import GRANT_HEADER, MAX_FENCING_TOKEN
 from agentrt.toolhost._intents import Duplicate, IntentCall, Intents, Pending, intent_of
 from agentrt.toolhost._ledger import (
     Conflict,
@@ -52,6 +51,7 @@ from agentrt.toolhost._status import (
     abort_with,
 )
 from agentrt.toolhost._validate import MAX_TOOL_NAME_BYTES, check_field
+from agentrt.toolhost.metadata import TRACEPARENT, CallMetadata, MetadataError, parse_call_metadata
 
 __all__ = ["CallMetadata", "ToolHostServicer", "call_budget", "parse_metadata"]
 
@@ -68,96 +68,20 @@ else:
 
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
 
-IDEMPOTENCY_KEY = "x-agentrt-idempotency-key"
-RUN_ID = "x-agentrt-run-id"
-CALL_ID = "x-agentrt-call-id"
-ATTEMPT = "x-agentrt-attempt"
-FENCING_TOKEN = "x-agentrt-fencing-token"
-MAX_RESULT_BYTES = "x-agentrt-max-result-bytes"  # the caller's maximum for a result
-SESSION_ID = "x-agentrt-session-id"  # the run's session: scopes session-wide intents
-INTENT_OVERRIDE = "x-agentrt-intent-override"  # "1": a person approved repeating an earlier intent
-DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024  # without the header
-TRACEPARENT = "traceparent"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CallMetadata:
-    """The agentrt call metadata of one InvokeTool call (R3.3).
-
-    ``tenant`` is never read from a header: it is "" until the call's grant is verified,
-    then the grant's tenant.
-    """
-
-    idempotency_key: str
-    run_id: str = ""
-    call_id: str = ""
-    attempt: int = 1
-    fencing_token: int | None = None
-    traceparent: str | None = None
-    grant: str = dataclasses.field(default="", repr=False)
-    tenant: str = ""
-    max_result_bytes: int | None = None
-    session_id: str = ""
-    intent_override: bool = False
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024  # without the x-agentrt-max-result-bytes header
 
 
 def parse_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> CallMetadata:
-    """Read the agentrt call metadata.
+    """Read the agentrt call metadata (:func:`agentrt.toolhost.metadata.parse_call_metadata`).
 
     Raises:
-        InvalidRequest: The idempotency key is missing, or attempt / fencing token is not an
-            integer in 0..2**63-1.
+        InvalidRequest: What the parser refuses, with its reason and one BadRequest violation
+            naming the header.
     """
-    values: dict[str, str] = {}
-    for key, value in metadata or ():
-        if isinstance(value, str):
-            values[key.lower()] = value.strip()
-    key = values.get(IDEMPOTENCY_KEY, "")
-    if not key:
-        raise InvalidRequest(
-            f"metadata {IDEMPOTENCY_KEY} is required",
-            reason="MISSING_IDEMPOTENCY_KEY",
-            violations=[(IDEMPOTENCY_KEY, "required: a key stable across retries of the call")],
-        )
-    check_field(key, IDEMPOTENCY_KEY)
-    check_field(values.get(RUN_ID, ""), RUN_ID)
-    # Call ids come from models: only their length is bounded (headers are printable already).
-    if len(values.get(CALL_ID, "")) > 1024:
-        check_field(values[CALL_ID], CALL_ID, max_bytes=1024)
-    attempt = _non_negative_int(values, ATTEMPT)
-    fencing_token = _non_negative_int(values, FENCING_TOKEN)
-    max_result_bytes = _non_negative_int(values, MAX_RESULT_BYTES)
-    check_field(values.get(SESSION_ID, ""), SESSION_ID)
-    return CallMetadata(
-        idempotency_key=key,
-        run_id=values.get(RUN_ID, ""),
-        call_id=values.get(CALL_ID, ""),
-        attempt=attempt or 1,
-        fencing_token=fencing_token,
-        traceparent=values.get(TRACEPARENT) or None,
-        grant=values.get(GRANT_HEADER, ""),
-        max_result_bytes=max_result_bytes or None,
-        session_id=values.get(SESSION_ID, ""),
-        intent_override=values.get(INTENT_OVERRIDE, "") == "1",
-    )
-
-
-_MAX_DIGITS = len(str(MAX_FENCING_TOKEN))
-
-
-def _non_negative_int(values: Mapping[str, str], name: str) -> int | None:
-    text = values.get(name, "")
-    if not text:
-        return None
-    # The length is checked before int(): a huge number must neither reach the ledger (SQLite
-    # integers are 64-bit) nor cost a long conversion.
-    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_DIGITS or int(text) > MAX_FENCING_TOKEN:
-        raise InvalidRequest(
-            f"metadata {name} must be an integer in 0..{MAX_FENCING_TOKEN}",
-            reason="INVALID_METADATA",
-            violations=[(name, f"not an integer in 0..{MAX_FENCING_TOKEN}: {text[:40]!r}")],
-        )
-    return int(text)
+    try:
+        return parse_call_metadata(metadata)
+    except MetadataError as exc:
+        raise InvalidRequest(str(exc), reason=exc.reason, violations=[(exc.header, exc.why)]) from None
 
 
 def call_budget(

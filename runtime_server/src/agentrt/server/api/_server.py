@@ -73,7 +73,9 @@ class RuntimeServer:
         authentication = _authentication(settings)
         credentials = _server_credentials(settings)
         self.models = ModelRegistry(
-            get_model_plugin_manager(), max_providers=settings.model_cache.max_providers
+            get_model_plugin_manager(),
+            max_providers=settings.model_cache.max_providers,
+            connect_s=settings.timeouts.connect_s,
         )
         _check_models(settings, self.models)
         self.tools.signer = _grant_signer(settings)

@@ -17,7 +17,6 @@ false; fragments reach ``on_text_delta`` as the events arrive (``_anthropic_stre
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,13 +25,13 @@ from pydantic import Field
 
 from ._anthropic_stream import MessagesStream
 from ._anthropic_wire import build_messages_request, error_from_response, parse_messages_response
-from ._http import STREAMED, Endpoint, HTTPOptions, RequestId, parse_options, read_api_key
+from ._driver import HTTPProvider, StreamAssembly
+from ._errors import ModelError
+from ._http import DEFAULT_CONNECT_S, HTTPOptions, parse_options
 from ._types import ModelProvider, ModelRequest, ModelResponse
 from .hookspecs import hookimpl
 
-__all__ = ["ANTHROPIC_VERSION", "DEFAULT_BASE_URL", "PROVIDER_NAME", "AnthropicProvider"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["ANTHROPIC_VERSION", "DEFAULT_BASE_URL", "PROVIDER_NAME", "AnthropicDialect", "AnthropicProvider"]
 
 PROVIDER_NAME = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -47,13 +46,57 @@ class _AnthropicOptions(HTTPOptions):
     max_tokens: int = Field(default=1024, ge=1)
 
 
-class AnthropicProvider:
+class AnthropicDialect:
+    """The Messages API, as :class:`~agentrt.server.models._driver.Dialect` asks."""
+
+    call_name = "messages call"
+    path = "v1/messages"
+    request_id_header = "request-id"
+
+    def __init__(self, options: _AnthropicOptions) -> None:
+        self._options = options
+
+    def headers(self, api_key: str) -> httpx.Headers:
+        headers = httpx.Headers({"anthropic-version": ANTHROPIC_VERSION})
+        headers.update(self._options.headers)  # case-insensitive: may replace anthropic-version
+        headers["x-api-key"] = api_key
+        return headers
+
+    def build(self, request: ModelRequest, *, stream: bool) -> tuple[dict[str, Any], Mapping[str, str]]:
+        options = self._options
+        return build_messages_request(
+            request, max_tokens=options.max_tokens, temperature=options.temperature, stream=stream
+        )
+
+    def parse(self, body: Any, *, request: ModelRequest, tool_names: Mapping[str, str]) -> ModelResponse:
+        return parse_messages_response(body, request=request, tool_names=tool_names)
+
+    def stream(
+        self,
+        *,
+        request: ModelRequest,
+        tool_names: Mapping[str, str],
+        on_text_delta: Callable[[str], None] | None,
+        secret: str,
+    ) -> StreamAssembly:
+        return MessagesStream(
+            request=request, tool_names=tool_names, on_text_delta=on_text_delta, secret=secret
+        )
+
+    def error_from_response(
+        self, status_code: int, headers: Mapping[str, str], body: bytes, *, secret: str = ""
+    ) -> ModelError:
+        return error_from_response(status_code, headers, body, secret=secret)
+
+
+class AnthropicProvider(HTTPProvider):
     """Messages API client for one (model, options); safe for concurrent calls.
 
     Args:
         options: Provider options (see the module docstring).
         environ: Where to read the API key variable; defaults to ``os.environ``.
         transport: httpx transport to use instead of the network one (tests, proxies).
+        connect_s: How long a call waits for a connection (``[timeouts] connect_s``).
 
     Raises:
         ModelConfigError: Bad options, or the API key variable is unset or empty.
@@ -65,93 +108,24 @@ class AnthropicProvider:
         options: Mapping[str, Any],
         environ: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        connect_s: float = DEFAULT_CONNECT_S,
     ) -> None:
-        self._options = parse_options(_AnthropicOptions, options, provider=PROVIDER_NAME)
-        api_key = read_api_key(environ, self._options.api_key_env, self._options.api_key_file)
-        self._api_key = api_key
-        headers = httpx.Headers({"anthropic-version": ANTHROPIC_VERSION})
-        headers.update(self._options.headers)  # case-insensitive: may replace anthropic-version
-        headers["x-api-key"] = api_key
-        self._endpoint = Endpoint(
-            base_url=self._options.base_url,
-            headers=headers,
-            timeout_s=self._options.timeout_s,
+        parsed = parse_options(_AnthropicOptions, options, provider=PROVIDER_NAME)
+        super().__init__(
+            options=parsed,
+            dialect=AnthropicDialect(parsed),
+            environ=environ,
             transport=transport,
-            secret=api_key,
-            error_from_response=error_from_response,
+            connect_s=connect_s,
         )
-
-    def __repr__(self) -> str:
-        options = self._options
-        return f"AnthropicProvider(base_url={options.base_url!r}, api_key_env={options.api_key_env!r})"
-
-    async def complete(
-        self, request: ModelRequest, *, on_text_delta: Callable[[str], None] | None = None
-    ) -> ModelResponse:
-        """Ask the Messages API for the next decision.
-
-        Args:
-            request: The call; ``request.spec.name`` is the model, ``request.timeout_s`` bounds the
-                whole call, reading the stream included (the ``timeout_s`` option when ``None``).
-            on_text_delta: Receives text fragments as they arrive (streaming), or the whole text
-                once when the call does not stream.
-
-        Returns:
-            The decision, with the token counts the API reported (estimates when it did not).
-
-        Raises:
-            ModelTransientError: 408/409/429/5xx/529 (``overloaded``), an ``error`` event in the
-                stream, connection errors, timeouts, and ``stream_interrupted`` when a stream breaks
-                off (after some fragments, maybe).
-            ModelPermanentError: Other 4xx (``reason`` ``context_length_exceeded`` among them), or an
-                answer that is not a Messages response.
-            ModelAuthError: 401/403.
-            ModelConfigError: The base URL cannot be used.
-        """
-        options = self._options
-        stream = on_text_delta is not None and options.stream
-        body, tool_names = build_messages_request(
-            request, max_tokens=options.max_tokens, temperature=options.temperature, stream=stream
-        )
-        timeout_s = options.timeout_s if request.timeout_s is None else request.timeout_s
-        logger.debug(
-            "messages call run_id=%s step=%d model=%s messages=%d tools=%d stream=%s",
-            request.run_id,
-            request.step,
-            request.spec.name,
-            len(body["messages"]),
-            len(body.get("tools", ())),
-            stream,
-        )
-        messages = MessagesStream(
-            request=request, tool_names=tool_names, on_text_delta=on_text_delta, secret=self._api_key
-        )
-        ids = RequestId("request-id")
-        answer = await self._endpoint.post(
-            "v1/messages",
-            body,
-            timeout_s=timeout_s,
-            on_event=messages.feed if stream else None,
-            on_headers=ids.take,
-        )
-        if answer is STREAMED:
-            return ids.stamp(messages.response())
-        response = parse_messages_response(answer, request=request, tool_names=tool_names)
-        if on_text_delta is not None and response.text:
-            on_text_delta(response.text)
-        return ids.stamp(response)
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections; idempotent."""
-        await self._endpoint.aclose()
 
 
 @hookimpl
-def agentrt_model_provider(name: str, options: Mapping[str, Any]) -> ModelProvider | None:
+def agentrt_model_provider(name: str, options: Mapping[str, Any], connect_s: float) -> ModelProvider | None:
     """Create the ``anthropic`` provider."""
     if name != PROVIDER_NAME:
         return None
-    return AnthropicProvider(options=options)
+    return AnthropicProvider(options=options, connect_s=connect_s)
 
 
 @hookimpl

@@ -13,7 +13,6 @@ into values or errors with :func:`parse_messages_response` and :func:`error_from
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -64,9 +63,6 @@ _STATUS_OF_TYPE = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
-# "prompt is too long: 210000 tokens > 200000 maximum", "input length and `max_tokens` exceed
-# context limit: ...".
-_CONTEXT_LENGTH = re.compile(r"prompt is too long|exceed context limit|context window", re.IGNORECASE)
 
 
 def _bad_response(detail: str) -> ModelPermanentError:
@@ -291,7 +287,6 @@ def _error_detail(body: bytes) -> tuple[str, str]:
 def _error(
     status: int,
     error_type: str,
-    detail: str,
     message: str,
     retry_after_s: float | None,
     status_code: int | None,
@@ -314,8 +309,6 @@ def _error(
         )
     if status == 402 or error_type == "billing_error":
         return ModelPermanentError(message, reason="insufficient_quota", status_code=status_code)
-    if _CONTEXT_LENGTH.search(detail):
-        return ModelPermanentError(message, reason="context_length_exceeded", status_code=status_code)
     reason = {400: "bad_request", 404: "not_found", 413: "request_too_large", 422: "bad_request"}.get(
         status, "http_error"
     )
@@ -341,12 +334,13 @@ def error_from_response(
 
     Returns:
         Transient for 408, 409, 429, 5xx and 529 (``overloaded``); auth for 401/403; permanent
-        otherwise (``context_length_exceeded`` for a prompt that is too long).
+        otherwise. Only the status and the error's ``type`` decide, never its message: the API
+        gives a prompt that is too long no type of its own, so it is ``bad_request``.
     """
     error_type, detail = _error_detail(body)
     message = f"model endpoint returned HTTP {status_code}" + (f": {detail}" if detail else "")
     retry_after_s = parse_retry_after(headers, now=now)
-    return _error(status_code, error_type, detail, redact(message, secret), retry_after_s, status_code)
+    return _error(status_code, error_type, redact(message, secret), retry_after_s, status_code)
 
 
 def error_from_event(data: str, *, secret: str = "") -> ModelError:
@@ -363,4 +357,4 @@ def error_from_event(data: str, *, secret: str = "") -> ModelError:
     error_type, detail = _error_detail(data.encode())
     status = _STATUS_OF_TYPE.get(error_type, 500)
     message = f"model stream reported {error_type or 'an error'}" + (f": {detail}" if detail else "")
-    return _error(status, error_type, detail, redact(message, secret), None, None)
+    return _error(status, error_type, redact(message, secret), None, None)

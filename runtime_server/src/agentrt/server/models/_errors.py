@@ -6,7 +6,8 @@ The class says what the engine may do about the error; ``reason`` says precisely
     ├── ModelTransientError     transient   retry by policy, after retry_after_s when set
     │                                       (429 rate limit, 5xx, 529 overloaded, connection
     │                                       errors, timeouts; stream_interrupted: a stream broke
-    │                                       off, so the text deltas of the attempt are void)
+    │                                       off, so the text deltas of the attempt are void);
+    │                                       typed facts: timed_out, connect_failed
     ├── ModelPermanentError     permanent   fail the step; retrying the same request cannot help
     │                                       (400, context length exceeded, bad response shape)
     ├── ModelAuthError          auth        fail or pause the run until credentials are fixed
@@ -14,7 +15,9 @@ The class says what the engine may do about the error; ``reason`` says precisely
     └── ModelConfigError        config      fail the run; the agent's model spec is wrong
                                             (unknown provider, bad options, missing API key env var)
 
-Messages never contain API keys: providers redact them before raising.
+Messages never contain API keys: providers redact them before raising. What an error means is read
+from its class and typed fields (``reason``, ``status_code``, ``timed_out``, ``connect_failed``),
+never from its message.
 """
 
 from __future__ import annotations
@@ -82,10 +85,72 @@ def _rebuild(
 
 
 class ModelTransientError(ModelError):
-    """A failure that may go away: rate limit, server error, connection error, timeout."""
+    """A failure that may go away: rate limit, server error, connection error, timeout.
+
+    Args:
+        timed_out: The call's own timeout fired (``request.timeout_s``), while connecting or after.
+        connect_failed: No connection was made (refused, unreachable, or not made within the
+            connect layer, ``[timeouts] connect_s``): the request provably never left. Left False
+            whenever that cannot be proven, e.g. when the call's own timeout cut a connect short.
+    """
 
     kind = "transient"
     retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        retry_after_s: float | None = None,
+        status_code: int | None = None,
+        timed_out: bool = False,
+        connect_failed: bool = False,
+    ) -> None:
+        super().__init__(message, reason=reason, retry_after_s=retry_after_s, status_code=status_code)
+        self.timed_out = timed_out
+        self.connect_failed = connect_failed
+
+    def __repr__(self) -> str:
+        facts = "".join(
+            f", {name}=True"
+            for name, value in (("timed_out", self.timed_out), ("connect_failed", self.connect_failed))
+            if value
+        )
+        return super().__repr__()[:-1] + facts + ")"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            _rebuild_transient,
+            (
+                type(self),
+                self.message,
+                self.reason,
+                self.retry_after_s,
+                self.status_code,
+                self.timed_out,
+                self.connect_failed,
+            ),
+        )
+
+
+def _rebuild_transient(
+    cls: type[ModelTransientError],
+    message: str,
+    reason: str,
+    retry_after_s: float | None,
+    status_code: int | None,
+    timed_out: bool,
+    connect_failed: bool,
+) -> ModelTransientError:
+    return cls(
+        message,
+        reason=reason,
+        retry_after_s=retry_after_s,
+        status_code=status_code,
+        timed_out=timed_out,
+        connect_failed=connect_failed,
+    )
 
 
 class ModelPermanentError(ModelError):

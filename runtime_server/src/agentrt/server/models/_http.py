@@ -1,18 +1,23 @@
 """HTTP plumbing shared by the ``openai`` and ``anthropic`` providers.
 
 Option checks, the API key, and :class:`Endpoint`, which posts one JSON body and turns every way
-the exchange can fail into a :class:`~agentrt.server.models.ModelError`::
+the exchange can fail into a :class:`~agentrt.server.models.ModelError`. Failures are told apart
+by httpx's exception types and the answer's status, never by a message::
 
-    when                                  what                        error (reason)
-    before the answer's first byte        refused, reset, bad TLS     transient (connection)
+    when                                  what                        error (reason, facts)
+    connecting (TCP, TLS)                 refused, unreachable        transient (connection,
+                                          not within connect_s        connect_failed)
+    before the answer's first byte        reset, bad TLS after it     transient (connection)
     while reading an event stream         reset, truncated body,      transient (stream_interrupted)
                                           no final event
-    any time                              request.timeout_s elapsed   transient (timeout)
-    non-2xx answer                        status, error body          the provider's error_from_response
+    any time                              request.timeout_s elapsed   transient (timeout, timed_out)
+    non-2xx answer                        status, error body          the dialect's error_from_response
     2xx answer                            not JSON / not a stream     permanent (bad_response)
 
-A ``stream_interrupted`` error may come after ``on_text_delta`` received fragments: the caller
-retries the whole step and drops what the broken attempt streamed.
+The connect layer: a connection must be made within ``min(connect_s, the call's timeout)``
+(``[timeouts] connect_s``), so an endpoint that takes no connection fails the call fast, provably
+unsent. A ``stream_interrupted`` error may come after ``on_text_delta`` received fragments: the
+caller retries the whole step and drops what the broken attempt streamed.
 """
 
 from __future__ import annotations
@@ -32,12 +37,15 @@ import httpx
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrt.server.core import connect_timeout_s
+
 from ._errors import ModelConfigError, ModelError, ModelPermanentError, ModelTransientError
 from ._openai_wire import redact, wire_loads
 from ._sse import ServerSentEvent, SSEDecoder
 from ._types import ModelResponse
 
 __all__ = [
+    "DEFAULT_CONNECT_S",
     "STREAMED",
     "Endpoint",
     "ErrorMapper",
@@ -56,6 +64,8 @@ _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", 
 _Options = TypeVar("_Options", bound=BaseModel)
 # How long to wait for the end of a body after the final event (see Endpoint._drain).
 _DRAIN_S = 0.25
+#: Seconds a call waits for a connection when the runtime names no ``[timeouts] connect_s``.
+DEFAULT_CONNECT_S = 5.0
 
 
 class RequestId:
@@ -218,6 +228,7 @@ class Endpoint:
         transport: httpx transport to use instead of the network one.
         secret: The API key, redacted from every message.
         error_from_response: Maps non-2xx answers to errors.
+        connect_s: How long a call waits for a connection (never longer than the call's timeout).
     """
 
     def __init__(
@@ -229,10 +240,12 @@ class Endpoint:
         transport: httpx.AsyncBaseTransport | None,
         secret: str,
         error_from_response: ErrorMapper,
+        connect_s: float = DEFAULT_CONNECT_S,
     ) -> None:
         self._base_url = base_url
         self._secret = secret
         self._error_from_response = error_from_response
+        self._connect_s = connect_s
         self._client = httpx.AsyncClient(
             base_url=base_url + "/",
             headers=headers,
@@ -270,28 +283,37 @@ class Endpoint:
             ModelError: As the module docstring maps it; errors ``on_event`` raises pass through.
         """
         if timeout_s <= 0:
-            raise ModelTransientError("no time left for the model call", reason="timeout")
+            raise ModelTransientError("no time left for the model call", reason="timeout", timed_out=True)
+        connect_s = connect_timeout_s(connect_s=self._connect_s, call_timeout_s=timeout_s)
+        # httpx bounds each phase (a connection from the pool and its TCP and TLS handshakes within
+        # connect_s, then each read and write); asyncio bounds the whole call, the stream included.
+        phases = httpx.Timeout(timeout_s, connect=connect_s, pool=connect_s)
         try:
-            # httpx's timeout bounds each phase (connect, each read); asyncio's bounds the whole call.
             async with asyncio.timeout(timeout_s):
-                return await self._exchange(path, body, timeout_s, on_event, on_headers)
-        except (TimeoutError, httpx.TimeoutException):
+                return await self._exchange(path, body, phases, on_event, on_headers)
+        except (httpx.ConnectTimeout, httpx.PoolTimeout):
             raise ModelTransientError(
-                f"model call timed out after {timeout_s:g}s", reason="timeout"
+                self._unsent(f"no connection within {connect_s:g}s"),
+                reason="timeout" if connect_s >= timeout_s else "connection",
+                timed_out=connect_s >= timeout_s,
+                connect_failed=True,
+            ) from None
+        except (TimeoutError, httpx.TimeoutException):
+            # Whether the request left is not known: the connection may have been made.
+            raise ModelTransientError(
+                f"model call timed out after {timeout_s:g}s", reason="timeout", timed_out=True
             ) from None
 
     async def _exchange(
         self,
         path: str,
         body: dict[str, Any],
-        timeout_s: float,
+        phases: httpx.Timeout,
         on_event: Callable[[ServerSentEvent], bool] | None,
         on_headers: Callable[[Mapping[str, str]], None] | None = None,
     ) -> Any:
         try:
-            async with self._client.stream(
-                "POST", path, json=body, timeout=httpx.Timeout(timeout_s)
-            ) as response:
+            async with self._client.stream("POST", path, json=body, timeout=phases) as response:
                 if not response.is_success:
                     content = await response.aread()
                     raise self._error_from_response(
@@ -317,6 +339,11 @@ class Endpoint:
             raise ModelPermanentError(self._transport_message(exc), reason="bad_response") from None
         except httpx.TimeoutException:
             raise
+        except httpx.ConnectError as exc:
+            # Refused, unreachable, a failed TLS handshake: no connection, so nothing was sent.
+            raise ModelTransientError(
+                self._transport_message(exc) + "; not sent", reason="connection", connect_failed=True
+            ) from None
         except httpx.RequestError as exc:
             raise ModelTransientError(self._transport_message(exc), reason="connection") from None
         try:
@@ -361,6 +388,9 @@ class Endpoint:
     def _interrupted(self, decoder: SSEDecoder, detail: str) -> ModelTransientError:
         message = f"model stream from {self._base_url} broke off after {decoder.received} bytes: {detail}"
         return ModelTransientError(redact(message, self._secret), reason="stream_interrupted")
+
+    def _unsent(self, detail: str) -> str:
+        return redact(f"cannot reach the model endpoint {self._base_url}: {detail}; not sent", self._secret)
 
     def _transport_message(self, exc: httpx.RequestError) -> str:
         detail = str(exc)

@@ -18,22 +18,21 @@ plain JSON is handled like a non-streaming answer.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
 from pydantic import Field
 
-from ._http import STREAMED, Endpoint, HTTPOptions, RequestId, parse_options, read_api_key
+from ._driver import HTTPProvider, StreamAssembly
+from ._errors import ModelError
+from ._http import DEFAULT_CONNECT_S, HTTPOptions, parse_options
 from ._openai_stream import ChatStream
 from ._openai_wire import build_chat_request, error_from_response, parse_chat_response
 from ._types import ModelProvider, ModelRequest, ModelResponse
 from .hookspecs import hookimpl
 
-__all__ = ["DEFAULT_BASE_URL", "PROVIDER_NAME", "OpenAIProvider"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["DEFAULT_BASE_URL", "PROVIDER_NAME", "OpenAIDialect", "OpenAIProvider"]
 
 PROVIDER_NAME = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -47,13 +46,60 @@ class _OpenAIOptions(HTTPOptions):
     max_tokens: int | None = Field(default=None, ge=1)
 
 
-class OpenAIProvider:
+class OpenAIDialect:
+    """Chat Completions, as :class:`~agentrt.server.models._driver.Dialect` asks."""
+
+    call_name = "chat completion"
+    path = "chat/completions"
+    request_id_header = "x-request-id"
+
+    def __init__(self, options: _OpenAIOptions) -> None:
+        self._options = options
+
+    def headers(self, api_key: str) -> httpx.Headers:
+        headers = httpx.Headers(self._options.headers)
+        headers["Authorization"] = f"Bearer {api_key}"
+        if self._options.organization:
+            headers["OpenAI-Organization"] = self._options.organization
+        return headers
+
+    def build(self, request: ModelRequest, *, stream: bool) -> tuple[dict[str, Any], Mapping[str, str]]:
+        options = self._options
+        body, tool_names = build_chat_request(
+            request, temperature=options.temperature, max_tokens=options.max_tokens
+        )
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body, tool_names
+
+    def parse(self, body: Any, *, request: ModelRequest, tool_names: Mapping[str, str]) -> ModelResponse:
+        return parse_chat_response(body, request=request, tool_names=tool_names)
+
+    def stream(
+        self,
+        *,
+        request: ModelRequest,
+        tool_names: Mapping[str, str],
+        on_text_delta: Callable[[str], None] | None,
+        secret: str,
+    ) -> StreamAssembly:
+        return ChatStream(request=request, tool_names=tool_names, on_text_delta=on_text_delta, secret=secret)
+
+    def error_from_response(
+        self, status_code: int, headers: Mapping[str, str], body: bytes, *, secret: str = ""
+    ) -> ModelError:
+        return error_from_response(status_code, headers, body, secret=secret)
+
+
+class OpenAIProvider(HTTPProvider):
     """Chat Completions client for one (model, options); safe for concurrent calls.
 
     Args:
         options: Provider options (see the module docstring).
         environ: Where to read the API key variable; defaults to ``os.environ``.
         transport: httpx transport to use instead of the network one (tests, proxies).
+        connect_s: How long a call waits for a connection (``[timeouts] connect_s``).
 
     Raises:
         ModelConfigError: Bad options, or the API key variable is unset or empty.
@@ -65,95 +111,24 @@ class OpenAIProvider:
         options: Mapping[str, Any],
         environ: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        connect_s: float = DEFAULT_CONNECT_S,
     ) -> None:
-        self._options = parse_options(_OpenAIOptions, options, provider=PROVIDER_NAME)
-        api_key = read_api_key(environ, self._options.api_key_env, self._options.api_key_file)
-        self._api_key = api_key
-        headers = {**self._options.headers, "Authorization": f"Bearer {api_key}"}
-        if self._options.organization:
-            headers["OpenAI-Organization"] = self._options.organization
-        self._endpoint = Endpoint(
-            base_url=self._options.base_url,
-            headers=headers,
-            timeout_s=self._options.timeout_s,
+        parsed = parse_options(_OpenAIOptions, options, provider=PROVIDER_NAME)
+        super().__init__(
+            options=parsed,
+            dialect=OpenAIDialect(parsed),
+            environ=environ,
             transport=transport,
-            secret=api_key,
-            error_from_response=error_from_response,
+            connect_s=connect_s,
         )
-
-    def __repr__(self) -> str:
-        options = self._options
-        return f"OpenAIProvider(base_url={options.base_url!r}, api_key_env={options.api_key_env!r})"
-
-    async def complete(
-        self, request: ModelRequest, *, on_text_delta: Callable[[str], None] | None = None
-    ) -> ModelResponse:
-        """Ask the endpoint for the next decision.
-
-        Args:
-            request: The call; ``request.spec.name`` is the model, ``request.timeout_s`` bounds the
-                whole call, reading the stream included (the ``timeout_s`` option when ``None``).
-            on_text_delta: Receives text fragments as they arrive (streaming), or the whole text
-                once when the call does not stream.
-
-        Returns:
-            The decision, with the token counts the endpoint reported (estimates when it did not).
-
-        Raises:
-            ModelTransientError: 408/409/429/5xx, connection errors, timeouts, and
-                ``stream_interrupted`` when a stream breaks off (after some fragments, maybe).
-            ModelPermanentError: Other 4xx (``reason`` ``context_length_exceeded`` among them), or an
-                answer that is not a Chat Completions response.
-            ModelAuthError: 401/403.
-            ModelConfigError: The base URL cannot be used.
-        """
-        options = self._options
-        body, tool_names = build_chat_request(
-            request, temperature=options.temperature, max_tokens=options.max_tokens
-        )
-        stream = on_text_delta is not None and options.stream
-        if stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        timeout_s = options.timeout_s if request.timeout_s is None else request.timeout_s
-        logger.debug(
-            "chat completion run_id=%s step=%d model=%s messages=%d tools=%d stream=%s",
-            request.run_id,
-            request.step,
-            request.spec.name,
-            len(body["messages"]),
-            len(body.get("tools", ())),
-            stream,
-        )
-        chat = ChatStream(
-            request=request, tool_names=tool_names, on_text_delta=on_text_delta, secret=self._api_key
-        )
-        ids = RequestId("x-request-id")
-        answer = await self._endpoint.post(
-            "chat/completions",
-            body,
-            timeout_s=timeout_s,
-            on_event=chat.feed if stream else None,
-            on_headers=ids.take,
-        )
-        if answer is STREAMED:
-            return ids.stamp(chat.response())
-        response = parse_chat_response(answer, request=request, tool_names=tool_names)
-        if on_text_delta is not None and response.text:
-            on_text_delta(response.text)
-        return ids.stamp(response)
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections; idempotent."""
-        await self._endpoint.aclose()
 
 
 @hookimpl
-def agentrt_model_provider(name: str, options: Mapping[str, Any]) -> ModelProvider | None:
+def agentrt_model_provider(name: str, options: Mapping[str, Any], connect_s: float) -> ModelProvider | None:
     """Create the ``openai`` provider."""
     if name != PROVIDER_NAME:
         return None
-    return OpenAIProvider(options=options)
+    return OpenAIProvider(options=options, connect_s=connect_s)
 
 
 @hookimpl

@@ -23,6 +23,8 @@ from ._types import ModelRequest, ModelResponse, ModelToolCall
 __all__ = ["ChatStream", "error_from_stream"]
 
 _DONE = "[DONE]"
+# The codes (or types) OpenAI and compatible servers give a rate limit.
+_RATE_LIMIT_CODES = frozenset({"rate_limit_exceeded", "rate_limit_error"})
 _MAX_DETAIL = 500
 
 
@@ -41,18 +43,19 @@ def error_from_stream(error: Any, *, secret: str = "") -> ModelError:
         secret: The API key, removed from the message.
 
     Returns:
-        Permanent for invalid requests (``context_length_exceeded`` when the server says so),
-        transient otherwise: ``rate_limited`` or ``server_error``.
+        Permanent for invalid requests (``context_length_exceeded`` when its ``code`` says so),
+        transient otherwise: ``rate_limited`` or ``server_error``. Only the typed ``code`` and
+        ``type`` decide, never the message.
     """
     fields = error if isinstance(error, dict) else {"message": error}
     kind = str(fields.get("code") or fields.get("type") or "")
     detail = str(fields.get("message") or "")[:_MAX_DETAIL]
     message = redact("model stream reported an error" + (f": {detail}" if detail else ""), secret)
-    if kind == "context_length_exceeded" or "maximum context length" in detail:
+    if kind == "context_length_exceeded":
         return ModelPermanentError(message, reason="context_length_exceeded")
     if kind == "invalid_request_error":
         return ModelPermanentError(message, reason="bad_request")
-    if "rate_limit" in kind:
+    if kind in _RATE_LIMIT_CODES:
         return ModelTransientError(message, reason="rate_limited")
     return ModelTransientError(message, reason="server_error")
 

@@ -354,7 +354,8 @@ def error_from_response(
 
     Returns:
         Transient for 408, 409, 429 and 5xx (``reason`` ``overloaded`` for 529); auth for 401/403;
-        permanent otherwise, with ``reason`` ``context_length_exceeded`` when the server says so.
+        permanent otherwise, with ``reason`` ``context_length_exceeded`` when the error's ``code``
+        says so. Only the status and the body's typed fields decide: never its message.
     """
     code, detail = _error_detail(body)
     message = f"model endpoint returned HTTP {status_code}" + (f": {detail}" if detail else "")
@@ -375,7 +376,7 @@ def error_from_response(
         return ModelTransientError(
             message, reason=reason, retry_after_s=retry_after_s, status_code=status_code
         )
-    if code == "context_length_exceeded" or "maximum context length" in detail:
+    if code == "context_length_exceeded":  # the typed code; a message is never read for a reason
         return ModelPermanentError(message, reason="context_length_exceeded", status_code=status_code)
     reason = {400: "bad_request", 404: "not_found", 413: "request_too_large", 422: "bad_request"}.get(
         status_code, "http_error"

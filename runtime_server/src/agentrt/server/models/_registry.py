@@ -14,6 +14,7 @@ import pluggy
 from . import hookspecs
 from ._cache import CacheEntry, CacheStats, ProviderCache, ProviderLease
 from ._errors import ModelConfigError
+from ._http import DEFAULT_CONNECT_S
 from ._types import ModelProvider, ModelSpecData
 
 __all__ = [
@@ -93,10 +94,19 @@ class ModelRegistry:
     Args:
         pm: Plugin manager from :func:`get_model_plugin_manager`.
         max_providers: Providers kept open at most, besides evicted ones serving calls in flight.
+        connect_s: Seconds a model call may wait for a connection (``[timeouts] connect_s``),
+            passed to every provider the registry creates.
     """
 
-    def __init__(self, pm: pluggy.PluginManager, *, max_providers: int = DEFAULT_MAX_PROVIDERS) -> None:
+    def __init__(
+        self,
+        pm: pluggy.PluginManager,
+        *,
+        max_providers: int = DEFAULT_MAX_PROVIDERS,
+        connect_s: float = DEFAULT_CONNECT_S,
+    ) -> None:
         self._pm = pm
+        self._connect_s = connect_s
         self._cache = ProviderCache(max_providers=max_providers, on_evict=self._forget)
         # The engine passes the same options object on every step of an agent; serialising a long
         # script each time would dominate the scripted benchmark. The entry keeps the options alive,
@@ -184,7 +194,9 @@ class ModelRegistry:
             return cached
         # A private, read-only copy: a plugin cannot alter the caller's spec or the cache key.
         options: MappingProxyType[str, Any] = MappingProxyType(json.loads(options_json))
-        created = self._pm.hook.agentrt_model_provider(name=spec.provider, options=options)
+        created = self._pm.hook.agentrt_model_provider(
+            name=spec.provider, options=options, connect_s=self._connect_s
+        )
         if created is None:
             known = ", ".join(self.known_providers()) or "none"
             raise ModelConfigError(

@@ -9,14 +9,22 @@ Options (validated once, when the provider is created)::
 or ``{"file": "path/to/script.json"}`` (relative to the working directory) with the same
 ``{"steps": [...]}`` object in the file, read once.
 
-The decision for a request is ``steps[request.step - 1]``; past the end it is the final answer
+The decision for a request is chosen by what the model sees, as a deterministic model's would be:
+the script's position ``n`` is one past the latest decision of its own the conversation shows
+(its tool call ids, ``call_{n}_{index}`` with index from 0, say which position it was), counting
+the answers without tool calls since; with none shown, one past the assistant messages shown;
+never past ``request.step``. So a step asked again after its answer was lost (a fault between the
+answer and its commit counts a step spent, and the next request's ``step`` is one higher) gets
+the same decision again, never the next one. A summary request (``purpose="summary"``) gets
+``steps[request.step - 1]``. Past the end the decision is the final answer
 ``(script exhausted)``. ``{input}`` in texts and string argument values is replaced by the first
-user message. Tool call ids are ``call_{step}_{index}`` (index from 0). Per step, for tests:
+user message. Per step, for tests:
 
 - ``"deltas": true`` streams the text word by word to ``on_text_delta`` before returning;
 - ``"error": "transient" | "permanent" | "auth"`` raises the matching :class:`ModelError`, on every
-  call or, with ``"error_times": N``, on the first N calls of that step in each run; a transient
-  error carries ``"retry_after_s"`` when set;
+  call or, with ``"error_times": N``, on the first N calls of that step in each run (the count of
+  the latest 4096 (run, step) pairs is kept); a transient error carries ``"retry_after_s"`` when
+  set;
 - ``"delay_s"`` overrides the script-wide delay. Delays honour cancellation and ``timeout_s``.
 """
 
@@ -44,7 +52,7 @@ from ._tokens import estimate_message_tokens, estimate_tokens
 from ._types import ModelProvider, ModelRequest, ModelResponse, ModelToolCall
 from .hookspecs import hookimpl
 
-__all__ = ["EXHAUSTED_TEXT", "PROVIDER_NAME", "ScriptedProvider"]
+__all__ = ["EXHAUSTED_TEXT", "PROVIDER_NAME", "ScriptedProvider", "position"]
 
 PROVIDER_NAME = "scripted"
 #: Final answer given for steps past the end of the script.
@@ -52,6 +60,10 @@ EXHAUSTED_TEXT = "(script exhausted)"
 _PLACEHOLDER = "{input}"
 # A leading run of spaces, then each word with the whitespace after it: fragments join to the text.
 _FRAGMENT = re.compile(r"^\s+|\S+\s*")
+# The ids this provider gives tool calls: the script position that made them, and the call's index.
+_OWN_CALL_ID = re.compile(r"call_([1-9][0-9]{0,8})_[0-9]{1,4}")
+# (run, step) pairs whose injected errors are counted ("error_times"); older ones are forgotten.
+_MAX_COUNTED = 4096
 
 _ERRORS: dict[str, type[ModelError]] = {
     "transient": ModelTransientError,
@@ -226,10 +238,11 @@ class ScriptedProvider:
     async def complete(
         self, request: ModelRequest, *, on_text_delta: Callable[[str], None] | None = None
     ) -> ModelResponse:
-        """Return the script's decision for ``request.step``.
+        """Return the script's decision for the conversation of ``request`` (see the module docstring).
 
         Args:
-            request: The call; only ``step``, ``run_id``, ``messages`` and ``timeout_s`` matter.
+            request: The call; only ``messages``, ``step``, ``purpose``, ``run_id`` and ``timeout_s``
+                matter.
             on_text_delta: Receives word fragments of the text when the step has ``"deltas": true``.
 
         Returns:
@@ -240,9 +253,9 @@ class ScriptedProvider:
             ModelPermanentError: The step injects a permanent error, or ``request.step`` is below 1.
             ModelAuthError: The step injects an auth error.
         """
-        number = request.step
-        if number < 1:
-            raise ModelPermanentError(f"step must be 1 or more, got {number}", reason="bad_request")
+        if request.step < 1:
+            raise ModelPermanentError(f"step must be 1 or more, got {request.step}", reason="bad_request")
+        number = request.step if request.purpose == "summary" else position(request)
         step = self._steps[number - 1] if number <= len(self._steps) else None
         delay_s = self._delay_s if step is None else step.delay_s
         if delay_s > 0:
@@ -251,7 +264,7 @@ class ScriptedProvider:
             rendered = _EXHAUSTED
         else:
             if step.options.error is not None:
-                self._maybe_raise(request, step.options)
+                self._maybe_raise(request, number, step.options)
             rendered = (
                 step.fixed
                 if step.fixed is not None
@@ -286,20 +299,47 @@ class ScriptedProvider:
     def _user_input(request: ModelRequest) -> str:
         return next((message.content for message in request.messages if message.role == "user"), "")
 
-    def _maybe_raise(self, request: ModelRequest, step: _StepOptions) -> None:
+    def _maybe_raise(self, request: ModelRequest, number: int, step: _StepOptions) -> None:
         if step.error_times is not None:
-            key = (request.run_id, request.step)
-            failures = self._failures.get(key, 0)
+            key = (request.run_id, number)
+            failures = self._failures.pop(key, 0)
             if failures >= step.error_times:
+                self._failures[key] = failures
                 return
+            if len(self._failures) >= _MAX_COUNTED:
+                del self._failures[next(iter(self._failures))]  # the least recently counted
             self._failures[key] = failures + 1
         kind = step.error or "permanent"
         error = _ERRORS[kind]
         raise error(
-            f"scripted {kind} error at step {request.step}",
+            f"scripted {kind} error at step {number}",
             reason="scripted",
             retry_after_s=step.retry_after_s if error is ModelTransientError else None,
         )
+
+
+def position(request: ModelRequest) -> int:
+    """The script position ``request`` asks for, from the conversation it carries.
+
+    One past the latest decision of this provider's the messages show (by its tool call ids),
+    plus the assistant messages after it; with none shown, one past the assistant messages; at
+    most ``request.step``, which a lost answer has counted but the conversation does not show.
+    """
+    answers_since = 0
+    for message in reversed(request.messages):
+        if message.role == "assistant":
+            ids = [call.call_id for call in message.tool_calls]
+        elif message.role == "tool":
+            ids = [message.tool_call_id]
+        else:
+            continue
+        for call_id in ids:
+            own = _OWN_CALL_ID.fullmatch(call_id)
+            if own is not None:
+                return min(request.step, int(own.group(1)) + 1 + answers_since)
+        if message.role == "assistant":
+            answers_since += 1
+    return min(request.step, 1 + answers_since)
 
 
 @hookimpl

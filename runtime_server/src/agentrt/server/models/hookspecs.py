@@ -40,7 +40,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec(firstresult=True)
-def agentrt_model_provider(name: str, options: Mapping[str, Any]) -> ModelProvider | None:
+def agentrt_model_provider(name: str, options: Mapping[str, Any], connect_s: float) -> ModelProvider | None:
     """Create the model provider called ``name``, or return ``None`` when it is not yours.
 
     Stops at first non-None result. Called once per distinct (provider, model, options) of a
@@ -54,6 +54,9 @@ def agentrt_model_provider(name: str, options: Mapping[str, Any]) -> ModelProvid
 
     :param name: Provider name from the model spec, e.g. ``"scripted"`` or ``"openai"``.
     :param options: Provider options (JSON values, a private copy, read-only by contract).
+    :param connect_s: Seconds a call may wait for a connection to the model's endpoint
+        (``[timeouts] connect_s``; never longer than the call's own timeout). A provider that
+        connects nowhere ignores it.
     :return: A :class:`~agentrt.server.models.ModelProvider`, or ``None``.
     """
 

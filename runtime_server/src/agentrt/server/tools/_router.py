@@ -32,6 +32,7 @@ from agentrt.server.core import (
 )
 from agentrt.server.tools._channel import TLS_CHECK_S, HostChannel, HostTls
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
+from agentrt.toolhost.metadata import call_metadata_pairs
 from agentrt.toolhost.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
 
 if TYPE_CHECKING:
@@ -68,20 +69,17 @@ class CallMetadata:
     intent_override: bool = False  # a person approved repeating an earlier call's intent
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
-        pairs: tuple[tuple[str, str], ...] = (
-            ("x-agentrt-idempotency-key", self.idempotency_key),
-            ("x-agentrt-run-id", self.run_id),
-            ("x-agentrt-call-id", self.call_id),
-            ("x-agentrt-attempt", str(self.attempt)),
-            ("x-agentrt-fencing-token", str(self.fencing_token)),
+        return call_metadata_pairs(
+            idempotency_key=self.idempotency_key,
+            run_id=self.run_id,
+            call_id=self.call_id,
+            attempt=self.attempt,
+            fencing_token=self.fencing_token,
+            max_result_bytes=self.max_result_bytes,
+            session_id=self.session_id,
+            intent_override=self.intent_override,
+            traceparent=self.traceparent,
         )
-        if self.max_result_bytes:
-            pairs = (*pairs, ("x-agentrt-max-result-bytes", str(self.max_result_bytes)))
-        if self.session_id:
-            pairs = (*pairs, ("x-agentrt-session-id", self.session_id))
-        if self.intent_override:
-            pairs = (*pairs, ("x-agentrt-intent-override", "1"))
-        return (*pairs, ("traceparent", self.traceparent)) if self.traceparent else pairs
 
 
 class ToolRouter:
