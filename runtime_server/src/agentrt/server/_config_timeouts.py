@@ -17,7 +17,8 @@ class TimeoutsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # Establishing a connection to a tool host; past it the call fails as provably unsent.
+    # Establishing a connection to a tool host or a model provider; past it the call fails as
+    # provably unsent.
     connect_s: float = Field(5.0, gt=0)
     # A tool call with all its attempts and backoff; 0: bounded by the run's deadline only.
     tool_step_s: float = Field(0.0, ge=0)

@@ -524,14 +524,19 @@ class ModelStep:
 def model_failure(exc: ModelError) -> attempts.ModelFailure:
     """A provider's error as the core's typed facts: its class, stable reason and retry-after."""
     if isinstance(exc, ModelTransientError):
-        kind = attempts.ModelFailureKind.TRANSIENT
-    elif isinstance(exc, ModelAuthError):
-        kind = attempts.ModelFailureKind.AUTH
-    else:
-        kind = attempts.ModelFailureKind.PERMANENT
-    return attempts.ModelFailure(
-        kind=kind, reason=exc.reason, retry_after_s=exc.retry_after_s, timed_out=exc.reason == "timeout"
+        return attempts.ModelFailure(
+            kind=attempts.ModelFailureKind.TRANSIENT,
+            reason=exc.reason,
+            retry_after_s=exc.retry_after_s,
+            timed_out=exc.timed_out,
+            connect_failed=exc.connect_failed,
+        )
+    kind = (
+        attempts.ModelFailureKind.AUTH
+        if isinstance(exc, ModelAuthError)
+        else attempts.ModelFailureKind.PERMANENT
     )
+    return attempts.ModelFailure(kind=kind, reason=exc.reason, retry_after_s=exc.retry_after_s)
 
 
 class _DeltaSink:
