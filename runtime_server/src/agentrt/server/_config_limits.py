@@ -28,9 +28,15 @@ class _Strict(BaseModel):
 
 
 class FaultsConfig(_Strict):
-    """Unexpected errors while driving a run: each is a run.fault; past max_faults the run fails."""
+    """Unexpected errors while driving a run: each is a run.fault; past max_faults the run fails
+    (or, with a write in doubt, parks in UNKNOWN_OUTCOME).
+
+    Environmental faults (the database, the network, the OS) are retried with backoff and not
+    counted, until one run's streak of them (reset by each commit) lasts ``environmental_retry_s``.
+    """
 
     max_faults: int = Field(3, ge=1)
+    environmental_retry_s: float = Field(300.0, gt=0)
 
 
 class PayloadsConfig(_Strict):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 import grpc.aio
 
-from agentrt.server.api._errors import abort_with
+from agentrt.server.api._errors import abort_internal, abort_with
 from agentrt.server.auth import (
     HEALTH_PREFIX,
     MAX_AUTHORIZATION_BYTES,
@@ -203,6 +203,8 @@ class AuthInterceptor(_Interceptor):
             token = principal_var.set(principal)
             try:
                 return await behavior(request, context)
+            except Exception as exc:  # escaped the handler: never gRPC's UNKNOWN with its text
+                await abort_internal(context, exc)
             finally:
                 principal_var.reset(token)
 
@@ -221,7 +223,10 @@ class AuthInterceptor(_Interceptor):
                 request = await _parse(parse, request, context)
             # Each RPC runs in its own task, so the value cannot leak to another call.
             principal_var.set(principal)
-            async for response in behavior(request, context):
-                yield response
+            try:
+                async for response in behavior(request, context):
+                    yield response
+            except Exception as exc:  # escaped the handler: never gRPC's UNKNOWN with its text
+                await abort_internal(context, exc)
 
         return wrapped

@@ -20,7 +20,9 @@ release, exactly like a crash. ``POINT=stop`` instead stops the process with SIG
 (a long GC pause or a frozen VM, from the process's point of view) until someone
 sends SIGCONT. ``POINT=raise`` raises :class:`InjectedFault` in the run's driver
 instead: a bug in the step loop, which the engine must contain as a ``run.fault``.
-Never set this in production.
+``POINT=outage`` raises :class:`InjectedOutage`, a ``ConnectionError``: the environment
+failing there (the engine retries it without counting a fault, within
+``faults.environmental_retry_s``). Never set this in production.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ FAULT_EXIT_CODE = 86
 
 class InjectedFault(RuntimeError):
     """Raised at a fault point armed with ``=raise``."""
+
+
+class InjectedOutage(ConnectionError):
+    """Raised at a fault point armed with ``=outage``: an environmental failure, by its type."""
 
 
 class FaultPlan:
@@ -73,6 +79,8 @@ class FaultPlan:
         action = self._actions.get(point, "")
         if action == "raise":
             raise InjectedFault(f"fault injection at {point}")
+        if action == "outage":
+            raise InjectedOutage(f"fault injection (outage) at {point}")
         if action == "stop":
             print(f"agentrt: fault injection at {point}; stopping", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)

@@ -14,6 +14,7 @@ from agentrt.server.store._db import (
     normalise_url,
     open_database,
 )
+from agentrt.server.store._errors import Environmental, environmental
 from agentrt.server.store._event_codec import (
     UndecodableEvent,
     approval_decision_from_json,
@@ -37,6 +38,7 @@ __all__ = [
     "Admission",
     "Claim",
     "Database",
+    "Environmental",
     "EventPage",
     "PayloadRef",
     "PayloadStore",
@@ -58,6 +60,7 @@ __all__ = [
     "check_payload_id",
     "decode_event",
     "encode_event",
+    "environmental",
     "event_to_json",
     "load_cipher",
     "migrate",

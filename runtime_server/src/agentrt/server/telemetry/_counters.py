@@ -18,6 +18,7 @@ COUNTER_NAMES: tuple[str, ...] = (
     "partial_run_count",
     "lease_lost_count",
     "run_fault_count",  # run.fault events written: exceptions contained while driving a run
+    "environmental_fault_count",  # database, network or OS failures retried without a run.fault
     "recheck_veto_count",  # approved calls a re-check vetoed before they ran
     "variables_refused_count",  # tool results whose run variables were refused (too many, secret-like)
     "escalated_count",  # run.escalated events written: waits that need a person
