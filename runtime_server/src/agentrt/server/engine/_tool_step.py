@@ -33,7 +33,6 @@ from agentrt.server.core import (
     Event,
     IntentDuplicate,
     LeaseLost,
-    OutcomeResolved,
     PayloadRef,
     Phase,
     RetryScheduled,
@@ -62,7 +61,7 @@ from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import LedgerAnswer, StartRequest
 from agentrt.server.engine._run import RunContext
-from agentrt.server.store import outcome_decision_from_json, tool_error_from_json
+from agentrt.server.store import tool_error_from_json
 from agentrt.server.tools import ToolOutcome
 
 
@@ -620,31 +619,6 @@ class ToolStep:
             policy=d.waits,
             rand=d.ports.rand(),
         )
-
-    async def apply_outcome_decision(self, decision: dict[str, Any]) -> None:
-        """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
-        d = self.ctx
-        call = d.state.unknown_call()
-        if d.state.phase is not Phase.UNKNOWN_OUTCOME or call is None or call.call_id != decision["call_id"]:
-            return
-        kind = decision["decision"]
-        resolved = OutcomeResolved(
-            call_id=call.call_id,
-            decision=outcome_decision_from_json(kind),
-            resolved_by=decision.get("resolved_by", ""),
-            comment=decision.get("comment", ""),
-        )
-        d.add(resolved)
-        if kind == "OUTCOME_DECISION_SUCCEEDED":
-            # A person's result is bounded like a tool's: a large one is stored as a payload.
-            self.record(
-                call, await bound_tool_outcome(d, ToolOutcome(decision.get("result_json") or "{}", None))
-            )
-        elif kind == "OUTCOME_DECISION_FAILED":
-            message = f"decided by a person: {decision.get('comment', '')}".strip()
-            self.record(call, ToolOutcome.failure("PERMANENT", message))
-        else:
-            self._restart(call)
 
 
 def _duplicate_of(first: dict[str, Any] | None) -> IntentDuplicate:
