@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentrt.server._config import ConfigError, load_settings
+from agentrt.server.api._servicer import signal_rules
+from agentrt.server.auth import Principal
+from agentrt.server.core import ApproverScope, SignalRules
 
 BAD = {
     "mtls without a client CA": {
@@ -59,3 +62,26 @@ def test_a_complete_secure_configuration_loads() -> None:
         },
     )
     assert settings.auth.configured and settings.tls.enabled and settings.tool_hosts[0].tls
+
+
+def test_the_decision_policies_are_off_by_default_and_reach_the_signal_rules() -> None:
+    def who(*roles: str, subject: str = "alice") -> Principal:
+        return Principal(subject=subject, tenant="t", roles=frozenset(roles), authenticated_by="token")  # type: ignore[arg-type]
+
+    default = load_settings(env={}, base={}).auth
+    assert (default.own_runs_only, default.four_eyes) == (False, False)
+    assert signal_rules(default, who("runner")) == SignalRules()
+    strict = load_settings(
+        env={},
+        base={
+            "auth": {"own_runs_only": True, "four_eyes": True, "approver_scopes": {"bob": {"tools": ["t"]}}}
+        },
+    ).auth
+    assert signal_rules(strict, who("runner")) == SignalRules(own_runs_only=True, four_eyes=True)
+    for role in ("operator", "admin"):  # they operate every run of their tenant
+        assert signal_rules(strict, who(role)).manages_runs
+    assert signal_rules(strict, who("approver", subject="bob")).approver_scope == ApproverScope(
+        tools=frozenset({"t"})
+    )
+    with pytest.raises(ConfigError):
+        load_settings(env={}, base={"auth": {"four_eyes": "sometimes"}})

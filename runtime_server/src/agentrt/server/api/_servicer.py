@@ -347,9 +347,11 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
 
 
 def signal_rules(auth: AuthConfig, principal: Principal) -> SignalRules:
-    """What ``principal`` may signal under the server's auth configuration."""
+    """What ``principal`` may signal under the server's auth policies (all off by default)."""
     scope = auth.approver_scopes.get(principal.subject)
     return SignalRules(
+        own_runs_only=auth.own_runs_only,
+        four_eyes=auth.four_eyes,
         manages_runs=principal.has_role("operator"),  # admin holds every role
         approver_scope=(
             ApproverScope(agents=frozenset(scope.agents), tools=frozenset(scope.tools)) if scope else None
