@@ -18,7 +18,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentrt.server.store import SEALED_RUN_COLUMNS, RunRecord, Store, UnreadableRecord, load_cipher
+from agentrt.server.core import ApprovalDecision, ResolveApproval
+from agentrt.server.store import (
+    SEALED_RUN_COLUMNS,
+    RunRecord,
+    Store,
+    UnreadableRecord,
+    decode_signal,
+    load_cipher,
+)
 from agentrt.toolhost.security import PayloadCipher, write_key_file
 
 KEY1 = bytes(range(32))
@@ -31,7 +39,13 @@ ARGS = json.dumps({"tool": "refund.issue", "arguments": {"reason": "MARKER-args-
 RESULT = json.dumps({"result_json": json.dumps({"customer": "MARKER-result-customer"})})
 APPROVAL = json.dumps({"call_id": "c1", "arguments_json": "MARKER-approval-args"})
 OUTPUT = "MARKER-output-refunded"
-SIGNAL = json.dumps({"decision": "MARKER-signal-decision"})
+SIGNAL = ResolveApproval(
+    approval_id="ap1",
+    decision=ApprovalDecision.APPROVE,
+    args_hash="h" * 64,
+    approver="bob",
+    comment="MARKER-signal-decision",
+)
 MARKERS = [
     "MARKER-input",
     "MARKER-spec",
@@ -102,7 +116,7 @@ async def write_run(store: Store, run_id: str, *, session_id: str | None = None)
         values={"phase": "WAITING_APPROVAL", "pending_approval": APPROVAL},
         now_ms=1001,
     )
-    assert await store.add_signal(run_id, kind="approval_decision", payload=SIGNAL, now_ms=1002)
+    assert await store.add_signal(run_id, signal=SIGNAL, now_ms=1002)
     await store.append(
         run_id,
         expected_revision=2,
@@ -134,7 +148,7 @@ async def assert_reads_back(store: Store, run_id: str, *, session_id: str | None
     assert read == record and [(e.type, e.payload) for e in page.events] == EXPECTED_EVENTS
     page = await store.read_page(run_id, after_seq=2, max_rows=100, max_bytes=10**6)
     assert [(e.type, e.payload) for e in page.events] == EXPECTED_EVENTS[2:]
-    assert [(s.kind, s.payload) for s in await store.read_signals(run_id)] == [("approval_decision", SIGNAL)]
+    assert [decode_signal(s.kind, s.payload) for s in await store.read_signals(run_id)] == [SIGNAL]
     assert await store.get_run(run_id, tenant_id="t") == record
     assert await store.find_by_request_key("t", f"rk-{run_id}") == record
     listed, _ = await store.list_runs(tenant_id="t")

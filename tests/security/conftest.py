@@ -36,6 +36,8 @@ TOKENS = {
     "bob": ("acme", ["approver"]),
     "ops": ("acme", ["operator"]),
     "carol": ("globex", ["runner", "approver", "operator"]),
+    "dave": ("acme", ["runner"]),  # another runner of alice's tenant
+    "erin": ("acme", ["runner", "approver"]),  # starts runs and approves calls
 }
 
 REFUND_STEPS = [
@@ -153,13 +155,14 @@ def runtime_config(
     tokens_file: Path,
     grant_key: Path,
     extra: str = "",
+    auth_extra: str = "",
 ) -> Path:
     cert, key = host_pki.client_files["agentrt-runtime"]
     text = (
         f'db_url = "{db_url}"\nlisten = "127.0.0.1:0"\npoll_interval_s = 0.1\nlease_ttl_s = 3.0\n'
         f"grace_s = 1.0\n"
         f'[tls]\ncert_file = "{api_pki.server_cert_file}"\nkey_file = "{api_pki.server_key_file}"\n'
-        f'[auth]\ntokens_file = "{tokens_file}"\n'
+        f'[auth]\ntokens_file = "{tokens_file}"\n{auth_extra}'
         f'[grants]\nsigning_key_file = "{grant_key}"\n'
         f'[[tool_hosts]]\nname = "secure"\naddress = "{host.address}"\nca_file = "{host_pki.ca_file}"\n'
         f'cert_file = "{cert}"\nkey_file = "{key}"\n'
@@ -196,9 +199,13 @@ def secure_stack(
     db_url: str,
     *,
     extra_config: str = "",
+    auth_config: str = "",
     encryption: bool = False,
 ) -> Iterator[SecureStack]:
-    """Start the tool host and the runtime with fresh PKIs, tokens and grant key under ``root``."""
+    """Start the tool host and the runtime with fresh PKIs, tokens and grant key under ``root``.
+
+    ``auth_config`` is TOML added to the runtime's ``[auth]`` table, ``extra_config`` after it.
+    """
     api_pki = generate_dev_pki(root / "api-pki", clients=["alice-cert"])
     host_pki = generate_dev_pki(root / "host-pki", clients=["agentrt-runtime"])
     grant_key = root / "grant.key"
@@ -224,6 +231,7 @@ def secure_stack(
             tokens_file=tokens_file,
             grant_key=grant_key,
             extra=extra_config,
+            auth_extra=auth_config,
         )
         with spawn_runtime(["--config", str(config)], cwd=root) as runtime:
             yield SecureStack(

@@ -186,6 +186,28 @@ def test_cancel_records_who_asked(stack: SecureStack) -> None:
     assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_CANCELLED
 
 
+def test_with_the_policies_off_a_runner_cancels_any_run_and_approves_its_own(stack: SecureStack) -> None:
+    """Neither ``own_runs_only`` nor four eyes is on by default: what any runner (or runner and
+    approver) of the tenant could do before, it still can (test_signal_policies turns them on)."""
+    run_id, _ = paused_run(stack, "alice")
+    with stack.client("dave") as dave:
+        dave.cancel_run(run_id, reason="any runner may")
+        events = [e for e in dave.stream_events(run_id, follow=True, timeout=60) if e.seq]
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_CANCELLED
+    own_id, own = paused_run(stack, "erin")
+    with stack.client("erin") as erin:
+        pending = own.pending_approval
+        erin.resolve_approval(
+            own_id,
+            pending.approval_id,
+            approve=True,
+            args_hash=pending.args_hash,
+            expected_revision=own.revision,
+        )
+        events = [e for e in erin.stream_events(own_id, follow=True, timeout=60) if e.seq]
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+
+
 INLINE_STEPS = {"steps": [{"text": "hello from an inline agent"}]}
 
 

@@ -6,9 +6,29 @@ import json
 
 import pytest
 
-from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server.api._convert import event_to_proto, phase_from_proto, phase_to_proto
-from agentrt.server.core import Phase
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
+from agentrt.server.api._convert import (
+    approval_decision_from_proto,
+    approval_decision_to_proto,
+    approval_signal,
+    cancel_signal,
+    event_to_proto,
+    outcome_decision_from_proto,
+    outcome_decision_to_proto,
+    outcome_signal,
+    phase_from_proto,
+    phase_to_proto,
+)
+from agentrt.server.core import (
+    ApprovalDecision,
+    ApprovalRequested,
+    CancelRun,
+    GrantBudget,
+    OutcomeDecision,
+    Phase,
+    ResolveApproval,
+    ResolveOutcome,
+)
 from agentrt.server.core import events as ev
 from agentrt.server.store import StoredEvent, encode_event
 
@@ -18,6 +38,64 @@ def test_phase_round_trip_is_exhaustive() -> None:
     assert len(run_pb2.RunPhase.keys()) == len(Phase) + 1
     with pytest.raises(ValueError, match="UNSPECIFIED"):
         phase_from_proto(run_pb2.RUN_PHASE_UNSPECIFIED)
+
+
+def test_decision_round_trips_are_exhaustive_both_ways() -> None:
+    for value in run_pb2.ApprovalDecision.values():
+        assert approval_decision_to_proto(approval_decision_from_proto(value)) == value
+    assert {approval_decision_from_proto(approval_decision_to_proto(d)) for d in ApprovalDecision} == set(
+        ApprovalDecision
+    )
+    assert len(run_pb2.ApprovalDecision.values()) == len(ApprovalDecision)
+    for value in runtime_service_pb2.OutcomeDecision.values():
+        assert outcome_decision_to_proto(outcome_decision_from_proto(value)) == value
+    assert {outcome_decision_from_proto(outcome_decision_to_proto(d)) for d in OutcomeDecision} == set(
+        OutcomeDecision
+    )
+    assert len(runtime_service_pb2.OutcomeDecision.values()) == len(OutcomeDecision)
+    assert approval_decision_from_proto(run_pb2.APPROVAL_DECISION_REJECT) is ApprovalDecision.REJECT
+    assert outcome_decision_from_proto(runtime_service_pb2.OUTCOME_DECISION_RETRY) is OutcomeDecision.RETRY
+    with pytest.raises(KeyError):
+        approval_decision_from_proto(99)
+
+
+def test_a_persons_request_becomes_the_signal_it_is() -> None:
+    request = runtime_service_pb2.ResolveApprovalRequest(
+        run_id="r",
+        approval_id="ap1",
+        decision=run_pb2.APPROVAL_DECISION_APPROVE,
+        args_hash="h",
+        comment="x" * 500,
+        override_intent=True,
+    )
+    call = ApprovalRequested(approval_id="ap1", call_id="c1", tool="refund.issue")
+    budget = ApprovalRequested(approval_id="ap1", call_id="", tool="budget.tool_calls")
+    approval = approval_signal(request, approver="bob", pending=call)
+    assert approval == ResolveApproval(
+        approval_id="ap1",
+        decision=ApprovalDecision.APPROVE,
+        args_hash="h",
+        approver="bob",
+        comment="x" * 400,  # what an event keeps
+        override_intent=True,
+    )
+    assert approval_signal(request, approver="bob", pending=None) == approval  # refused by the core
+    assert approval_signal(request, approver="bob", pending=budget) == GrantBudget(
+        approval_id="ap1", decision=ApprovalDecision.APPROVE, args_hash="h", approver="bob", comment="x" * 400
+    )
+    request.decision = run_pb2.APPROVAL_DECISION_REJECT
+    rejected = approval_signal(request, approver="bob", pending=call)
+    assert (
+        isinstance(rejected, ResolveApproval) and not rejected.override_intent
+    )  # only an approval overrides
+    outcome = runtime_service_pb2.ResolveOutcomeRequest(
+        run_id="r", call_id="c1", decision=runtime_service_pb2.OUTCOME_DECISION_SUCCEEDED, result_json="{}"
+    )
+    assert outcome_signal(outcome, resolved_by="ops") == ResolveOutcome(
+        call_id="c1", decision=OutcomeDecision.SUCCEEDED, resolved_by="ops", result_json="{}"
+    )
+    cancel = runtime_service_pb2.CancelRunRequest(run_id="r", reason="stop")
+    assert cancel_signal(cancel, requested_by="alice") == CancelRun(reason="stop", requested_by="alice")
 
 
 def test_every_event_type_converts_to_its_oneof_field() -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agentrt.server._config import ConfigError, load_settings
+from agentrt.server.api._servicer import signal_rules
+from agentrt.server.auth import Principal
+from agentrt.server.core import ApproverScope, SignalRules
 from agentrt.toolhost.security import DEFAULT_MAX_GRANT_LIFETIME_S
 
 BAD = {
@@ -67,3 +70,26 @@ def test_the_longest_grant_ttl_is_what_tool_hosts_accept_by_default() -> None:
     # A grant is checked as a call arrives: no tool timeout needs a longer one.
     settings = load_settings(env={}, base={"grants": {"ttl_s": DEFAULT_MAX_GRANT_LIFETIME_S}})
     assert settings.grants.ttl_s == DEFAULT_MAX_GRANT_LIFETIME_S
+
+
+def test_the_decision_policies_are_off_by_default_and_reach_the_signal_rules() -> None:
+    def who(*roles: str, subject: str = "alice") -> Principal:
+        return Principal(subject=subject, tenant="t", roles=frozenset(roles), authenticated_by="token")  # type: ignore[arg-type]
+
+    default = load_settings(env={}, base={}).auth
+    assert (default.own_runs_only, default.four_eyes) == (False, False)
+    assert signal_rules(default, who("runner")) == SignalRules()
+    strict = load_settings(
+        env={},
+        base={
+            "auth": {"own_runs_only": True, "four_eyes": True, "approver_scopes": {"bob": {"tools": ["t"]}}}
+        },
+    ).auth
+    assert signal_rules(strict, who("runner")) == SignalRules(own_runs_only=True, four_eyes=True)
+    for role in ("operator", "admin"):  # they operate every run of their tenant
+        assert signal_rules(strict, who(role)).manages_runs
+    assert signal_rules(strict, who("approver", subject="bob")).approver_scope == ApproverScope(
+        tools=frozenset({"t"})
+    )
+    with pytest.raises(ConfigError):
+        load_settings(env={}, base={"auth": {"four_eyes": "sometimes"}})

@@ -15,6 +15,7 @@ from agentrt.server.core import (
     Budgets,
     RawEvent,
     Usage,
+    budget_grant,
     exhausted_before_model_step,
     format_usd,
     price_micros,
@@ -25,7 +26,7 @@ from agentrt.server.core import (
     usd_to_micros,
 )
 from agentrt.server.core import events as ev
-from agentrt.server.engine._approval_step import _amount, budget_grant
+from agentrt.server.engine._approval_step import _amount
 from agentrt.server.store import decode_event
 
 

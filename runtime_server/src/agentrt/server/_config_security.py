@@ -97,6 +97,12 @@ class AuthConfig(_Strict):
     mtls: dict[str, MtlsPrincipalConfig] = Field(default_factory=dict)
     plugins: bool = False  # also ask agentrt_authenticate hooks of installed plugins
     approver_scopes: dict[str, ApproverScopeConfig] = Field(default_factory=dict)  # keyed by subject
+    # A runner cancels only runs it started itself (operators and admins still cancel any run of
+    # their tenant); off: any runner of the tenant may cancel any of its runs.
+    own_runs_only: bool = False
+    # Four eyes: nobody approves a call of a run it started itself (nor grants it more budget);
+    # rejecting stays open. Off: a principal with the runner and approver roles may.
+    four_eyes: bool = False
 
     @property
     def configured(self) -> bool:

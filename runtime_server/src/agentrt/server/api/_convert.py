@@ -13,12 +13,20 @@ from typing import Any, cast
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
-from agentrt.proto.runtime.v1 import run_pb2
+from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
 from agentrt.server._config import AgentConfig
 from agentrt.server.core import (
+    ApprovalDecision,
+    ApprovalRequested,
+    CancelRun,
+    GrantBudget,
     JsonBoundsError,
     JsonLimits,
+    OutcomeDecision,
     Phase,
+    ResolveApproval,
+    ResolveOutcome,
+    is_budget_pause,
     loads_bounded,
     micros_to_usd,
     upgrade_money_json,
@@ -135,6 +143,78 @@ def phase_from_proto(value: int) -> Phase:
     if name == "RUN_PHASE_UNSPECIFIED":
         raise ValueError("RUN_PHASE_UNSPECIFIED is not a phase")
     return Phase(name.removeprefix("RUN_PHASE_"))
+
+
+# A person's decisions: every core value has its proto value and back (a missing one fails at import).
+_APPROVAL_DECISIONS = {
+    d: cast("run_pb2.ApprovalDecision", run_pb2.ApprovalDecision.Value(f"APPROVAL_DECISION_{d.name}"))
+    for d in ApprovalDecision
+}
+_APPROVAL_DECISIONS_FROM = {v: d for d, v in _APPROVAL_DECISIONS.items()}
+_OUTCOME_DECISIONS = {
+    d: cast(
+        "runtime_service_pb2.OutcomeDecision",
+        runtime_service_pb2.OutcomeDecision.Value(f"OUTCOME_DECISION_{d.name}"),
+    )
+    for d in OutcomeDecision
+}
+_OUTCOME_DECISIONS_FROM = {v: d for d, v in _OUTCOME_DECISIONS.items()}
+_COMMENT_CHARS = 400  # what an event keeps of a person's comment
+
+
+def approval_decision_to_proto(decision: ApprovalDecision) -> run_pb2.ApprovalDecision:
+    return _APPROVAL_DECISIONS[decision]
+
+
+def approval_decision_from_proto(value: int) -> ApprovalDecision:
+    """Raises KeyError for a number the enum does not have (``check_enum`` refuses those first)."""
+    return _APPROVAL_DECISIONS_FROM[cast("run_pb2.ApprovalDecision", value)]
+
+
+def outcome_decision_to_proto(decision: OutcomeDecision) -> runtime_service_pb2.OutcomeDecision:
+    return _OUTCOME_DECISIONS[decision]
+
+
+def outcome_decision_from_proto(value: int) -> OutcomeDecision:
+    """Raises KeyError for a number the enum does not have (``check_enum`` refuses those first)."""
+    return _OUTCOME_DECISIONS_FROM[cast("runtime_service_pb2.OutcomeDecision", value)]
+
+
+def approval_signal(
+    request: runtime_service_pb2.ResolveApprovalRequest, *, approver: str, pending: ApprovalRequested | None
+) -> ResolveApproval | GrantBudget:
+    """ResolveApproval as the signal it is: a grant when what waits (``pending``) is a budget pause."""
+    decision = approval_decision_from_proto(request.decision)
+    if pending is not None and is_budget_pause(pending):
+        return GrantBudget(
+            approval_id=request.approval_id,
+            decision=decision,
+            args_hash=request.args_hash,
+            approver=approver,
+            comment=request.comment[:_COMMENT_CHARS],
+        )
+    return ResolveApproval(
+        approval_id=request.approval_id,
+        decision=decision,
+        args_hash=request.args_hash,
+        approver=approver,
+        comment=request.comment[:_COMMENT_CHARS],
+        override_intent=request.override_intent and decision is ApprovalDecision.APPROVE,
+    )
+
+
+def outcome_signal(request: runtime_service_pb2.ResolveOutcomeRequest, *, resolved_by: str) -> ResolveOutcome:
+    return ResolveOutcome(
+        call_id=request.call_id,
+        decision=outcome_decision_from_proto(request.decision),
+        resolved_by=resolved_by,
+        result_json=request.result_json,
+        comment=request.comment[:_COMMENT_CHARS],
+    )
+
+
+def cancel_signal(request: runtime_service_pb2.CancelRunRequest, *, requested_by: str) -> CancelRun:
+    return CancelRun(reason=request.reason, requested_by=requested_by)
 
 
 def _timestamp(epoch_ms: int) -> timestamp_pb2.Timestamp:

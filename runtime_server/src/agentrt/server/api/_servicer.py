@@ -1,8 +1,13 @@
-"""gRPC servicer of ``agentrt.runtime.v1.AgentRuntimeService``: validation at the edge, then the engine."""
+"""gRPC servicer of ``agentrt.runtime.v1.AgentRuntimeService``: validation at the edge, then the engine.
+
+A person's decision (ResolveApproval, ResolveOutcome, CancelRun) becomes a typed core signal
+here; the engine decides it against the run's row by the core's rules and answers with the
+refusal or the run. The servicer checks shapes and who is calling, never the run's state, and
+reads no run log.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -10,11 +15,15 @@ import grpc
 from pydantic import ValidationError
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server._config import AgentConfig, Settings
+from agentrt.server._config import Settings
+from agentrt.server._config_security import AuthConfig
 from agentrt.server.api._convert import (
     agent_from_proto,
+    approval_signal,
     budgets_from_proto,
+    cancel_signal,
     event_to_proto,
+    outcome_signal,
     phase_from_proto,
     run_to_proto,
 )
@@ -30,19 +39,14 @@ from agentrt.server.api._validate import check_enum, check_id, check_json, check
 from agentrt.server.auth import Principal, current_principal
 from agentrt.server.core import (
     AgentRtError,
+    ApproverScope,
     InvalidRequest,
     NoSuchResource,
-    NotPermitted,
     PayloadTooLarge,
-    Phase,
-    RunStateConflict,
-    StaleRevision,
-    parse_rfc3339_ms,
-    replay,
+    SignalRules,
 )
-from agentrt.server.engine import Engine, ResolvedAgent, StartRequest, bind_model
-from agentrt.server.models import ModelConfigError
-from agentrt.server.store import RunRecord, decode_event
+from agentrt.server.engine import Engine, ResolvedAgent, StartRequest
+from agentrt.server.store import RunRecord, pending_approval_of
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _MAX_COMMENT_BYTES = 4096  # stored truncated to 400 characters; longer is a client bug or abuse
@@ -65,6 +69,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     def _principal() -> Principal:
         # Set by the AuthInterceptor for every call but health checks.
         return current_principal()
+
+    def _rules(self, principal: Principal) -> SignalRules:
+        return signal_rules(self.settings.auth, principal)
 
     # -- starting -----------------------------------------------------------------------------------
 
@@ -91,28 +98,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     metadata={"agent_name": request.agent_name},
                 )
             config, name = found, request.agent_name
-        self._check_agent(config)
         return ResolvedAgent.resolve(name, config, self.settings.agents)
-
-    def _check_agent(self, config: AgentConfig) -> None:
-        known = set(self.engine.tools.tool_names())
-        unknown = [t for t in config.tools if t not in known]
-        if unknown:
-            raise InvalidRequest(
-                f"unknown tools {unknown}; served tools: {sorted(known)}",
-                field="agent.tools",
-                reason="UNKNOWN_TOOL",
-            )
-        try:
-            bound = bind_model(config.model, self.settings.model_profiles)
-        except ModelConfigError as exc:
-            raise InvalidRequest(str(exc), field="agent.model.profile", reason="UNKNOWN_PROFILE") from None
-        try:
-            self.engine.models.provider(bound.spec)
-        except ModelConfigError as exc:
-            # A profile's endpoints and key sources are the server's business, not the caller's.
-            message = f"agent model is invalid: {bound.redact(str(exc))}"
-            raise InvalidRequest(message, field="agent.model", reason="INVALID_MODEL") from None
 
     def _start_request(
         self,
@@ -151,7 +137,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     ) -> None:
         """Streams until the run ends or waits outside itself; then the last item is run.waiting."""
         try:
-            record, _ = await self.engine.start_run(self._start_request(request, context), admit=True)
+            record, _ = await self.engine.start_run(
+                self._start_request(request, context), admit=True, rules=self._rules(self._principal())
+            )
             refuse_pruned(record)  # a repeated request_key attaching to a pruned run
         except AgentRtError as exc:
             await abort_with(context, exc)
@@ -196,7 +184,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         self, request: runtime_service_pb2.StartRunRequest, context: Context
     ) -> runtime_service_pb2.StartRunResponse:
         try:
-            record, _ = await self.engine.start_run(self._start_request(request, context), admit=True)
+            record, _ = await self.engine.start_run(
+                self._start_request(request, context), admit=True, rules=self._rules(self._principal())
+            )
         except AgentRtError as exc:
             await abort_with(context, exc)
         except Exception as exc:
@@ -285,40 +275,12 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         try:
             check_text(request.reason, "reason", max_bytes=400)
             record = await self._get(request.run_id, context)
-            if Phase(record.phase).terminal:
-                raise RunStateConflict(
-                    f"run {record.run_id} already ended ({record.phase})",
-                    reason="RUN_ALREADY_ENDED",
-                    metadata={"run_id": record.run_id, "phase": record.phase},
-                )
             principal = self._principal()
-            updated = await self.engine.request_cancel(
-                record.run_id,
-                tenant_id=principal.tenant,
-                reason=request.reason,
-                requested_by=principal.subject,
-            )
+            signal = cancel_signal(request, requested_by=principal.subject)
+            record = await self.engine.send_signal(record, signal, rules=self._rules(principal))
         except AgentRtError as exc:
             await abort_with(context, exc)
-        return runtime_service_pb2.CancelRunResponse(run=run_to_proto(updated or record))
-
-    async def _decide(
-        self, record: RunRecord, kind: str, payload: dict[str, Any], expected_revision: int, context: Context
-    ) -> RunRecord:
-        """Queue a person's decision for the next owner, fenced by the revision they saw; wake the run."""
-        queued = await self.store.add_signal(
-            record.run_id,
-            kind=kind,
-            payload=json.dumps(payload),
-            now_ms=self.engine.now_ms(),
-            expected_revision=expected_revision,
-        )
-        if not queued:
-            raise StaleRevision(
-                f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
-            )
-        await self.engine.wake(record.run_id)
-        return await self._get(record.run_id, context)
+        return runtime_service_pb2.CancelRunResponse(run=run_to_proto(record))
 
     async def ResolveOutcome(
         self, request: runtime_service_pb2.ResolveOutcomeRequest, context: Context
@@ -328,36 +290,13 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             self._id(request.call_id, "call_id")
             check_text(request.comment, "comment", max_bytes=_MAX_COMMENT_BYTES)
             check_json(request.result_json, "result_json", max_bytes=self.settings.limits.max_input_bytes)
-            decision = runtime_service_pb2.OutcomeDecision.Name(request.decision)
             record = await self._get(request.run_id, context)
-            if record.phase != Phase.UNKNOWN_OUTCOME.value:
-                raise RunStateConflict(
-                    f"run {record.run_id} is {record.phase}, not UNKNOWN_OUTCOME",
-                    reason="RUN_NOT_IN_UNKNOWN_OUTCOME",
-                    metadata={"run_id": record.run_id, "phase": record.phase},
-                )
-            if request.expected_revision != record.revision:
-                raise StaleRevision(
-                    f"run {record.run_id} is at revision {record.revision}, not {request.expected_revision}",
-                    metadata={"run_id": record.run_id, "revision": str(record.revision)},
-                )
-            stored = await self.store.read_events(record.run_id, limit=100_000)
-            call = replay(record.run_id, [decode_event(e.type, e.payload) for e in stored]).unknown_call()
-            if call is None or call.call_id != request.call_id:
-                raise InvalidRequest(
-                    f"call {request.call_id!r} is not the call whose outcome is unknown",
-                    field="call_id",
-                    reason="UNKNOWN_CALL",
-                )
-            payload = {
-                "call_id": request.call_id,
-                "decision": decision,
-                "result_json": request.result_json,
-                "comment": request.comment[:400],
-                "resolved_by": self._principal().subject,
-            }
-            record = await self._decide(
-                record, "outcome_decision", payload, request.expected_revision, context
+            principal = self._principal()
+            record = await self.engine.send_signal(
+                record,
+                outcome_signal(request, resolved_by=principal.subject),
+                expected_revision=request.expected_revision,
+                rules=self._rules(principal),
             )
         except AgentRtError as exc:
             await abort_with(context, exc)
@@ -396,67 +335,28 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             self._id(request.args_hash, "args_hash", required=False)
             check_text(request.comment, "comment", max_bytes=_MAX_COMMENT_BYTES)
             record = await self._get(request.run_id, context)
-            approver = self._principal().subject
-            if record.phase != Phase.WAITING_APPROVAL.value or not record.pending_approval:
-                raise RunStateConflict(
-                    f"run {record.run_id} is {record.phase}, not waiting for an approval",
-                    reason="RUN_NOT_WAITING_APPROVAL",
-                    metadata={"run_id": record.run_id, "phase": record.phase},
-                )
-            pending = json.loads(record.pending_approval)
-            if request.approval_id != pending["approval_id"]:
-                raise NoSuchResource(
-                    f"no pending approval {request.approval_id!r} on run {record.run_id}",
-                    reason="APPROVAL_NOT_FOUND",
-                    metadata={"run_id": record.run_id},
-                )
-            self._check_approver_scope(approver, record, pending)
-            if request.args_hash != pending["args_hash"]:
-                raise RunStateConflict(
-                    "args_hash does not match the arguments waiting for approval",
-                    reason="ARGS_HASH_MISMATCH",
-                    metadata={"run_id": record.run_id, "approval_id": request.approval_id},
-                )
-            if request.expected_revision != record.revision:
-                raise StaleRevision(
-                    f"run {record.run_id} is at revision {record.revision}, not {request.expected_revision}",
-                    metadata={"run_id": record.run_id, "revision": str(record.revision)},
-                )
-            if self.engine.now_ms() >= parse_rfc3339_ms(pending["expire_time"]):
-                raise RunStateConflict(
-                    f"approval {request.approval_id} expired at {pending['expire_time']}",
-                    reason="APPROVAL_EXPIRED",
-                    metadata={"run_id": record.run_id, "approval_id": request.approval_id},
-                )
-            payload: dict[str, Any] = {
-                "approval_id": request.approval_id,
-                "decision": run_pb2.ApprovalDecision.Name(request.decision),
-                "approver": approver,
-                "comment": request.comment[:400],
-            }
-            if request.override_intent and request.decision == run_pb2.APPROVAL_DECISION_APPROVE:
-                payload["override_intent"] = True
-            record = await self._decide(
-                record, "approval_decision", payload, request.expected_revision, context
+            principal = self._principal()
+            # What waits names the signal: an answer to a budget pause is a grant.
+            signal = approval_signal(request, approver=principal.subject, pending=pending_approval_of(record))
+            record = await self.engine.send_signal(
+                record, signal, expected_revision=request.expected_revision, rules=self._rules(principal)
             )
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.ResolveApprovalResponse(run=run_to_proto(record))
 
-    def _check_approver_scope(self, approver: str, record: RunRecord, pending: dict[str, Any]) -> None:
-        """An approver limited by config to some agents or tools may resolve only those (R7.2)."""
-        scope = self.settings.auth.approver_scopes.get(approver)
-        if scope is None:
-            return
-        tool = str(pending.get("tool", ""))
-        if (scope.agents and record.agent_name not in scope.agents) or (
-            scope.tools and tool not in scope.tools
-        ):
-            raise NotPermitted(
-                f"{approver} may not resolve approvals of agent {record.agent_name!r} for {tool!r}",
-                reason="APPROVER_OUT_OF_SCOPE",
-                metadata={"run_id": record.run_id},
-            )
+
+def signal_rules(auth: AuthConfig, principal: Principal) -> SignalRules:
+    """What ``principal`` may signal under the server's auth policies (all off by default)."""
+    scope = auth.approver_scopes.get(principal.subject)
+    return SignalRules(
+        own_runs_only=auth.own_runs_only,
+        four_eyes=auth.four_eyes,
+        manages_runs=principal.has_role("operator"),  # admin holds every role
+        approver_scope=(
+            ApproverScope(agents=frozenset(scope.agents), tools=frozenset(scope.tools)) if scope else None
+        ),
+    )
 
 
 def _session_policy(value: int) -> str:

@@ -2,9 +2,9 @@
 
 The run pauses in WAITING_APPROVAL with the canonical arguments, their sha256, the
 tool host's impact preview, the policy version and an expiry, then gives its lease
-back. ResolveApproval queues a signal; the next owner applies it: approve runs the
-very same call (same idempotency key), reject shows the model a rejection and the
-tool never runs. Waiting does not spend the run's wall-clock budget.
+back. ResolveApproval queues a signal; the next owner applies it (``_signals``): approve
+runs the very same call (same idempotency key), reject shows the model a rejection and
+the tool never runs. Waiting does not spend the run's wall-clock budget.
 
 Right before an approved call first runs, the policy hook ``agentrt_recheck_approved`` may veto
 it (:func:`recheck_approved`): the approver saw the world as it was, and it may have moved on.
@@ -25,15 +25,11 @@ from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
     BUDGET_PREFIX,
     ApprovalRequested,
-    ApprovalResolved,
-    Budgets,
     CallState,
-    Phase,
     ToolError,
     ToolErrorCode,
-    ToolFailed,
+    budget_grant,
     canonical_json,
-    end_events,
     format_usd,
     loads_bounded,
     rfc3339,
@@ -41,7 +37,6 @@ from agentrt.server.core import (
 from agentrt.server.engine._control import Cancelled
 from agentrt.server.engine._run import RunContext
 from agentrt.server.policies import ApprovalRequirement, ReadToolError
-from agentrt.server.store import approval_decision_from_json
 from agentrt.server.tools import CallMetadata
 
 PREVIEW_TIMEOUT_S = 5.0
@@ -126,45 +121,6 @@ class ApprovalStep:
         d.add(asked)
         await d.park(expire_ms)
 
-    def apply_decision(self, decision: dict[str, Any]) -> None:
-        """A person's answer from ResolveApproval; a stale or expired one changes nothing."""
-        d, ports = self.ctx, self.ctx.ports
-        pending = d.state.pending_approval
-        if d.state.phase is not Phase.WAITING_APPROVAL or pending is None:
-            return
-        if pending.approval_id != decision["approval_id"] or ports.now_ms() >= pending.expire_ms:
-            return
-        approve = decision["decision"] == "APPROVAL_DECISION_APPROVE"
-        d.add(
-            ApprovalResolved(
-                approval_id=pending.approval_id,
-                decision=approval_decision_from_json(decision["decision"]),
-                approver=decision.get("approver", ""),
-                comment=decision.get("comment", ""),
-                override_intent=approve and bool(decision.get("override_intent", False)),
-            )
-        )
-        # The wait for a person does not count against the run's wall-clock budget.
-        waited_ms = max(0, ports.now_ms() - pending.request_ms)
-        d.extend_deadline(waited_ms)
-        if not pending.call_id:  # a budget pause
-            budget = pending.tool.removeprefix(BUDGET_PREFIX)
-            if approve:
-                d.grant_budget(budget_grant(d.budgets, budget)[2])
-            else:
-                d.add(
-                    *end_events(
-                        d.state, Phase.FAILED, f"budget_exhausted:{budget}", message="more was refused"
-                    )
-                )
-            return
-        if not approve:
-            call = next(c for c in d.state.calls if c.call_id == pending.call_id)
-            who = decision.get("approver") or "a person"
-            message = f"rejected by {who}" + (f": {decision['comment']}" if decision.get("comment") else "")
-            error = ToolError(ToolErrorCode.PERMANENT, message)
-            d.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error))
-
 
 async def recheck_approved(ctx: RunContext, call: CallState) -> ToolError | None:
     """The policies' veto of an approved call about to run for the first time, or None to run it.
@@ -236,30 +192,6 @@ async def _invoke(ctx: RunContext, name: str, arguments_json: str, metadata: Cal
     return await ctx.ports.tools.invoke(name, arguments_json, metadata=metadata, timeout_s=READ_TIMEOUT_S)
 
 
-_BUDGET_FIELDS = {
-    "model_steps": "max_model_steps",
-    "tool_calls": "max_tool_calls",
-    "input_tokens": "max_input_tokens",
-    "output_tokens": "max_output_tokens",
-    "cost": "max_cost_micros",
-    "handoffs": "max_handoffs",
-}
-
-
 def _amount(budget: str, value: float) -> str:
     # The cost budget counts micro-dollars; a person reads dollars.
     return f"US${format_usd(int(value))}" if budget == "cost" else str(value)
-
-
-def budget_grant(budgets: Budgets, budget: str) -> tuple[float, float, Budgets]:
-    """(current limit, limit after a grant, the budgets after it): a grant doubles the spent limit."""
-    if budget.startswith("calls_per_tool:"):
-        tool = budget.removeprefix("calls_per_tool:")
-        calls = budgets.max_calls_per_tool.get(tool, 0)
-        per_tool = {**budgets.max_calls_per_tool, tool: max(1, calls * 2)}
-        return calls, per_tool[tool], dataclasses.replace(budgets, max_calls_per_tool=per_tool)
-    field = _BUDGET_FIELDS[budget]
-    limit: float = getattr(budgets, field)
-    grant = limit * 2 if limit else 1
-    changes: dict[str, Any] = {field: grant}
-    return limit, grant, dataclasses.replace(budgets, **changes)

@@ -231,6 +231,7 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
         )
         values.update(
             phase=Phase.UNKNOWN_OUTCOME.value,
+            unknown_call_id=doubtful.call_id.replace("\x00", "\ufffd"),  # ResolveOutcome checks it
             wake_ms=wake_ms,
             reconcile_attempts=1,
             lease_owner=None,

@@ -20,7 +20,6 @@ from agentrt.server.core import (
     Append,
     Budgets,
     CallModel,
-    CancelRequested,
     Clock,
     Finalize,
     Handoff,
@@ -55,6 +54,7 @@ from agentrt.server.engine._model_step import ModelStep
 from agentrt.server.engine._payload_step import hydrate_input
 from agentrt.server.engine._ports import Fresh, Ports
 from agentrt.server.engine._run import RunContext, RunHandle, commit_after_row
+from agentrt.server.engine._signals import apply_cancel_request, apply_queued_signals
 from agentrt.server.engine._tool_step import ToolStep
 from agentrt.server.store import RunRecord, StoredEvent, decode_event
 
@@ -225,14 +225,7 @@ class StepLoop:
 
     async def apply_signals(self) -> None:
         """Apply people's decisions queued for this run; they are deleted in the next commit."""
-        ctx = self.ctx
-        signals = await ctx.ports.log.read_signals(ctx.run_id)
-        ctx.consumed_signals = [s.id for s in signals]
-        for signal in signals:
-            if signal.kind == "outcome_decision":
-                await self.tools.apply_outcome_decision(json.loads(signal.payload))
-            elif signal.kind == "approval_decision":
-                self.approvals.apply_decision(json.loads(signal.payload))
+        await apply_queued_signals(self.ctx, self.tools)
 
     def escalate_if_due(self) -> None:
         """A wait past its configured age (or an unknown outcome past the deadline) needs a person."""
@@ -252,15 +245,8 @@ class StepLoop:
 
     async def run(self) -> None:
         ctx, ports = self.ctx, self.ctx.ports
-        handle = ctx.handle
         while True:
-            phase = ctx.state.phase
-            if (
-                handle.cancel_reason is not None
-                and not phase.terminal
-                and phase not in (Phase.CANCEL_REQUESTED, Phase.UNKNOWN_OUTCOME, Phase.CLEANING_UP)
-            ):
-                ctx.add(CancelRequested(reason=handle.cancel_reason, requested_by=handle.cancel_by))
+            apply_cancel_request(ctx)
             self.escalate_if_due()
             clock = Clock(
                 now_s=ports.clock(), deadline_s=ctx.deadline_s, reserve_s=ctx.settings.call_reserve_s

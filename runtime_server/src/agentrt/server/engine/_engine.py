@@ -19,15 +19,21 @@ from pathlib import Path
 from agentrt.server._config import Settings
 from agentrt.server.core import (
     STATE_VERSION,
+    CancelRun,
     LeaseLost,
     PayloadRef,
     Phase,
+    RunSignal,
     RunStarted,
     RunStateConflict,
     SessionTurn,
+    SignalRules,
+    StaleRevision,
+    decide_signal,
     rfc3339,
 )
 from agentrt.server.engine._adapters import RegistryModels, RouterTools
+from agentrt.server.engine._agent_check import check_agent
 from agentrt.server.engine._agents import RUNTIME_VERSION, effective_budgets
 from agentrt.server.engine._cleanup_job import CleanupJob
 from agentrt.server.engine._contain import drive_contained
@@ -40,7 +46,7 @@ from agentrt.server.engine._run import RunHandle, signal_cancel
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
-from agentrt.server.store import Admission, RunRecord, Store, StoredEvent, encode_event
+from agentrt.server.store import Admission, RunRecord, Store, StoredEvent, encode_event, signal_target
 from agentrt.server.telemetry import Counters
 from agentrt.server.tools import ToolRouter
 
@@ -192,15 +198,30 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------------
 
-    async def start_run(self, request: StartRequest, *, admit: bool = False) -> tuple[RunRecord, bool]:
+    async def start_run(
+        self, request: StartRequest, *, admit: bool = False, rules: SignalRules | None = None
+    ) -> tuple[RunRecord, bool]:
         """Persist a new run (or find the one its request_key started) and start driving it.
 
         Args:
-            admit: Apply the admission limits (a caller's request; child runs are part of their parent).
+            admit: A caller's request: check its agent and apply the admission limits (child runs
+                are part of their parent, whose agent was checked).
+            rules: What the caller may do: a session turn that interrupts the active run cancels
+                it as the caller would.
 
         Raises:
+            InvalidRequest: The agent names a tool no tool host serves, or a model that cannot be
+                made; nothing was written.
             OverLimit: Over an admission limit; nothing was written.
+            NotPermitted: The turn would interrupt a run the caller may not cancel.
         """
+        if admit:
+            check_agent(
+                request.agent.config,
+                served_tools=self.tools.tool_names(),
+                models=self.models,
+                profiles=self.settings.model_profiles,
+            )
         admission = self._admission(request.tenant_id) if admit else None
         now_ms = self.now_ms()
         budgets = effective_budgets(request.agent.config, request.budget_overrides, self.settings.limits)
@@ -215,7 +236,7 @@ class Engine:
                 # Before the session policy acts (an interrupt cancels a run): refused means no write.
                 await self.store.check_admission(admission)
             try:
-                waits_for_turn = await self._session_gate(request)
+                waits_for_turn = await self._session_gate(request, rules)
             except RunStateConflict:
                 # The session's active run may be this key's own run, started by a concurrent retry.
                 found = await self.store.find_by_request_key(request.tenant_id, request.request_key)
@@ -297,11 +318,12 @@ class Engine:
             retry_after_s=limits.retry_after_s,
         )
 
-    async def _session_gate(self, request: StartRequest) -> bool:
+    async def _session_gate(self, request: StartRequest, rules: SignalRules | None) -> bool:
         """Apply the session policy; True when the new turn must wait for an earlier one to end.
 
         Raises:
             RunStateConflict: ``SESSION_BUSY`` under the reject policy (nothing is written).
+            NotPermitted: An interrupt of a run ``rules`` do not let the caller cancel.
         """
         active = await self.store.active_session_run(
             tenant_id=request.tenant_id, session_id=request.session_id
@@ -315,6 +337,10 @@ class Engine:
                 metadata={"session_id": request.session_id, "active_run_id": active.run_id},
             )
         if request.session_policy == "interrupt":
+            cancel = CancelRun(reason="interrupted by a new turn", requested_by=request.created_by)
+            refused = decide_signal(signal_target(active), cancel, now_ms=self.now_ms(), rules=rules)
+            if refused is not None:
+                raise refused.error
             await self.request_cancel(
                 active.run_id,
                 tenant_id=request.tenant_id,
@@ -348,6 +374,48 @@ class Engine:
         elif not self._stopping:
             await self._claim_and_launch(run_ids=[run_id])
         return record
+
+    async def send_signal(
+        self,
+        record: RunRecord,
+        signal: RunSignal,
+        *,
+        expected_revision: int | None = None,
+        rules: SignalRules | None = None,
+    ) -> RunRecord:
+        """Decide a person's signal against the run's row, then queue it for the run's owner (a
+        cancel is recorded on the row) and wake the owner; returns the row as it is then.
+
+        Raises:
+            AgentRtError: The core's refusal, for ``rules`` (who sends it) and ``expected_revision``
+                (what they saw; the queueing is fenced by it too): nothing was written.
+        """
+        refused = decide_signal(
+            signal_target(record),
+            signal,
+            now_ms=self.now_ms(),
+            expected_revision=expected_revision,
+            rules=rules,
+        )
+        if refused is not None:
+            raise refused.error
+        if isinstance(signal, CancelRun):
+            updated = await self.request_cancel(
+                record.run_id,
+                tenant_id=record.tenant_id,
+                reason=signal.reason,
+                requested_by=signal.requested_by,
+            )
+            return updated or record
+        queued = await self.store.add_signal(
+            record.run_id, signal=signal, now_ms=self.now_ms(), expected_revision=expected_revision
+        )
+        if not queued:
+            raise StaleRevision(
+                f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
+            )
+        await self.wake(record.run_id)
+        return await self.store.get_run(record.run_id, tenant_id=record.tenant_id) or record
 
     async def wake(self, run_id: str) -> None:
         """Take a parked or paused run now (a signal for it was queued) if it is free."""

@@ -228,6 +228,7 @@ class RunContext:
             "output": state.output.replace("\x00", "\ufffd"),
             "reason": state.reason.replace("\x00", "\ufffd"),
             "pending_approval": _pending_json(state.pending_approval),
+            "unknown_call_id": _unknown_call_id(state),
             "output_ref": json.dumps(state.output_ref.to_json()) if state.output_ref else None,
             **self.pending_values,
             **extra_values,
@@ -434,3 +435,9 @@ def cleanup_row_values(state: RunState, now_ms: int, retry_interval_s: float) ->
 
 def _pending_json(pending: ApprovalRequested | None) -> str | None:
     return encode_event(pending)[1] if pending is not None else None
+
+
+def _unknown_call_id(state: RunState) -> str | None:
+    """The row's record of the call whose outcome is unknown: ResolveOutcome is checked against it."""
+    call = state.unknown_call() if state.phase is Phase.UNKNOWN_OUTCOME else None
+    return call.call_id.replace("\x00", "\ufffd") if call is not None else None

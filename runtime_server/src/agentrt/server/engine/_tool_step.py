@@ -34,7 +34,6 @@ from agentrt.server.core import (
     IntentDuplicate,
     LeaseLost,
     LedgerWord,
-    OutcomeResolved,
     PayloadRef,
     Phase,
     RetryScheduled,
@@ -63,7 +62,6 @@ from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import StartRequest
 from agentrt.server.engine._run import RunContext
-from agentrt.server.store import outcome_decision_from_json
 
 # The settled verdicts of a recorded outcome, and those that end or retry it.
 _Settled = attempts.Fenced | attempts.Fail | attempts.Pause | attempts.Done
@@ -92,7 +90,7 @@ class ToolStep:
         if self._refused(call):
             return
         if call.tool.startswith(AGENT_TOOL_PREFIX):
-            self._record(call, await bound_tool_outcome(d, await self._child_run(call)))
+            self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
             return
         write = is_write(d.ports.tools.spec(call.tool))
         inherited = write and call.call_id not in d.started_here
@@ -169,7 +167,7 @@ class ToolStep:
             outcome = self._step_timeout(call, outcome)
         elif isinstance(verdict, attempts.Done) and verdict.exhausted:
             counters.inc("retry_exhausted_count")
-        self._record(call, await bound_tool_outcome(d, outcome))
+        self.record(call, await bound_tool_outcome(d, outcome))
 
     # -- what the core is asked ---------------------------------------------------------------------
 
@@ -221,7 +219,7 @@ class ToolStep:
         d = self.ctx
         if isinstance(plan, attempts.StepTimeout):
             self._step_began.pop(call.call_id, None)
-            self._record(call, self._step_timeout(call))
+            self.record(call, self._step_timeout(call))
         else:
             d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
 
@@ -241,7 +239,7 @@ class ToolStep:
         if policy.allows(call.tool):
             return False
         error = not_allowed_error(call.tool, policy.agent_name)
-        self._record(call, ToolOutcome.failure("NOT_ALLOWED", error.message))
+        self.record(call, ToolOutcome.failure("NOT_ALLOWED", error.message))
         return True
 
     async def _vetoed(self, call: CallState) -> bool:
@@ -262,7 +260,7 @@ class ToolStep:
         match attempts.ledger_before_resend(word, cancelled=d.handle.cancel_reason is not None):
             case attempts.Adopt():
                 assert isinstance(word, ToolOutcome)
-                self._record(call, await bound_tool_outcome(d, word))
+                self.record(call, await bound_tool_outcome(d, word))
                 return False
             case attempts.Unknown():
                 self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
@@ -364,7 +362,7 @@ class ToolStep:
         self.ctx.add(self._attempt_event(call, call.attempts + 1))
         self.ctx.started_here.add(call.call_id)
 
-    def _record(self, call: CallState, outcome: ToolOutcome) -> None:
+    def record(self, call: CallState, outcome: ToolOutcome) -> None:
         """Record a settled outcome, and end the run where it says so (UNAUTHORIZED, KEY_CONFLICT)."""
         self._end_if(self._add_result(call, outcome), outcome)
 
@@ -623,11 +621,11 @@ class ToolStep:
         match verdict:
             case attempts.Adopt():
                 assert isinstance(word, ToolOutcome)
-                self._record(call, await bound_tool_outcome(d, word))
+                self.record(call, await bound_tool_outcome(d, word))
             case attempts.Resend():
                 self._restart(call)  # the ledger says it did not complete, or never saw it: same key
             case attempts.NeverRan():
-                self._record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
+                self.record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
             case attempts.HandOver():
                 ports.counters.inc("unknown_handed_over_count")
                 d.add(*end_events(d.state, Phase.CANCELLED, d.state.cancel_reason or "cancelled"))
@@ -644,30 +642,6 @@ class ToolStep:
             policy=d.waits,
             rand=d.ports.rand(),
         )
-
-    async def apply_outcome_decision(self, decision: dict[str, object]) -> None:
-        """A person settled an UNKNOWN_OUTCOME call (ResolveOutcome); stale decisions are ignored."""
-        d = self.ctx
-        call = d.state.unknown_call()
-        if d.state.phase is not Phase.UNKNOWN_OUTCOME or call is None or call.call_id != decision["call_id"]:
-            return
-        kind = decision["decision"]
-        resolved = OutcomeResolved(
-            call_id=call.call_id,
-            decision=outcome_decision_from_json(kind),
-            resolved_by=str(decision.get("resolved_by", "")),
-            comment=str(decision.get("comment", "")),
-        )
-        d.add(resolved)
-        if kind == "OUTCOME_DECISION_SUCCEEDED":
-            # A person's result is bounded like a tool's: a large one is stored as a payload.
-            result = str(decision.get("result_json") or "{}")
-            self._record(call, await bound_tool_outcome(d, ToolOutcome(result, None)))
-        elif kind == "OUTCOME_DECISION_FAILED":
-            message = f"decided by a person: {decision.get('comment', '')}".strip()
-            self._record(call, ToolOutcome.failure("PERMANENT", message))
-        else:
-            self._restart(call)
 
 
 def _duplicate_of(first: dict[str, object] | None) -> IntentDuplicate:

@@ -30,6 +30,13 @@ from agentrt.server.store._payloads import PayloadRef, PayloadStore, StoredPaylo
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
 from agentrt.server.store._replay import EventPage
 from agentrt.server.store._retention import PruneCounts, Pruner, PruneReport
+from agentrt.server.store._signal_codec import (
+    UndecodableSignal,
+    decode_signal,
+    encode_signal,
+    pending_approval_of,
+    signal_target,
+)
 from agentrt.server.store._store import Store
 
 __all__ = [
@@ -54,12 +61,15 @@ __all__ = [
     "StoredEvent",
     "StoredPayload",
     "UndecodableEvent",
+    "UndecodableSignal",
     "UnreadableRecord",
     "approval_decision_from_json",
     "call_summary_json",
     "check_payload_id",
     "decode_event",
+    "decode_signal",
     "encode_event",
+    "encode_signal",
     "environmental",
     "event_to_json",
     "load_cipher",
@@ -67,6 +77,8 @@ __all__ = [
     "normalise_url",
     "open_database",
     "outcome_decision_from_json",
+    "pending_approval_of",
+    "signal_target",
     "tool_error_from_json",
     "tool_error_to_json",
 ]

@@ -53,6 +53,7 @@ class RunRecord:
     cleanups_unknown: int = 0  # cleanups that may have left a resource behind
     cleanup_due_ms: int | None = None  # when the cleanup job retries them next
     cleanup_retries: int = 0  # passes of the cleanup job so far
+    unknown_call_id: str | None = None  # while UNKNOWN_OUTCOME: the call whose outcome is unknown
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -72,7 +73,7 @@ class StoredEvent:
 
 @dataclass(frozen=True, slots=True)
 class Signal:
-    """A queued instruction for a run's next owner (e.g. a person's ResolveOutcome decision)."""
+    """A queued signal for a run's next owner, as stored (``decode_signal`` reads it)."""
 
     id: int
     run_id: str

@@ -85,6 +85,9 @@ runs = Table(
     Column("cleanups_unknown", Integer, nullable=False, server_default="0"),
     Column("cleanup_due_ms", BigInteger, nullable=True),
     Column("cleanup_retries", Integer, nullable=False, server_default="0"),
+    # While UNKNOWN_OUTCOME: the call whose outcome is unknown (a model's id, of any length), so
+    # ResolveOutcome is answered from the row (NULL from an earlier runtime: the owner checks it).
+    Column("unknown_call_id", Text, nullable=True),
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),
@@ -110,7 +113,7 @@ signals = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_id", String(40), nullable=False, index=True),
     Column("kind", String(40), nullable=False),
-    Column("payload", Text, nullable=False),  # JSON
+    Column("payload", Text, nullable=False),  # JSON (store/_signal_codec.py)
     Column("created_ms", BigInteger, nullable=False),
 )
 

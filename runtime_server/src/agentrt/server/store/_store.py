@@ -24,7 +24,7 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Connection, Select, and_, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase
+from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase, QueuedSignal
 from agentrt.server.store._admission import Admission, TenantTurns
 from agentrt.server.store._appends import write_batch
 from agentrt.server.store._checkpoints import Checkpoints, StoredCheckpoint
@@ -35,6 +35,7 @@ from agentrt.server.store._pg_appends import PgAppender
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
 from agentrt.server.store._replay import EventPage, read_page, read_run
 from agentrt.server.store._schema import events, runs, signals
+from agentrt.server.store._signal_codec import encode_signal
 from agentrt.toolhost.security import PayloadCipher
 
 _TERMINAL = [p.value for p in TERMINAL_PHASES]
@@ -576,9 +577,10 @@ class Store:
         return await self.db.read(read)
 
     async def add_signal(
-        self, run_id: str, *, kind: str, payload: str, now_ms: int, expected_revision: int | None = None
+        self, run_id: str, *, signal: QueuedSignal, now_ms: int, expected_revision: int | None = None
     ) -> bool:
         """Queue a signal for the run's next owner; False when the run moved past ``expected_revision``."""
+        kind, payload = encode_signal(signal)
         payload = self._crypt.seal_signal(run_id, kind, payload)
 
         def write(conn: Connection) -> bool:
