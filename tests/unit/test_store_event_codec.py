@@ -460,6 +460,9 @@ def test_tool_errors_read_by_name_number_or_not_at_all() -> None:
         (ev.RUN_ENDED, '{"reason": "r"}', "without a phase"),
         (ev.RUN_ENDED, '{"phase": "RUN_PHASE_UNSPECIFIED"}', "without a phase"),
         (ev.RUN_ENDED, '{"phase": ["RUN_PHASE_FAILED"]}', "without a phase"),
+        (ev.VARIABLES_SET, '{"removed": "abc"}', "TypeError"),  # a text is no list of names
+        (ev.RUN_ENDED, '{"phase": "RUN_PHASE_FAILED", "unknown_calls": "c1"}', "AttributeError"),
+        (ev.TOOL_FAILED, '{"step": 1, "error": "TRANSIENT"}', "AttributeError"),
     ],
 )
 def test_a_payload_no_runtime_wrote_is_refused_as_undecodable(
