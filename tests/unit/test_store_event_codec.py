@@ -20,50 +20,21 @@ from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.api._convert import event_to_proto
 from agentrt.server.core import (
     ApprovalDecision,
-    ApprovalRequested,
     ApprovalResolved,
-    Budgets,
-    CallSummary,
-    CancelRequested,
-    CleanupCompleted,
-    CleanupFailed,
-    CleanupKind,
-    CleanupRegistered,
-    CleanupSettled,
-    CleanupStarted,
-    ClippedResult,
-    ContextWindow,
-    Handoff,
-    IntentDuplicate,
     ModelCompleted,
-    ModelTextDelta,
     OutcomeDecision,
     OutcomeResolved,
-    PayloadRef,
     Phase,
-    RetryScheduled,
-    RunCancelled,
     RunCheckpointed,
-    RunClosing,
-    RunCompleted,
     RunEnded,
-    RunEscalated,
-    RunFailed,
     RunFault,
     RunStarted,
-    SessionTurn,
     StepKind,
     StepStarted,
-    SummaryCompleted,
-    ToolCallRequest,
-    ToolCompleted,
     ToolError,
     ToolErrorCode,
     ToolFailed,
-    ToolOutcomeUnknown,
     ToolStarted,
-    Usage,
-    VariablesSet,
 )
 from agentrt.server.core import events as ev
 from agentrt.server.store import (
@@ -78,289 +49,38 @@ from agentrt.server.store import (
     tool_error_from_json,
 )
 from tests.integration.test_stored_shapes import _event_bodies
+from tests.unit._event_samples import any_event, event_strategy
 
-# -- encode -> decode, for every class ------------------------------------------------------------
-
-text = st.text(max_size=12)
-count = st.integers(min_value=0, max_value=2**63 - 1)
-small = st.integers(min_value=0, max_value=2**31 - 1)
-stamp = st.none() | st.just("2026-05-01T12:00:00.125Z") | text
-usage = st.builds(
-    Usage,
-    model_steps=small,
-    tool_calls=small,
-    input_tokens=count,
-    output_tokens=count,
-    cost_micros=count,
-    handoffs=small,
-    calls_per_tool=st.just({}),  # per-tool counts stay internal: events never carry them
-)
-ref = st.builds(PayloadRef, payload_id=text, size_bytes=count, sha256=text, preview=text, media_type=text)
-budgets = st.builds(
-    Budgets,
-    max_model_steps=small,
-    max_tool_calls=small,
-    max_calls_per_tool=st.dictionaries(text, small, max_size=2),
-    timeout_s=st.integers(0, 10**9).map(lambda ms: ms / 1000),  # stored with millisecond precision
-    max_input_tokens=count,
-    max_output_tokens=count,
-    max_cost_micros=count,
-    max_handoffs=small,
-    max_parallel_tool_calls=small,
-)
-error = st.builds(ToolError, st.sampled_from(ToolErrorCode), text, text)
-variable_values = st.dictionaries(
-    text,
-    text | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False),
-    max_size=3,
-)
-duplicate = st.builds(
-    IntentDuplicate, intent_key=text, idempotency_key=text, run_id=text, call_id=text, first_time=stamp
-)
-# A summary carries an error code or a detail (one text on the wire), never both.
-call_summaries = st.lists(
-    st.builds(CallSummary, call_id=text, tool=text, step=small, error=st.sampled_from(ToolErrorCode))
-    | st.builds(
-        CallSummary,
-        call_id=text,
-        tool=text,
-        step=small,
-        detail=st.sampled_from(["", "not_started", "no_outcome"]),
-    ),
-    max_size=3,
-).map(tuple)
-window = st.builds(
-    ContextWindow,
-    strategy=st.sampled_from(["keep_recent", "clip_tool_results", "summarise"]),
-    limit_tokens=small,
-    estimated_tokens=small,
-    full_tokens=small,
-    omitted_before_input=small,
-    omitted_after_input=small,
-    clipped=st.lists(st.builds(ClippedResult, text, small, small, small), max_size=2).map(tuple),
-    summary=text,
-    token_scale_permille=small,
-)
-sampling = st.none() | st.dictionaries(
-    st.sampled_from(["temperature", "top_p", "max_tokens", "seed"]),
-    st.integers(0, 100) | st.just(0.5),
-    min_size=1,
-)
-
-STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
-    RunStarted: st.builds(
-        RunStarted,
-        agent_name=text,
-        input=text,
-        budgets=st.none() | budgets,
-        deadline=stamp,
-        started_by=text,
-        session_history=st.lists(st.builds(SessionTurn, text, text, text), max_size=2).map(tuple),
-        input_ref=st.none() | ref,
-    ),
-    StepStarted: st.builds(
-        StepStarted,
-        step=small,
-        kind=st.sampled_from(StepKind),
-        reason=st.none() | text,
-        usage=usage,
-        context=st.none() | window,
-    ),
-    ModelTextDelta: st.builds(ModelTextDelta, step=small, attempt=small, text=text, superseded=st.booleans()),
-    ModelCompleted: st.builds(
-        ModelCompleted,
-        step=small,
-        text=text,
-        tool_calls=st.lists(st.builds(ToolCallRequest, text, text, text), max_size=3).map(tuple),
-        usage_before=usage,
-        usage_after=usage,
-        text_ref=st.none() | ref,
-        sampling=sampling,
-        model=text,
-        response_id=text,
-        request_id=text,
-        latency=st.none() | st.just("1.250s"),
-        prompt_estimate_tokens=small,
-    ),
-    ToolStarted: st.builds(
-        ToolStarted,
-        step=small,
-        call_id=text,
-        tool=text,
-        arguments_json=text,
-        idempotency_key=text,
-        attempt=st.none() | small,
-        usage_before=usage,
-        usage_after=usage,
-        tool_version=st.none() | text,
-        arguments_ref=st.none() | ref,
-    ),
-    ToolCompleted: st.builds(
-        ToolCompleted,
-        step=small,
-        call_id=text,
-        tool=text,
-        result_json=text,
-        replayed=st.booleans(),
-        result_ref=st.none() | ref,
-        truncated=st.booleans(),
-        deduplicated=st.booleans(),
-        duplicate_of=st.none() | duplicate,
-        start_time=stamp,
-        end_time=stamp,
-        host=text,
-    ),
-    ToolFailed: st.builds(
-        ToolFailed,
-        step=small,
-        call_id=text,
-        tool=text,
-        error=error,
-        start_time=stamp,
-        end_time=stamp,
-        host=text,
-    ),
-    ApprovalRequested: st.builds(
-        ApprovalRequested,
-        approval_id=text,
-        call_id=text,
-        tool=text,
-        arguments_json=text,
-        args_hash=text,
-        impact_summary=text,
-        policy_version=text,
-        expire_time=stamp,
-        request_time=stamp,
-        tool_version=st.none() | text,
-        variables=variable_values,
-    ),
-    ApprovalResolved: st.builds(
-        ApprovalResolved,
-        approval_id=text,
-        decision=st.sampled_from(ApprovalDecision),
-        approver=text,
-        comment=text,
-        override_intent=st.booleans(),
-    ),
-    RetryScheduled: st.builds(
-        RetryScheduled,
-        call_id=text,
-        step=st.none() | small,
-        attempt=small,
-        delay=st.none() | st.just("0.250s"),
-        reason=text,
-        due_time=stamp,
-    ),
-    RunCheckpointed: st.builds(RunCheckpointed, through_seq=count),
-    CancelRequested: st.builds(CancelRequested, reason=text, requested_by=text),
-    RunCompleted: st.builds(RunCompleted, output=text, output_ref=st.none() | ref),
-    RunFailed: st.builds(RunFailed, reason=text, message=text),
-    RunCancelled: st.builds(RunCancelled, reason=text),
-    RunEnded: st.builds(
-        RunEnded,
-        phase=st.sampled_from(Phase),
-        reason=st.none() | text,
-        partial=st.booleans(),
-        retryable=st.booleans(),
-        usage=usage,
-        completed_calls=call_summaries,
-        not_completed_calls=call_summaries,
-        unknown_calls=call_summaries,
-    ),
-    ToolOutcomeUnknown: st.builds(
-        ToolOutcomeUnknown,
-        step=small,
-        call_id=text,
-        tool=text,
-        idempotency_key=text,
-        reason=text,
-        call_deadline=stamp,
-        unknown_time=stamp,
-    ),
-    RunEscalated: st.builds(RunEscalated, reason=text, age=st.none() | text, call_id=text, approval_id=text),
-    Handoff: st.builds(
-        Handoff, step=small, call_id=text, from_agent=text, to_agent=text, reason=text, usage_after=usage
-    ),
-    OutcomeResolved: st.builds(
-        OutcomeResolved,
-        call_id=text,
-        decision=st.sampled_from(OutcomeDecision),
-        resolved_by=text,
-        comment=text,
-    ),
-    RunFault: st.builds(
-        RunFault,
-        step=small,
-        error_class=text,
-        message=text,
-        fault_count=st.none() | small,
-        max_faults=small,
-        usage_spent=st.none() | usage,
-        usage_after=st.none() | usage,
-    ),
-    VariablesSet: st.builds(
-        VariablesSet,
-        step=small,
-        call_id=text,
-        tool=text,
-        variables=variable_values,
-        removed=st.lists(text, max_size=2).map(tuple),
-        refused_reason=text,
-    ),
-    RunClosing: st.builds(
-        RunClosing,
-        phase=st.sampled_from(Phase),
-        reason=text,
-        message=text,
-        retryable=st.booleans(),
-        output=text,
-        output_ref=st.none() | ref,
-    ),
-    CleanupRegistered: st.builds(
-        CleanupRegistered,
-        cleanup_id=text,
-        kind=st.sampled_from(CleanupKind),
-        target=text,
-        arguments_json=text,
-        call_id=text,
-        step=small,
-        refused_reason=text,
-    ),
-    CleanupStarted: st.builds(
-        CleanupStarted, cleanup_id=text, attempt=small, idempotency_key=text, deadline=stamp
-    ),
-    CleanupCompleted: st.builds(CleanupCompleted, cleanup_id=text, attempt=small),
-    SummaryCompleted: st.builds(
-        SummaryCompleted,
-        step=small,
-        text=text,
-        entries=small,
-        usage_before=usage,
-        usage_after=usage,
-        model=text,
-        response_id=text,
-        request_id=text,
-        latency=st.none() | st.just("1.250s"),
-    ),
-    CleanupFailed: st.builds(
-        CleanupFailed, cleanup_id=text, attempt=small, message=text, final=st.booleans()
-    ),
-    CleanupSettled: st.builds(CleanupSettled, retries=small),
-}
+# -- encode -> decode, for every class core lists (samples derived from the fields) ---------------
 
 
-def test_every_event_class_has_a_strategy_and_a_type_name() -> None:
-    assert set(STRATEGIES) == set(ev.EVENT_CLASSES.values())
+@pytest.mark.parametrize("cls", list(ev.EVENT_CLASSES.values()), ids=lambda cls: cls.type_name)
+def test_every_event_class_has_a_type_name_and_samples(cls: type[Any]) -> None:
+    assert ev.EVENT_CLASSES[cls.type_name] is cls
+    event_strategy(cls)  # TypeError for a field type the samples (and so the codec's tests) do not know
+
+
+def test_every_stored_type_has_a_class() -> None:
     assert set(ev.EVENT_CLASSES) == set(ev.EVENT_TYPES) - {ev.RUN_WAITING}  # made by the API alone
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.one_of(*STRATEGIES.values()))
-def test_decode_of_encode_is_the_event(event: ev.Event) -> None:
+@pytest.mark.parametrize("cls", list(ev.EVENT_CLASSES.values()), ids=lambda cls: cls.type_name)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_decode_of_encode_is_the_event_and_encodes_the_same(cls: type[Any], data: st.DataObject) -> None:
+    event = data.draw(event_strategy(cls))
     event_type, payload = encode_event(event)
     assert event_type == event.type_name
-    assert decode_event(event_type, payload) == event
+    decoded = decode_event(event_type, payload)
+    assert decoded == event
     assert decode_event(event_type, json.loads(payload)) == event  # a parsed payload reads the same
+    assert encode_event(decoded) == (event_type, payload)  # stable: a second trip writes the same bytes
+
+
+@settings(max_examples=100, deadline=None)
+@given(any_event())
+def test_decode_of_encode_is_the_event_for_any_class(event: ev.Event) -> None:
+    assert decode_event(*encode_event(event)) == event
 
 
 # -- decode -> encode, for what the runtime writes (byte for byte) --------------------------------
@@ -702,6 +422,10 @@ def test_omitted_keys_read_as_absent_or_as_proto_defaults() -> None:
     )  # a v1 log's "loop" is the upgrader's business; unknown keys are ignored
     fault = decode_event(ev.RUN_FAULT, {"step": 1, "usage_after": {}})
     assert isinstance(fault, RunFault) and fault.usage_after is None and fault.fault_count is None
+    # An empty sampling record is no record: not written, and read as None.
+    assert "sampling" not in event_to_json(ModelCompleted(step=1, sampling={}))
+    completed = decode_event(ev.MODEL_COMPLETED, {"step": 1, "sampling": {}})
+    assert isinstance(completed, ModelCompleted) and completed.sampling is None
 
 
 def test_older_and_api_shaped_values_read_as_the_core_words() -> None:
@@ -741,6 +465,9 @@ def test_tool_errors_read_by_name_number_or_not_at_all() -> None:
         (ev.RUN_ENDED, '{"reason": "r"}', "without a phase"),
         (ev.RUN_ENDED, '{"phase": "RUN_PHASE_UNSPECIFIED"}', "without a phase"),
         (ev.RUN_ENDED, '{"phase": ["RUN_PHASE_FAILED"]}', "without a phase"),
+        (ev.VARIABLES_SET, '{"removed": "abc"}', "TypeError"),  # a text is no list of names
+        (ev.RUN_ENDED, '{"phase": "RUN_PHASE_FAILED", "unknown_calls": "c1"}', "AttributeError"),
+        (ev.TOOL_FAILED, '{"step": 1, "error": "TRANSIENT"}', "AttributeError"),
     ],
 )
 def test_a_payload_no_runtime_wrote_is_refused_as_undecodable(
