@@ -2,7 +2,7 @@
 
 - A sync WRITE tool past its 1 s timeout (the host answers "has not stopped yet") ends the run
   with its real result and one effect: never tool.failed, never retried blindly.
-- A write whose connection was never established (UNAVAILABLE "failed to connect") is retried
+- A write whose connection was never established (no connection within the connect layer) is retried
   under its key, not marked unknown: the request provably never left.
 - ``supports_query`` is true only where the host can answer.
 """
@@ -101,7 +101,7 @@ def test_a_write_whose_connection_was_never_established_is_retried_under_its_key
     # Provably unsent: retried, never put in UNKNOWN_OUTCOME waiting for a ledger that never saw it.
     assert "tool.outcome.unknown" not in types and "tool.failed" not in types
     retries = [e.retry_scheduled for e in events if e.HasField("retry_scheduled")]
-    assert retries and all("failed to connect" in r.reason for r in retries)
+    assert retries and all("not sent" in r.reason for r in retries)  # what people are told
     started = [e.tool_started for e in events if e.HasField("tool_started")]
     assert len(started) == len(retries) + 1 and len({s.idempotency_key for s in started}) == 1
     assert count_refunds(tmp_path / "host" / "refunds.sqlite") == 1

@@ -246,7 +246,9 @@ class ToolRouter:
         try:
             stub = await self._ready_stub(host, timeout_s)
         except ToolHostUnreachable as exc:
-            return ToolOutcome.failure("TRANSIENT", f"{exc}; not sent", connect_failed=True)
+            return ToolOutcome.failure(
+                "TRANSIENT", f"tool host UNAVAILABLE: {exc}; not sent", connect_failed=True
+            )
         left = max(0.0, timeout_s - (time.monotonic() - began))
         try:
             reply = await stub.InvokeTool(
