@@ -75,12 +75,15 @@ def fault_host(tmp_path: Path) -> Iterator[ToolHostProcess]:
 
 
 def run_to_end(
-    tmp_path: Path, host: ToolHostProcess, db_url: str, model: Model, before: Any = None
+    tmp_path: Path, host: ToolHostProcess, db_url: str, model: Model, before: Any = None, **agent: Any
 ) -> list[Any]:
     with FakeModelServer(default=model) as server:
         env = runtime_env(
             db_url=db_url, tool_host=host.address, model_url=f"{server.url}/v1", tools=(model.call["tool"],)
         )
+        agents = json.loads(env["AGENTRT_AGENTS"])
+        agents["refund"].update(agent)  # e.g. on_tool_unauthorized
+        env["AGENTRT_AGENTS"] = json.dumps(agents)
         runtime = start_runtime(tmp_path, env)
         try:
             with Client(runtime.address) as client:
@@ -88,9 +91,29 @@ def run_to_end(
                 if before is not None:
                     before(run_id)
                 model.released.set()
+                if agent.get("on_tool_unauthorized") == "pause":
+                    fix_then_approve(client, host, run_id)
                 return [e for e in client.stream_events(run_id, follow=True, timeout=30) if e.seq]
         finally:
             runtime.close()
+
+
+def fix_then_approve(client: Client, host: ToolHostProcess, run_id: str) -> None:
+    """The run paused for a person: fix the tool's credentials, then approve the same call."""
+    for event in client.stream_events(run_id, follow=True, timeout=30):
+        if event.HasField("approval_requested"):
+            asked = event.approval_requested
+            break
+    else:
+        raise AssertionError("the run never paused")
+    assert asked.policy_version == "unauthorized-pause-1" and asked.tool == "guarded.write"
+    assert count_slow_writes(host.data_dir) == 0
+    (host.data_dir / "credentials_ok").touch()
+    run = client.get_run(run_id)
+    assert run.phase == run_pb2.RUN_PHASE_WAITING_APPROVAL
+    client.resolve_approval(
+        run_id, asked.approval_id, approve=True, args_hash=asked.args_hash, expected_revision=run.revision
+    )
 
 
 def run_id_of(events: list[Any]) -> str:
@@ -112,6 +135,21 @@ def test_a_tools_unauthorized_fails_the_run_and_is_not_handed_to_the_model(
     assert "retry.scheduled" not in types  # an authority refused is not a transient failure
     assert model.asked == 1  # the model was never asked what to do about it
     assert count_slow_writes(fault_host.data_dir) == 0
+
+
+def test_where_the_agent_says_pause_unauthorized_waits_for_a_person_then_the_same_call_runs(
+    tmp_path: Path, fault_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    model = Model({"tool": "guarded.write", "arguments": {"seconds": 0, "note": "refund"}})
+    events = run_to_end(tmp_path, fault_host, sqlite_url, model, on_tool_unauthorized="pause")
+
+    types = [event_type(e) for e in events]
+    assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED, types
+    first, again = [e.tool_started for e in events if e.HasField("tool_started")]
+    assert first.idempotency_key == again.idempotency_key and again.attempt == 2
+    assert "tool.failed" not in types and "tool.completed" in types
+    assert count_slow_writes(fault_host.data_dir) == 1  # refused once, then ran once
+    assert model.asked == 2  # the model saw the result only
 
 
 def test_a_key_reused_with_other_arguments_fails_the_run_without_running_the_write(

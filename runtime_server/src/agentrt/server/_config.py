@@ -129,6 +129,9 @@ class AgentConfig(_Strict):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     on_budget_exhausted: Literal["fail", "pause"] = "fail"  # "pause": a person may grant more (R6.1)
+    # A tool's UNAUTHORIZED (R6.3): "fail" ends the run; "pause" waits for a person who fixes the
+    # tool's authority, then the same call runs again (approvals.timeout_s bounds the wait).
+    on_tool_unauthorized: Literal["fail", "pause"] = "fail"
     handoffs: list[str] = Field(default_factory=list)  # agents this one may hand the run to (R9.1)
     agent_tools: list[str] = Field(default_factory=list)  # agents this one may call as tools (child runs)
     context: ContextConfig = Field(default_factory=ContextConfig)  # fitting prompts to context_tokens

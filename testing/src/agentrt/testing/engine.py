@@ -387,7 +387,7 @@ class FakeTools:
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no fake serves {tool!r}")
         key = metadata.idempotency_key
         done = self.ledger.get(key)
-        retryable = (ToolErrorCode.TRANSIENT, ToolErrorCode.CANCELLED)
+        retryable = (ToolErrorCode.TRANSIENT, ToolErrorCode.CANCELLED, ToolErrorCode.UNAUTHORIZED)
         if isinstance(done, ToolOutcome) and done.code not in retryable:
             # A tool host replays a final outcome for the same key (and runs a retryable one again).
             return dataclasses.replace(done, replayed=True)

@@ -56,8 +56,12 @@ class ErrorCode(enum.Enum):
 
     @property
     def retryable(self) -> bool:
-        """True when a retry with the same idempotency key runs the tool again."""
-        return self in (ErrorCode.TRANSIENT, ErrorCode.CANCELLED)
+        """True when a retry with the same idempotency key runs the tool again.
+
+        UNAUTHORIZED too: the tool did nothing, and a runtime whose run paused for a person sends
+        the same call again once its authority is fixed.
+        """
+        return self in (ErrorCode.TRANSIENT, ErrorCode.CANCELLED, ErrorCode.UNAUTHORIZED)
 
 
 class ToolError(Exception):

@@ -70,5 +70,5 @@ class Outcome:
 
     @property
     def retryable(self) -> bool:
-        """True when a retry with the same key runs the tool again (TRANSIENT, CANCELLED)."""
+        """True when a retry with the same key runs the tool again (TRANSIENT, CANCELLED, UNAUTHORIZED)."""
         return self.failure is not None and self.failure.code.retryable

@@ -207,6 +207,7 @@ from agentrt.server.core._state import (
 )
 from agentrt.server.core._timefmt import parse_rfc3339_ms, rfc3339
 from agentrt.server.core._tokens import estimate_tokens, scaled_counter, token_scale_permille
+from agentrt.server.core._unauthorized import UNAUTHORIZED_PAUSE, is_unauthorized_pause, unauthorized_pause
 from agentrt.server.core._upgrade import (
     STATE_VERSION,
     UPGRADERS,
@@ -247,6 +248,7 @@ __all__ = [
     "SET_VARIABLES",
     "STATE_VERSION",
     "TERMINAL_PHASES",
+    "UNAUTHORIZED_PAUSE",
     "UPGRADERS",
     "AgentRtError",
     "Append",
@@ -397,6 +399,7 @@ __all__ = [
     "format_usd",
     "idempotency_key",
     "is_budget_pause",
+    "is_unauthorized_pause",
     "lease_lapsed",
     "loads_bounded",
     "micros_to_usd",
@@ -418,6 +421,7 @@ __all__ = [
     "step_deadline_s",
     "token_scale_permille",
     "transition",
+    "unauthorized_pause",
     "unknown_after_faults",
     "upgrade",
     "upgrade_money_json",

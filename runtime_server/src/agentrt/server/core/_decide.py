@@ -9,6 +9,7 @@ commit points of R5.2 with one commit per step.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from agentrt.server.core._keys import idempotency_key
 from agentrt.server.core._loops import LoopPolicy
 from agentrt.server.core._phases import Phase
 from agentrt.server.core._state import CallFate, CallState, CleanupEntry, RunState
+from agentrt.server.core._unauthorized import is_unauthorized_pause
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +241,33 @@ def _with_summary(ended: ev.RunEnded, state: RunState) -> ev.RunEnded:
     )
 
 
+def unauthorized_end(
+    state: RunState, pending: ev.ApprovalRequested, *, approver: str, comment: str
+) -> tuple[ev.Event, ...]:
+    """A pause after a tool's UNAUTHORIZED ends: the call fails with it, then the run does."""
+    resolved = ev.ApprovalResolved(
+        approval_id=pending.approval_id,
+        decision=ev.ApprovalDecision.REJECT,
+        approver=approver,
+        comment=comment,
+    )
+    call = next(c for c in state.calls if c.call_id == pending.call_id)
+    why = f"rejected by {approver}" if approver else comment
+    failed = ev.ToolFailed(
+        step=call.step,
+        call_id=call.call_id,
+        tool=call.tool,
+        error=ev.ToolError(
+            ev.ToolErrorCode.UNAUTHORIZED, f"{pending.tool} refused the runtime's authority; {why}"
+        ),
+    )
+    folded = copy.deepcopy(state)  # the end's summary lists the call as failed, not in flight
+    folded.apply(resolved)
+    folded.apply(failed)
+    reason = f"tool_unauthorized:{pending.tool}"
+    return (resolved, failed, *end_events(folded, Phase.FAILED, reason, message=failed.error.message))
+
+
 def _clean_up(state: RunState, clock: Clock) -> Decision:
     """Release the next resource, newest first; past the cleanup deadline give the rest up; then end.
 
@@ -290,6 +319,8 @@ def decide(state: RunState, budgets: Budgets, clock: Clock, policy: Policy | Non
         pending = state.pending_approval
         if pending is None or clock.now_s * 1000 < pending.expire_ms:
             return Idle()
+        if is_unauthorized_pause(pending):  # nobody fixed the tool's authority in time
+            return Append(unauthorized_end(state, pending, approver="", comment="the pause expired"))
         if policy.fail_expired_approvals:
             return Append(end_events(state, Phase.FAILED, "approval_expired"))
         if not pending.call_id:  # a budget pause is asked again

@@ -24,7 +24,7 @@ from typing import Any, assert_never
 
 from agentrt.server.core import _events as ev
 from agentrt.server.core._budgets import Budgets
-from agentrt.server.core._decide import BUDGET_PREFIX, end_events
+from agentrt.server.core._decide import BUDGET_PREFIX, end_events, unauthorized_end
 from agentrt.server.core._errors import (
     AgentRtError,
     InvalidRequest,
@@ -35,6 +35,7 @@ from agentrt.server.core._errors import (
 )
 from agentrt.server.core._phases import Phase, Trigger, rule_for
 from agentrt.server.core._state import RunState
+from agentrt.server.core._unauthorized import is_unauthorized_pause, unauthorized_retry
 
 # -- the signals -------------------------------------------------------------------------------------
 
@@ -428,6 +429,14 @@ def _waited_ms(pending: ev.ApprovalRequested, now_ms: int) -> int:
 def _approval_applied(state: RunState, signal: ResolveApproval, now_ms: int) -> Applied:
     pending = _pending(state)
     resolved = _resolved(pending, signal)
+    if is_unauthorized_pause(pending):
+        if signal.decision is ev.ApprovalDecision.APPROVE:  # fixed: the same call again, same key
+            again = unauthorized_retry(state, pending)
+            return Applied(events=(resolved, again), waited_ms=_waited_ms(pending, now_ms))
+        ending = unauthorized_end(
+            state, pending, approver=signal.approver or "a person", comment=signal.comment
+        )
+        return Applied(events=ending, waited_ms=_waited_ms(pending, now_ms))
     if signal.decision is ev.ApprovalDecision.APPROVE:
         return Applied(events=(resolved,), waited_ms=_waited_ms(pending, now_ms))
     call = next((c for c in state.calls if c.call_id == pending.call_id), None)

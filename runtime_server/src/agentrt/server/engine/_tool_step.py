@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import math
+import uuid
 from typing import Any
 
 from agentrt.proto.toolhost.v1 import tool_pb2
@@ -53,6 +54,7 @@ from agentrt.server.core import (
     reconcile_delay_ms,
     rfc3339,
     step_deadline_s,
+    unauthorized_pause,
     variables_json,
     variables_requested,
 )
@@ -213,7 +215,11 @@ class ToolStep:
             retry=d.retry_policy(d.settings.tool_attempts),
             rand=d.ports.rand(),
             reconciled=reconciled,
+            on_unauthorized=self._on_unauthorized(),
         )
+
+    def _on_unauthorized(self) -> attempts.UnauthorizedPolicy:
+        return attempts.UnauthorizedPolicy(self.ctx.agent.config.on_tool_unauthorized)
 
     def _out_of_time(self, call: CallState, plan: attempts.StepTimeout | attempts.Expire) -> None:
         d = self.ctx
@@ -363,13 +369,24 @@ class ToolStep:
         self.ctx.started_here.add(call.call_id)
 
     def record(self, call: CallState, outcome: ToolOutcome) -> None:
-        """Record a settled outcome, and end the run where it says so (UNAUTHORIZED, KEY_CONFLICT)."""
-        self._end_if(self._add_result(call, outcome), outcome)
+        """Record a settled outcome, and end or pause the run where it says so (UNAUTHORIZED,
+        KEY_CONFLICT)."""
+        self._end_if(self._add_result(call, outcome), call, outcome)
 
-    def _end_if(self, settled: _Settled, outcome: ToolOutcome) -> None:
+    def _end_if(self, settled: _Settled, call: CallState, outcome: ToolOutcome) -> None:
+        d = self.ctx
+        if d.state.ended or d.state.phase is Phase.WAITING_APPROVAL:
+            return  # an earlier call of the batch ended or paused the run already
+        message = outcome.error.message if outcome.error is not None else ""
         if isinstance(settled, attempts.Fail):
-            message = outcome.error.message if outcome.error is not None else ""
-            self.ctx.add(*end_events(self.ctx.state, Phase.FAILED, settled.reason, message=message))
+            d.add(*end_events(d.state, Phase.FAILED, settled.reason, message=message))
+        elif isinstance(settled, attempts.Pause):
+            now_ms = d.ports.now_ms()
+            expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
+            pause = unauthorized_pause(
+                call, message=message, approval_id=uuid.uuid4().hex, now_ms=now_ms, expire_ms=expire_ms
+            )
+            d.add(pause)  # the loop parks the run until a person answers or the pause expires
 
     def _add_result(self, call: CallState, outcome: ToolOutcome) -> _Settled:
         """The result event and the run variables the result sets (S004 §1.2); what the outcome means.
@@ -379,10 +396,15 @@ class ToolStep:
         """
         d = self.ctx
         settled = attempts.recorded_verdict(
-            outcome, tool=call.tool, cancelled=d.handle.cancel_reason is not None
+            outcome,
+            tool=call.tool,
+            cancelled=d.handle.cancel_reason is not None,
+            on_unauthorized=self._on_unauthorized(),
         )
         if isinstance(settled, attempts.Fenced):
             raise LeaseLost(f"tool host refused run {d.run_id}'s fencing token {d.handle.generation}")
+        if isinstance(settled, attempts.Pause):
+            return settled  # nothing is recorded of the call: a person fixes it, then it runs again
         result = self._result_event(call, outcome)
         d.add(result)
         # A large result's view (or its refusal) lacks the members addressed to the runtime: they
@@ -482,7 +504,7 @@ class ToolStep:
         settled: dict[str, list[Event | ToolOutcome]] = {c.call_id: [] for c in calls}
         with contextlib.suppress(Cancelled):  # results that arrived before the cancel are kept below
             await d.io(lambda: asyncio.gather(*(self._settle_read(c, settled[c.call_id]) for c in calls)))
-        ends: list[tuple[_Settled, ToolOutcome]] = []
+        ends: list[tuple[_Settled, CallState, ToolOutcome]] = []
         for call in calls:
             steps = settled[call.call_id]
             last = steps[-1] if steps else None
@@ -493,9 +515,10 @@ class ToolStep:
             )
             d.add(*(e for e in steps if not isinstance(e, ToolOutcome)))
             outcome = await bound_tool_outcome(d, outcome)
-            ends.append((self._add_result(call, outcome), outcome))
-        for verdict, outcome in ends:  # every result is in the log before the run ends
-            self._end_if(verdict, outcome)
+            ends.append((self._add_result(call, outcome), call, outcome))
+        # Every result is in the log before the run ends (a failure first) or pauses.
+        for verdict, call, outcome in sorted(ends, key=lambda end: not isinstance(end[0], attempts.Fail)):
+            self._end_if(verdict, call, outcome)
 
     async def _settle_read(self, call: CallState, steps: list[Event | ToolOutcome]) -> None:
         """One read with its retries; its retry events, then its final outcome, go into ``steps``."""
