@@ -310,8 +310,10 @@ def test_unserialisable_details_do_not_hide_the_error() -> None:
     assert "object" in json.loads(failure.details_json)["details"]
 
 
-def test_only_transient_and_cancelled_are_retryable() -> None:
-    assert {c for c in ErrorCode if c.retryable} == {ErrorCode.TRANSIENT, ErrorCode.CANCELLED}
+def test_only_failures_that_did_nothing_are_retryable() -> None:
+    # UNAUTHORIZED too: a run paused for a person sends the same call again once it is fixed.
+    retryable = {ErrorCode.TRANSIENT, ErrorCode.CANCELLED, ErrorCode.UNAUTHORIZED}
+    assert {c for c in ErrorCode if c.retryable} == retryable
     assert Outcome.error(ErrorCode.TRANSIENT, "t").retryable
     assert not Outcome.success("{}").retryable
 
