@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from agentrt.server._config import AgentConfig
-from agentrt.server.core import LeaseLost
+from agentrt.server.core import LeaseLost, OutcomeDecision, QueuedSignal, ResolveOutcome
 from agentrt.server.engine import ResolvedAgent, RunLog
-from agentrt.server.store import Store, StoredCheckpoint
+from agentrt.server.store import Store, StoredCheckpoint, decode_signal, encode_signal
 from agentrt.testing.engine import MemoryRunLog
 from tests.integration.test_store import run_values
 
@@ -31,7 +31,7 @@ class Backend:
 
     log: RunLog
     run_id: str
-    add_signal: Any  # (kind, payload) -> awaitable
+    add_signal: Any  # (a typed signal) -> awaitable
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -43,7 +43,8 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
             agent=agent, input="hi", owner=OWNER, now_ms=NOW, budgets_json={}, deadline_ms=NOW + 60_000
         )
 
-        async def add_memory_signal(kind: str, payload: str) -> None:
+        async def add_memory_signal(signal: QueuedSignal) -> None:
+            kind, payload = encode_signal(signal)
             memory.add_signal(record.run_id, kind, json.loads(payload))
 
         yield Backend(memory, record.run_id, add_memory_signal)
@@ -54,8 +55,8 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         values = run_values("r1", owner=OWNER)
         await store.create_run(values, [("run.started", '{"input": "hi"}')], NOW)
 
-        async def add_store_signal(kind: str, payload: str) -> None:
-            await store.add_signal("r1", kind=kind, payload=payload, now_ms=NOW)
+        async def add_store_signal(signal: QueuedSignal) -> None:
+            await store.add_signal("r1", signal=signal, now_ms=NOW)
 
         yield Backend(store, "r1", add_store_signal)
     finally:
@@ -125,10 +126,12 @@ async def test_a_repark_gives_the_lease_back_without_a_revision(backend: Backend
 
 
 async def test_a_signal_is_consumed_by_the_commit_that_applies_it(backend: Backend) -> None:
-    await backend.add_signal("outcome_decision", json.dumps({"call_id": "c1"}))
-    await backend.add_signal("outcome_decision", json.dumps({"call_id": "c2"}))
+    for call_id in ("c1", "c2"):
+        await backend.add_signal(
+            ResolveOutcome(call_id=call_id, decision=OutcomeDecision.RETRY, resolved_by="op")
+        )
     first, second = await backend.log.read_signals(backend.run_id)
-    assert json.loads(first.payload) == {"call_id": "c1"} and json.loads(second.payload) == {"call_id": "c2"}
+    assert [decode_signal(s.kind, s.payload).call_id for s in (first, second)] == ["c1", "c2"]  # type: ignore[union-attr]
     with pytest.raises(LeaseLost):  # a refused commit consumes nothing
         await backend.log.append(
             backend.run_id,

@@ -116,6 +116,12 @@ def fail_unauthorized(args: Args, ctx: ToolContext) -> None:
     raise Unauthorized("not yours")
 
 
+@tool(name="fail.permanent", description="Always a permanent failure.", side_effect=SideEffect.WRITE)
+def fail_permanent(args: Args, ctx: ToolContext) -> None:
+    STATE.executions[ctx.idempotency_key] += 1
+    raise PermanentError("never")
+
+
 @tool(name="flaky.write", description="Fails transiently the first time.", side_effect=SideEffect.WRITE)
 def flaky_write(args: Args, ctx: ToolContext) -> dict[str, int]:
     STATE.executions[ctx.idempotency_key] += 1
@@ -178,6 +184,7 @@ TOOLS: list[Tool] = [
     fail_result,
     fail_details,
     fail_unauthorized,
+    fail_permanent,
     flaky_write,
     gate_write,
     polite_wait,
@@ -381,11 +388,20 @@ async def test_typed_error_details_travel_as_json(stub: ToolHostServiceStub) -> 
 
 
 async def test_a_final_failure_is_replayed_not_rerun(stub: ToolHostServiceStub) -> None:
+    first = await _invoke(stub, "fail.permanent", key="perm-1")
+    second = await _invoke(stub, "fail.permanent", key="perm-1")
+    assert _error(first)[0] == _error(second)[0] == "TOOL_ERROR_CODE_PERMANENT"
+    assert (first.replayed, second.replayed) == (False, True)
+    assert STATE.executions["perm-1"] == 1
+
+
+async def test_an_unauthorized_call_runs_again_under_its_key(stub: ToolHostServiceStub) -> None:
+    # It did nothing; a run paused for a person sends it again once its authority is fixed.
     first = await _invoke(stub, "fail.unauthorized", key="auth-1")
     second = await _invoke(stub, "fail.unauthorized", key="auth-1")
     assert _error(first)[0] == _error(second)[0] == "TOOL_ERROR_CODE_UNAUTHORIZED"
-    assert (first.replayed, second.replayed) == (False, True)
-    assert STATE.executions["auth-1"] == 1
+    assert (first.replayed, second.replayed) == (False, False)
+    assert STATE.executions["auth-1"] == 2
 
 
 async def test_a_transient_failure_runs_again_under_the_same_key(
