@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server._config import Settings
+from agentrt.server.config import Settings
 from agentrt.server.core import LedgerWord
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._faults import FaultPlan

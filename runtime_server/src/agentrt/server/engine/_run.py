@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server._config_waits import wait_policy
+from agentrt.server.config import wait_policy
 from agentrt.server.core import (
     ApprovalRequested,
     Budgets,
