@@ -26,8 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrt.server._config import AgentConfig, Settings  # noqa: E402
-from agentrt.server._config_context import CheckpointsConfig  # noqa: E402
+from agentrt.server.config import (  # noqa: E402
+    AgentConfig,
+    CheckpointsConfig,
+    Settings,
+)
 from agentrt.server.engine._driver import open_run  # noqa: E402
 from agentrt.server.engine._run import RunHandle  # noqa: E402
 from agentrt.server.store import Store  # noqa: E402

@@ -19,7 +19,7 @@ import pytest
 from agentrt.client import Client, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server._config import AgentConfig
+from agentrt.server.config import AgentConfig
 from agentrt.server.engine._faults import FAULT_EXIT_CODE, FaultPlan
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing import ToolHostProcess

@@ -18,8 +18,8 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server._config import load_settings
 from agentrt.server.api._server import RuntimeServer
+from agentrt.server.config import load_settings
 from agentrt.testing import ToolHostProcess
 
 NAP = {"text": "sleeping", "tool_calls": [{"tool": "sleep.wait", "arguments": {"seconds": 30}}]}

@@ -25,7 +25,6 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 from grpc_status import rpc_status
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server._config_security import AuthConfig, JwtConfig, MtlsPrincipalConfig
 from agentrt.server.api._interceptor import AuthInterceptor
 from agentrt.server.auth import (
     METHOD_PERMISSIONS,
@@ -40,6 +39,7 @@ from agentrt.server.auth import (
     hookimpl,
     local_principal,
 )
+from agentrt.server.config import AuthConfig, JwtConfig, MtlsPrincipalConfig
 from agentrt.toolhost.security import ReloadingServerCredentials, channel_credentials, generate_dev_pki
 
 SERVICE = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"]

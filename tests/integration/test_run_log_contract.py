@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentrt.server._config import AgentConfig
+from agentrt.server.config import AgentConfig
 from agentrt.server.core import LeaseLost, OutcomeDecision, QueuedSignal, ResolveOutcome
 from agentrt.server.engine import ResolvedAgent, RunLog
 from agentrt.server.store import Store, StoredCheckpoint, decode_signal, encode_signal

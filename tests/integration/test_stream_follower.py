@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from agentrt.server._config_limits import StreamsConfig
 from agentrt.server.api._stream_writer import FollowerStalled, send_events
 from agentrt.server.api._streams import Follower
+from agentrt.server.config import StreamsConfig
 from agentrt.server.events import EventBus
 from agentrt.server.store import EventPage, RunRecord, Store, StoredEvent
 from tests.integration.test_store import run_values

@@ -12,7 +12,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 import agentrt.server.auth as auth
-from agentrt.server._config_security import AuthConfig, JwtConfig, MtlsPrincipalConfig
 from agentrt.server.auth import (
     METHOD_PERMISSIONS,
     ROLE_PERMISSIONS,
@@ -30,6 +29,7 @@ from agentrt.server.auth import (
     local_principal,
     permission_for,
 )
+from agentrt.server.config import AuthConfig, JwtConfig, MtlsPrincipalConfig
 from agentrt.server.core import NotAuthenticated
 from agentrt.toolhost.security import PeerCertificate
 

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from agentrt.server._config_security import AuthConfig, JwtConfig
 from agentrt.server.auth import AuthRequest, JwtVerifier, build_authentication
+from agentrt.server.config import AuthConfig, JwtConfig
 from agentrt.server.core import NotAuthenticated
 
 ISS = "https://idp.example"

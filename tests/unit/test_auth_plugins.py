@@ -10,7 +10,6 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from agentrt.server._config_security import AuthConfig
 from agentrt.server.auth import (
     AuthRequest,
     PluginAuthenticator,
@@ -20,6 +19,7 @@ from agentrt.server.auth import (
     hookimpl,
     hookspecs,
 )
+from agentrt.server.config import AuthConfig
 from agentrt.server.core import NotAuthenticated
 from agentrt.toolhost import hookimpl as tool_hookimpl
 from agentrt.toolhost.security import PeerCertificate

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.server._config_security import AuthConfig
 from agentrt.server.auth import AuthRequest, StaticTokens, build_authentication, hash_token, parse_tokens
+from agentrt.server.config import AuthConfig
 from agentrt.server.core import NotAuthenticated
 
 ALICE = "alice-secret-token-0123456789"

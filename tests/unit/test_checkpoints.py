@@ -19,8 +19,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from agentrt.server._config import AgentConfig, ApprovalsConfig, OutputConfig, Settings
-from agentrt.server._config_context import CheckpointsConfig
+from agentrt.server.config import AgentConfig, ApprovalsConfig, CheckpointsConfig, OutputConfig, Settings
 from agentrt.server.core import (
     CHECKPOINT_UPGRADERS,
     STATE_VERSION,

@@ -9,7 +9,7 @@ import pytest
 
 from agentrt.client import AsyncClient, Client, CredentialsError
 from agentrt.client._credentials import CLIENT_ENV_VARS, ChannelSecurity, is_loopback_target, resolve_security
-from agentrt.server._config import load_settings
+from agentrt.server.config import load_settings
 from agentrt.toolhost.security import DevPki, generate_dev_pki
 
 TOKEN = "s3cr3t-token-value"

@@ -13,7 +13,7 @@ import pytest
 
 from agentrt.client import cli
 from agentrt.client._tokens import ROLES, token_sha256, tokens_entry
-from agentrt.server._config_security import ROLES as SERVER_ROLES
+from agentrt.server.config import ROLES as SERVER_ROLES
 
 TOKEN = "tok_3xAmple-Value.1"
 

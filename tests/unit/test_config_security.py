@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.server._config import ConfigError, load_settings
 from agentrt.server.api._servicer import signal_rules
 from agentrt.server.auth import Principal
+from agentrt.server.config import ConfigError, load_settings
 from agentrt.server.core import ApproverScope, SignalRules
 from agentrt.toolhost.security import DEFAULT_MAX_GRANT_LIFETIME_S
 

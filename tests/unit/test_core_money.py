@@ -8,9 +8,9 @@ import random
 import pytest
 
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server._config import BudgetsConfig, PriceConfig
 from agentrt.server.api._convert import agent_from_proto
 from agentrt.server.api._validate import MAX_COST_MICROS
+from agentrt.server.config import BudgetsConfig, PriceConfig
 from agentrt.server.core import (
     Budgets,
     RawEvent,

@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from agentrt.server._config import AgentConfig, Settings
-from agentrt.server._config_cleanup import CleanupConfig
-from agentrt.server._config_limits import PayloadsConfig
+from agentrt.server.config import AgentConfig, CleanupConfig, PayloadsConfig, Settings
 from agentrt.server.core import CleanupEntry, CleanupKind
 from agentrt.server.engine._cleanup_job import CleanupJob
 from agentrt.server.engine._cleanup_step import perform_cleanup

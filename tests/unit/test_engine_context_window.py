@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from agentrt.server._config import AgentConfig, ModelConfig, Settings
-from agentrt.server._config_context import ContextConfig
-from agentrt.server._config_security import ModelProfileConfig
+from agentrt.server.config import AgentConfig, ContextConfig, ModelConfig, ModelProfileConfig, Settings
 from agentrt.server.core import parse_rfc3339_ms
 from agentrt.server.models import ModelRequest, ModelTransientError
 from agentrt.server.policies import hookimpl

@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from agentrt.server._config import AgentConfig, Settings
-from agentrt.server._config_limits import FaultsConfig
-from agentrt.server._config_waits import ReconcileConfig
+from agentrt.server.config import AgentConfig, FaultsConfig, ReconcileConfig, Settings
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld

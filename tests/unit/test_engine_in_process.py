@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agentrt.server._config import AgentConfig, ApprovalsConfig
+from agentrt.server.config import AgentConfig, ApprovalsConfig
 from agentrt.server.core import LeaseLost
 from agentrt.server.models import ModelTransientError
 from agentrt.server.tools import CallMetadata, ToolOutcome

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentrt.server._config import AgentConfig, ApprovalsConfig
+from agentrt.server.config import AgentConfig, ApprovalsConfig
 from agentrt.server.policies import hookimpl
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld

@@ -127,3 +127,18 @@ def test_the_testing_package_uses_only_the_engines_public_facade() -> None:
             )
             found += [f"{path.name}: {n}" for n in names if n.startswith(PREFIX + "_")]
     assert not found, found
+
+
+def test_step_executors_see_only_the_settings_they_use() -> None:
+    """A step gets frozen run details, never the runtime's whole configuration (STYLE §11)."""
+    import dataclasses
+
+    from agentrt.server.engine._details import RunDetails, StepSettings
+
+    assert dataclasses.fields(RunDetails) and RunDetails.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert StepSettings.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    names = {f.name for f in dataclasses.fields(StepSettings)}
+    assert not names & {"db_url", "auth", "tls", "listen", "tool_hosts", "agents", "grants"}
+    for module in STEP_MODULES:
+        source = (ENGINE / f"{module}.py").read_text()
+        assert "ports.settings" not in source, module

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from agentrt.server._config import AgentConfig, LoopsConfig
+from agentrt.server.config import AgentConfig, LoopsConfig
 from agentrt.server.core import LoopPolicy, LoopTracker
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from agentrt.server._config import AgentConfig, ModelConfig
+from agentrt.server.config import AgentConfig, ModelConfig
 from agentrt.server.engine._adapters import RegistryModels
 from agentrt.server.models import (
     ModelRegistry,

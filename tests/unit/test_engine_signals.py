@@ -7,7 +7,7 @@ import dataclasses
 import json
 from collections.abc import Iterable
 
-from agentrt.server._config import AgentConfig, ApprovalsConfig, BudgetsConfig
+from agentrt.server.config import AgentConfig, ApprovalsConfig, BudgetsConfig
 from agentrt.server.core import (
     ApprovalDecision,
     CancelRun,

@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import Callable
 
-from agentrt.server._config import AgentConfig
+from agentrt.server.config import AgentConfig
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld
 

@@ -6,7 +6,7 @@ whose approval sends the very call again under its key, whose rejection or expir
 
 from __future__ import annotations
 
-from agentrt.server._config import ApprovalsConfig
+from agentrt.server.config import ApprovalsConfig
 from agentrt.server.core import UNAUTHORIZED_PAUSE, ApprovalDecision, ToolOutcome
 from agentrt.server.tools import CallMetadata
 from agentrt.testing.engine import EngineWorld

@@ -11,8 +11,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from agentrt.server._config import AgentConfig, ApprovalsConfig, BudgetsConfig, Settings
-from agentrt.server._config_waits import EscalationConfig
+from agentrt.server.config import AgentConfig, ApprovalsConfig, BudgetsConfig, EscalationConfig, Settings
 from agentrt.server.core import Phase
 from agentrt.server.tools import CallMetadata, ToolOutcome
 from agentrt.testing.engine import EngineWorld

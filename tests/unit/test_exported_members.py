@@ -13,6 +13,7 @@ PACKAGES = [
     "agentrt.server",
     "agentrt.server.api",
     "agentrt.server.auth",
+    "agentrt.server.config",
     "agentrt.server.core",
     "agentrt.server.engine",
     "agentrt.server.events",

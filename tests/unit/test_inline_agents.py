@@ -9,11 +9,17 @@ import pytest
 from google.protobuf import struct_pb2
 
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server._config import AgentConfig, ModelConfig, Settings
-from agentrt.server._config_security import InlineAgentsConfig, ModelProfileConfig, Role
 from agentrt.server.api._convert import agent_from_proto
 from agentrt.server.api._inline import check_inline_agent
 from agentrt.server.auth import Principal, local_principal
+from agentrt.server.config import (
+    AgentConfig,
+    InlineAgentsConfig,
+    ModelConfig,
+    ModelProfileConfig,
+    Role,
+    Settings,
+)
 from agentrt.server.core import AgentRtError, InvalidRequest, NotPermitted
 from agentrt.server.engine import ResolvedAgent, bind_model, sensitive_option
 from agentrt.server.models import ModelConfigError

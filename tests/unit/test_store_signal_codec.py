@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt.server._config import AgentConfig
+from agentrt.server.config import AgentConfig
 from agentrt.server.core import (
     ApprovalDecision,
     ApprovalRequested,

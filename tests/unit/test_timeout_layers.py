@@ -12,8 +12,7 @@ import math
 import pytest
 
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server._config import AgentConfig, BudgetsConfig, Settings
-from agentrt.server._config_timeouts import TimeoutsConfig
+from agentrt.server.config import AgentConfig, BudgetsConfig, Settings, TimeoutsConfig
 from agentrt.server.core import (
     TimeoutLayer,
     call_budget,

@@ -10,7 +10,6 @@ import pytest
 from google.protobuf import duration_pb2
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
-from agentrt.server._config import LimitsConfig, Settings
 from agentrt.server.api._page_tokens import MAX_PAGE_TOKEN_CHARS, PageTokens
 from agentrt.server.api._request_keys import request_hash
 from agentrt.server.api._validate import (
@@ -29,6 +28,7 @@ from agentrt.server.api._validate import (
     check_text,
     quote,
 )
+from agentrt.server.config import LimitsConfig, Settings
 from agentrt.server.core import InvalidRequest, PayloadTooLarge
 from agentrt.server.engine._request_keys import same_request
 from agentrt.server.models import ModelConfigError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentrt.server._config import ConfigError, Settings, load_settings
 from agentrt.server._main import main
+from agentrt.server.config import ConfigError, Settings, load_settings
 
 __all__ = ["ConfigError", "Settings", "load_settings", "main"]

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from agentrt.server import _demo
-from agentrt.server._config import ConfigError, Settings, load_settings
+from agentrt.server.config import ConfigError, Settings, load_settings
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from agentrt.server._config import ConfigError, Settings, load_settings
+from agentrt.server.config import ConfigError, Settings, load_settings
 from agentrt.server.engine import build_pruner
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.store import Database, PostgresDatabase, PruneReport, SqliteDatabase, normalise_url

@@ -41,7 +41,7 @@ import pluggy
 from google.protobuf import duration_pb2
 
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server._config import AgentConfig, Settings
+from agentrt.server.config import AgentConfig, Settings
 from agentrt.server.core import (
     STATE_VERSION,
     LeaseLost,

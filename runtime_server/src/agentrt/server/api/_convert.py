@@ -14,7 +14,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
-from agentrt.server._config import AgentConfig
+from agentrt.server.config import AgentConfig
 from agentrt.server.core import (
     ApprovalDecision,
     ApprovalRequested,

@@ -13,8 +13,8 @@ and no message repeats a value the caller sent in the model options.
 from __future__ import annotations
 
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.server._config import Settings
 from agentrt.server.auth import Principal
+from agentrt.server.config import Settings
 from agentrt.server.core import InvalidRequest, NotPermitted
 from agentrt.server.engine import sensitive_option
 

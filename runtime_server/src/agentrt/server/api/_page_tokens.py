@@ -26,7 +26,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from agentrt.server._config import Settings
+from agentrt.server.config import Settings
 from agentrt.server.core import InvalidRequest
 
 __all__ = ["MAX_PAGE_TOKEN_CHARS", "PageTokens"]

@@ -18,10 +18,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server._config import ConfigError, ModelConfig, Settings, ToolHostConfig
 from agentrt.server.api._interceptor import AuthInterceptor
 from agentrt.server.api._servicer import RuntimeServicer
 from agentrt.server.auth import Authentication, build_authentication, local_principal
+from agentrt.server.config import ConfigError, ModelConfig, Settings, ToolHostConfig
 from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager

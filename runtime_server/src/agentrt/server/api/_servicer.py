@@ -15,8 +15,6 @@ import grpc
 from pydantic import ValidationError
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
-from agentrt.server._config import Settings
-from agentrt.server._config_security import AuthConfig
 from agentrt.server.api._convert import (
     agent_from_proto,
     approval_signal,
@@ -37,6 +35,7 @@ from agentrt.server.api._streams import Follower
 from agentrt.server.api._tombstones import refuse_pruned
 from agentrt.server.api._validate import check_enum, check_id, check_json, check_start, check_text
 from agentrt.server.auth import Principal, current_principal
+from agentrt.server.config import AuthConfig, Settings
 from agentrt.server.core import (
     AgentRtError,
     ApproverScope,

@@ -32,7 +32,7 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from agentrt.server._config_limits import StreamsConfig
+from agentrt.server.config import StreamsConfig
 from agentrt.server.core import CleanupStatus, Phase
 from agentrt.server.core import events as ev
 from agentrt.server.events import EventBus, Subscription

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from google.protobuf import duration_pb2, struct_pb2
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
-from agentrt.server._config import LimitsConfig
+from agentrt.server.config import LimitsConfig
 from agentrt.server.core import InvalidRequest, PayloadTooLarge
 from agentrt.toolhost import MAX_JSON_DEPTH, JsonBoundsError, loads_bounded
 

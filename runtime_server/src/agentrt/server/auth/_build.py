@@ -27,13 +27,13 @@ import re
 
 import pluggy
 
-from agentrt.server._config_security import AuthConfig
 from agentrt.server.auth._authentication import Authentication, Authenticator, AuthRequest
 from agentrt.server.auth._jwt import JwtVerifier
 from agentrt.server.auth._mtls import MtlsAuthenticator
 from agentrt.server.auth._plugins import PluginAuthenticator, get_auth_plugin_manager
 from agentrt.server.auth._principal import Principal
 from agentrt.server.auth._tokens import StaticTokens
+from agentrt.server.config import AuthConfig
 from agentrt.server.core import NotAuthenticated
 
 __all__ = ["MAX_AUTHORIZATION_BYTES", "BearerAuthenticator", "bearer_token", "build_authentication"]

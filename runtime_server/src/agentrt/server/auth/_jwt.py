@@ -30,9 +30,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
-from agentrt.server._config_security import ROLES, JwtConfig
 from agentrt.server.auth._principal import Principal
 from agentrt.server.auth._reloading import ReloadingFile
+from agentrt.server.config import ROLES, JwtConfig
 from agentrt.server.core import NotAuthenticated
 
 __all__ = ["JwtVerifier", "parse_jwks"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agentrt.server._config_security import MtlsPrincipalConfig
 from agentrt.server.auth._authentication import AuthRequest
 from agentrt.server.auth._principal import Principal
+from agentrt.server.config import MtlsPrincipalConfig
 from agentrt.server.core import NotAuthenticated
 
 __all__ = ["MtlsAuthenticator"]

@@ -8,10 +8,10 @@ from types import MappingProxyType
 
 import pluggy
 
-from agentrt.server._config_security import ROLES
 from agentrt.server.auth import hookspecs
 from agentrt.server.auth._authentication import AuthRequest
 from agentrt.server.auth._principal import Principal
+from agentrt.server.config import ROLES
 
 __all__ = ["ENTRYPOINT_GROUP", "PluginAuthenticator", "get_auth_plugin_manager"]
 

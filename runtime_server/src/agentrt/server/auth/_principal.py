@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
-from agentrt.server._config_security import Role
+from agentrt.server.config import Role
 from agentrt.server.core import NotAuthenticated
 
 __all__ = ["LOCAL_SUBJECT", "Principal", "current_principal", "local_principal", "principal_var"]

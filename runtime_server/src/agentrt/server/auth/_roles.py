@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from agentrt.server._config_security import ROLES, Role
+from agentrt.server.config import ROLES, Role
 
 __all__ = [
     "HEALTH_PREFIX",

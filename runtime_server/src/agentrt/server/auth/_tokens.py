@@ -23,9 +23,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from agentrt.server._config_security import Role
 from agentrt.server.auth._principal import Principal
 from agentrt.server.auth._reloading import ReloadingFile
+from agentrt.server.config import Role
 from agentrt.server.core import NotAuthenticated
 
 __all__ = ["StaticTokens", "hash_token", "parse_tokens"]

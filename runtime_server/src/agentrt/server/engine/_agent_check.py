@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from agentrt.server._config import AgentConfig
-from agentrt.server._config_security import ModelProfileConfig
+from agentrt.server.config import AgentConfig, ModelProfileConfig
 from agentrt.server.core import InvalidRequest
 from agentrt.server.engine._agents import bind_model
 from agentrt.server.models import ModelConfigError, ModelRegistry

@@ -15,8 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.server._config import AgentConfig, LimitsConfig, ModelConfig
-from agentrt.server._config_security import ModelProfileConfig
+from agentrt.server.config import AgentConfig, LimitsConfig, ModelConfig, ModelProfileConfig
 from agentrt.server.core import Budgets, InvalidRequest, canonical_json
 from agentrt.server.models import ModelConfigError, ModelSpecData
 

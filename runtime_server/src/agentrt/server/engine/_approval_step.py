@@ -71,17 +71,17 @@ class ApprovalStep:
 
     async def request(self, call: CallState) -> None:
         """Persist WAITING_APPROVAL for ``call`` and park the run until its expiry."""
-        d, ports = self.ctx, self.ctx.ports
+        ctx, ports = self.ctx, self.ctx.ports
         try:
             canonical = canonical_json(loads_bounded(call.arguments_json or "{}"))
         except ValueError:
             canonical = call.arguments_json
         impact = await ports.tools.preview(
-            call.tool, canonical, metadata=d.call_metadata(call), timeout_s=PREVIEW_TIMEOUT_S
+            call.tool, canonical, metadata=ctx.call_metadata(call), timeout_s=PREVIEW_TIMEOUT_S
         )
         requirement = self._requirements.get(call.call_id)
         now_ms = ports.now_ms()
-        expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
+        expire_ms = now_ms + math.ceil(ctx.agent.config.approvals.timeout_s * 1000)
         spec = ports.tools.spec(call.tool)
         asked = ApprovalRequested(
             approval_id=uuid.uuid4().hex,
@@ -94,17 +94,17 @@ class ApprovalStep:
             expire_time=rfc3339(expire_ms),
             request_time=rfc3339(now_ms),
             tool_version=spec.version if spec is not None and spec.version else None,
-            variables=dict(d.state.variables),  # what the run knew when the person was asked
+            variables=dict(ctx.state.variables),  # what the run knew when the person was asked
         )
-        d.add(asked)
-        await d.park(expire_ms)
+        ctx.add(asked)
+        await ctx.park(expire_ms)
 
     async def request_budget(self, budget: str) -> None:
         """Persist WAITING_APPROVAL for more of a spent budget (the agent's policy) and park."""
-        d, ports = self.ctx, self.ctx.ports
-        limit, grant, _ = budget_grant(d.budgets, budget)
+        ctx, ports = self.ctx, self.ctx.ports
+        limit, grant, _ = budget_grant(ctx.budgets, budget)
         now_ms = ports.now_ms()
-        expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
+        expire_ms = now_ms + math.ceil(ctx.agent.config.approvals.timeout_s * 1000)
         arguments = canonical_json({"budget": budget, "limit": limit, "grant": grant})
         asked = ApprovalRequested(
             approval_id=uuid.uuid4().hex,
@@ -118,8 +118,8 @@ class ApprovalStep:
             expire_time=rfc3339(expire_ms),
             request_time=rfc3339(now_ms),
         )
-        d.add(asked)
-        await d.park(expire_ms)
+        ctx.add(asked)
+        await ctx.park(expire_ms)
 
 
 async def recheck_approved(ctx: RunContext, call: CallState) -> ToolError | None:

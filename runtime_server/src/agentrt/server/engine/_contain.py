@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from agentrt.server._config_waits import wait_policy
+from agentrt.server.config import wait_policy
 from agentrt.server.core import (
     FAULT_PARK_S,
     STATE_VERSION,

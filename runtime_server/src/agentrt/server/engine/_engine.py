@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from agentrt.server._config import Settings
+from agentrt.server.config import Settings
 from agentrt.server.core import (
     STATE_VERSION,
     CancelRun,

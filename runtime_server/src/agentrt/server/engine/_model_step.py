@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from agentrt.server._config import AgentConfig, ModelConfig
+from agentrt.server.config import AgentConfig, ModelConfig
 from agentrt.server.core import (
     ContextPolicy,
     ContextWindow,

@@ -21,7 +21,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from agentrt.server._config_limits import PayloadsConfig
+from agentrt.server.config import PayloadsConfig
 from agentrt.server.core import RESULT_JSON_LIMITS, RUNTIME_MEMBERS, object_with_members
 from agentrt.server.engine._ports import PayloadPort
 from agentrt.server.engine._run import RunContext

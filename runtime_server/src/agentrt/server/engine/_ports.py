@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server._config import Settings
+from agentrt.server.config import Settings
 from agentrt.server.core import LedgerWord
 from agentrt.server.engine._agents import ResolvedAgent
+from agentrt.server.engine._details import StepSettings
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.models import ModelRequest, ModelResponse, ModelSpecData
 from agentrt.server.policies import ApprovalRequirement
@@ -274,6 +275,11 @@ class Ports:
     stopping: Callable[[], bool]  # shutting down: no further attempts after a fault
     faults: FaultPlan = field(default_factory=FaultPlan)  # injected crashes, a test facility
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # What the step executors may read of ``settings``, frozen once (``RunDetails.settings``).
+    step_settings: StepSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "step_settings", StepSettings.of(self.settings))
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from agentrt.server._config import Settings
+from agentrt.server.config import Settings
 from agentrt.server.core import RetentionPolicy
 from agentrt.server.store import Database, Pruner
 

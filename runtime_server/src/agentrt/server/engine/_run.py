@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server._config_waits import wait_policy
 from agentrt.server.core import (
     ApprovalRequested,
     Budgets,
@@ -40,6 +39,7 @@ from agentrt.server.core import (
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
+from agentrt.server.engine._details import RunDetails
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.engine._sizes import check_event_sizes
 from agentrt.server.store import RunRecord, StoredEvent, call_summary_json, encode_event
@@ -123,7 +123,14 @@ class RunContext:
         cleanup_status: str = "",
     ):
         self.ports = ports
-        self.settings = ports.settings
+        # Frozen for this ownership: who the run is, and only the settings its steps use.
+        self.details = RunDetails(
+            run_id=handle.run_id,
+            tenant_id=tenant_id,
+            agent_config_hash=agent_config_hash,
+            settings=ports.step_settings,
+        )
+        self.settings = self.details.settings
         self.handle = handle
         self.run_id = handle.run_id
         self.tenant_id = tenant_id
@@ -132,7 +139,6 @@ class RunContext:
         self.agent = agent
         self.budgets = budgets
         self.deadline_s = deadline_s
-        self.agent_config_hash = agent_config_hash  # of the run's agent snapshot: checkpoints carry it
         self.policy = agent_policy(agent, ports.tools)
         self.buffer: list[Event] = []
         self.pending_values: dict[str, Any] = dict(pending_values or {})
@@ -146,7 +152,7 @@ class RunContext:
         self.committed_attempts = reconcile_attempts
         self.needs_attention = needs_attention  # as the row holds it
         self.cleanup_status = cleanup_status  # as the row holds it ("" for none)
-        self.waits = wait_policy(self.settings.reconcile, self.settings.escalation)
+        self.waits = self.settings.waits
 
     # -- the run's rules ----------------------------------------------------------------------------
 
@@ -211,8 +217,8 @@ class RunContext:
         checkpoint = due_checkpoint(
             state,
             buffered=len(self.buffer),
-            every_events=self.settings.checkpoints.every_events,
-            agent_config_hash=self.agent_config_hash,
+            every_events=self.settings.checkpoint_every_events,
+            agent_config_hash=self.details.agent_config_hash,
             now_ms=now_ms,
         )
         if checkpoint is not None:

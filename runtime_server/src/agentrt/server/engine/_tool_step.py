@@ -88,14 +88,14 @@ class ToolStep:
 
     async def run_call(self, call: CallState) -> None:
         """Send a started call (an inherited write: its ledger first) and carry out what it meant."""
-        d = self.ctx
+        ctx = self.ctx
         if self._refused(call):
             return
         if call.tool.startswith(AGENT_TOOL_PREFIX):
-            self.record(call, await bound_tool_outcome(d, await self._child_run(call)))
+            self.record(call, await bound_tool_outcome(ctx, await self._child_run(call)))
             return
-        write = is_write(d.ports.tools.spec(call.tool))
-        inherited = write and call.call_id not in d.started_here
+        write = is_write(ctx.ports.tools.spec(call.tool))
+        inherited = write and call.call_id not in ctx.started_here
         if inherited and not await self._resume_inherited(call):
             return
         first_send = inherited or call.attempts == 1
@@ -105,12 +105,12 @@ class ToolStep:
         if not isinstance(plan, attempts.Send):
             self._out_of_time(call, plan)
             return
-        d.check_lease()
-        began, call_deadline_ms = d.ports.clock(), d.ports.now_ms() + math.ceil(plan.timeout_s * 1000)
+        ctx.check_lease()
+        began, call_deadline_ms = ctx.ports.clock(), ctx.ports.now_ms() + math.ceil(plan.timeout_s * 1000)
         outcome = await self._attempt(call, write=write, timeout_s=plan.timeout_s)
         if outcome is None:
             return
-        d.ports.faults.hit("tool_response_received")
+        ctx.ports.faults.hit("tool_response_received")
         verdict = self._verdict(call, outcome, write=write, layer=plan.layer, began=began)
         if isinstance(verdict, attempts.AskLedger):
             settled = await self._settle_doubt(call, outcome, call_deadline_ms)
@@ -157,10 +157,10 @@ class ToolStep:
         return None
 
     async def _carry_out(self, call: CallState, outcome: ToolOutcome, verdict: attempts.ToolVerdict) -> None:
-        d, counters = self.ctx, self.ctx.ports.counters
+        ctx, counters = self.ctx, self.ctx.ports.counters
         if isinstance(verdict, attempts.Retry):
             counters.inc("retry_count")
-            d.add(self._retry_event(call, call.attempts + 1, verdict.delay_s, outcome))
+            ctx.add(self._retry_event(call, call.attempts + 1, verdict.delay_s, outcome))
             return
         self._step_began.pop(call.call_id, None)
         if isinstance(verdict, attempts.StepTimeout):
@@ -169,15 +169,15 @@ class ToolStep:
             outcome = self._step_timeout(call, outcome)
         elif isinstance(verdict, attempts.Done) and verdict.exhausted:
             counters.inc("retry_exhausted_count")
-        self.record(call, await bound_tool_outcome(d, outcome))
+        self.record(call, await bound_tool_outcome(ctx, outcome))
 
     # -- what the core is asked ---------------------------------------------------------------------
 
     def _plan(self, call: CallState) -> attempts.Send | attempts.StepTimeout | attempts.Expire:
-        d = self.ctx
-        spec = d.ports.tools.spec(call.tool)
+        ctx = self.ctx
+        spec = ctx.ports.tools.spec(call.tool)
         spec_timeout = spec.default_timeout.ToTimedelta().total_seconds() if spec is not None else 0.0
-        return d.plan_call(spec_timeout or d.settings.tool_timeout_s, self._step_deadline(call))
+        return ctx.plan_call(spec_timeout or ctx.settings.tool_timeout_s, self._step_deadline(call))
 
     def _step_deadline(self, call: CallState) -> float:
         """When this call, all its attempts and backoff included, must end (``[timeouts] tool_step_s``)."""
@@ -195,14 +195,14 @@ class ToolStep:
         attempt: int = 0,
         reconciled: bool = False,
     ) -> attempts.ToolVerdict:
-        d = self.ctx
+        ctx = self.ctx
         if outcome.timed_out and not reconciled:
-            d.ports.counters.inc("timeout_count")
+            ctx.ports.counters.inc("timeout_count")
         clock = attempts.AttemptClock(
             began_s=began,
-            now_s=d.ports.clock(),
+            now_s=ctx.ports.clock(),
             step_deadline_s=self._step_deadline(call),
-            run_deadline_s=d.deadline_s,
+            run_deadline_s=ctx.deadline_s,
             layer=layer,
         )
         return attempts.tool_verdict(
@@ -210,10 +210,10 @@ class ToolStep:
             tool=call.tool,
             attempt=attempt or call.attempts,
             write=write,
-            cancelled=d.handle.cancel_reason is not None,
+            cancelled=ctx.handle.cancel_reason is not None,
             clock=clock,
-            retry=d.retry_policy(d.settings.tool_attempts),
-            rand=d.ports.rand(),
+            retry=ctx.retry_policy(ctx.settings.tool_attempts),
+            rand=ctx.ports.rand(),
             reconciled=reconciled,
             on_unauthorized=self._on_unauthorized(),
         )
@@ -222,12 +222,12 @@ class ToolStep:
         return attempts.UnauthorizedPolicy(self.ctx.agent.config.on_tool_unauthorized)
 
     def _out_of_time(self, call: CallState, plan: attempts.StepTimeout | attempts.Expire) -> None:
-        d = self.ctx
+        ctx = self.ctx
         if isinstance(plan, attempts.StepTimeout):
             self._step_began.pop(call.call_id, None)
             self.record(call, self._step_timeout(call))
         else:
-            d.add(*end_events(d.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
+            ctx.add(*end_events(ctx.state, Phase.EXPIRED, "deadline_exceeded", retryable=True))
 
     def _step_timeout(self, call: CallState, last: ToolOutcome | None = None) -> ToolOutcome:
         """The step layer fired: the call ends failed, saying so (never a write in doubt: tool_verdict)."""
@@ -261,18 +261,18 @@ class ToolStep:
 
     async def _resume_inherited(self, call: CallState) -> bool:
         """A write an earlier owner started: its ledger decides. True when it is to be sent now."""
-        d = self.ctx
+        ctx = self.ctx
         word = await self._query(call)
-        match attempts.ledger_before_resend(word, cancelled=d.handle.cancel_reason is not None):
+        match attempts.ledger_before_resend(word, cancelled=ctx.handle.cancel_reason is not None):
             case attempts.Adopt():
                 assert isinstance(word, ToolOutcome)
-                self.record(call, await bound_tool_outcome(d, word))
+                self.record(call, await bound_tool_outcome(ctx, word))
                 return False
             case attempts.Unknown():
                 self._outcome_unknown(call, "recovered call: its tool host could not say what happened", 0)
                 return False
         self._restart(call)  # never reached the ledger, or provably did not complete: same key
-        await d.flush()
+        await ctx.flush()
         return True
 
     # -- sending ------------------------------------------------------------------------------------
@@ -283,22 +283,22 @@ class ToolStep:
         Raises:
             Cancelled: the cancel came before the write was sent; it is not sent.
         """
-        d, handle = self.ctx, self.ctx.handle
+        ctx, handle = self.ctx, self.ctx.handle
         if handle.cancel_reason is not None:
             raise Cancelled()
         sending = asyncio.ensure_future(self._send(call, timeout_s=timeout_s))
         try:
-            if not await d.cancel_arrives_before(sending):
+            if not await ctx.cancel_arrives_before(sending):
                 return await sending
             await self._commit_cancel_now()
-            await d.ports.tools.cancel(
+            await ctx.ports.tools.cancel(
                 call.tool,
                 call.arguments_json,
-                metadata=d.call_metadata(call),
+                metadata=ctx.call_metadata(call),
                 reason=handle.cancel_reason or "cancelled",
-                timeout_s=d.settings.query_timeout_s,
+                timeout_s=ctx.settings.query_timeout_s,
             )
-            await asyncio.wait({sending}, timeout=d.settings.timeouts.cancel_wait_s)
+            await asyncio.wait({sending}, timeout=ctx.settings.timeouts.cancel_wait_s)
             if sending.done():
                 return sending.result()
             # No answer within the cancel's bound: the ledger is asked what the write did.
@@ -314,12 +314,14 @@ class ToolStep:
 
     async def _commit_cancel_now(self) -> None:
         """Commit cancel.requested while the write is still in flight, not once it ends (R6.6)."""
-        d = self.ctx
-        if d.state.phase is Phase.TOOL_STEP:
-            d.add(
-                CancelRequested(reason=d.handle.cancel_reason or "cancelled", requested_by=d.handle.cancel_by)
+        ctx = self.ctx
+        if ctx.state.phase is Phase.TOOL_STEP:
+            ctx.add(
+                CancelRequested(
+                    reason=ctx.handle.cancel_reason or "cancelled", requested_by=ctx.handle.cancel_by
+                )
             )
-            await d.flush()
+            await ctx.flush()
 
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
         ctx, ports = self.ctx, self.ctx.ports
@@ -374,19 +376,19 @@ class ToolStep:
         self._end_if(self._add_result(call, outcome), call, outcome)
 
     def _end_if(self, settled: _Settled, call: CallState, outcome: ToolOutcome) -> None:
-        d = self.ctx
-        if d.state.ended or d.state.phase is Phase.WAITING_APPROVAL:
+        ctx = self.ctx
+        if ctx.state.ended or ctx.state.phase is Phase.WAITING_APPROVAL:
             return  # an earlier call of the batch ended or paused the run already
         message = outcome.error.message if outcome.error is not None else ""
         if isinstance(settled, attempts.Fail):
-            d.add(*end_events(d.state, Phase.FAILED, settled.reason, message=message))
+            ctx.add(*end_events(ctx.state, Phase.FAILED, settled.reason, message=message))
         elif isinstance(settled, attempts.Pause):
-            now_ms = d.ports.now_ms()
-            expire_ms = now_ms + math.ceil(d.agent.config.approvals.timeout_s * 1000)
+            now_ms = ctx.ports.now_ms()
+            expire_ms = now_ms + math.ceil(ctx.agent.config.approvals.timeout_s * 1000)
             pause = unauthorized_pause(
                 call, message=message, approval_id=uuid.uuid4().hex, now_ms=now_ms, expire_ms=expire_ms
             )
-            d.add(pause)  # the loop parks the run until a person answers or the pause expires
+            ctx.add(pause)  # the loop parks the run until a person answers or the pause expires
 
     def _add_result(self, call: CallState, outcome: ToolOutcome) -> _Settled:
         """The result event and the run variables the result sets (S004 §1.2); what the outcome means.
@@ -394,35 +396,35 @@ class ToolStep:
         Raises:
             LeaseLost: the host refused this owner's fencing token.
         """
-        d = self.ctx
+        ctx = self.ctx
         settled = attempts.recorded_verdict(
             outcome,
             tool=call.tool,
-            cancelled=d.handle.cancel_reason is not None,
+            cancelled=ctx.handle.cancel_reason is not None,
             on_unauthorized=self._on_unauthorized(),
         )
         if isinstance(settled, attempts.Fenced):
-            raise LeaseLost(f"tool host refused run {d.run_id}'s fencing token {d.handle.generation}")
+            raise LeaseLost(f"tool host refused run {ctx.run_id}'s fencing token {ctx.handle.generation}")
         if isinstance(settled, attempts.Pause):
             return settled  # nothing is recorded of the call: a person fixes it, then it runs again
         result = self._result_event(call, outcome)
-        d.add(result)
+        ctx.add(result)
         # A large result's view (or its refusal) lacks the members addressed to the runtime: they
         # were kept aside. A resource the call made is cleaned up even if the model never saw it.
         text = outcome.runtime_json if outcome.runtime_json is not None else outcome.result_json
         deduplicated = isinstance(result, ToolCompleted) and result.deduplicated
         if text and not deduplicated:  # a duplicate's resources are the first call's, not this run's
-            register_cleanups(d, call, text, outcome.host)
+            register_cleanups(ctx, call, text, outcome.host)
         if isinstance(result, ToolCompleted) and not (result.truncated and outcome.runtime_json is None):
             self._set_variables(call, text or "")  # only a result the run keeps as a success sets them
         return settled
 
     def _set_variables(self, call: CallState, text: str) -> None:
-        d = self.ctx
-        change = variables_requested(text, d.state.variables)
+        ctx = self.ctx
+        change = variables_requested(text, ctx.state.variables)
         if change is None:
             return
-        d.add(
+        ctx.add(
             VariablesSet(
                 step=call.step,
                 call_id=call.call_id,
@@ -433,9 +435,9 @@ class ToolStep:
             )
         )
         if change.refused_reason:
-            d.ports.counters.inc("variables_refused_count")
+            ctx.ports.counters.inc("variables_refused_count")
         else:
-            d.pending_values["variables"] = variables_json(d.state.variables)
+            ctx.pending_values["variables"] = variables_json(ctx.state.variables)
 
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed or outcome.deduplicated:
@@ -496,14 +498,14 @@ class ToolStep:
         Retries of a batch call wait in memory (a crash re-sends a read-only call, which is safe);
         a cancel keeps every result that had arrived and marks the rest cancelled.
         """
-        d = self.ctx
+        ctx = self.ctx
         calls = tuple(c for c in calls if not self._refused(c))
         if not calls:
             return
-        d.check_lease()
+        ctx.check_lease()
         settled: dict[str, list[Event | ToolOutcome]] = {c.call_id: [] for c in calls}
         with contextlib.suppress(Cancelled):  # results that arrived before the cancel are kept below
-            await d.io(lambda: asyncio.gather(*(self._settle_read(c, settled[c.call_id]) for c in calls)))
+            await ctx.io(lambda: asyncio.gather(*(self._settle_read(c, settled[c.call_id]) for c in calls)))
         ends: list[tuple[_Settled, CallState, ToolOutcome]] = []
         for call in calls:
             steps = settled[call.call_id]
@@ -513,8 +515,8 @@ class ToolStep:
                 if isinstance(last, ToolOutcome)
                 else ToolOutcome.failure("CANCELLED", "cancelled in flight")
             )
-            d.add(*(e for e in steps if not isinstance(e, ToolOutcome)))
-            outcome = await bound_tool_outcome(d, outcome)
+            ctx.add(*(e for e in steps if not isinstance(e, ToolOutcome)))
+            outcome = await bound_tool_outcome(ctx, outcome)
             ends.append((self._add_result(call, outcome), call, outcome))
         # Every result is in the log before the run ends (a failure first) or pauses.
         for verdict, call, outcome in sorted(ends, key=lambda end: not isinstance(end[0], attempts.Fail)):
@@ -522,7 +524,7 @@ class ToolStep:
 
     async def _settle_read(self, call: CallState, steps: list[Event | ToolOutcome]) -> None:
         """One read with its retries; its retry events, then its final outcome, go into ``steps``."""
-        d = self.ctx
+        ctx = self.ctx
         attempt = call.attempts
         self._step_deadline(call)  # the whole step runs inside this method
         try:
@@ -534,22 +536,22 @@ class ToolStep:
                 if isinstance(plan, attempts.Expire):
                     steps.append(ToolOutcome.failure("TRANSIENT", "the run's deadline left no time"))
                     return
-                began = d.ports.clock()
+                began = ctx.ports.clock()
                 outcome = await self._send(call, timeout_s=plan.timeout_s)
                 verdict = self._verdict(
                     call, outcome, write=False, layer=plan.layer, began=began, attempt=attempt
                 )
                 if isinstance(verdict, attempts.Retry):
-                    d.ports.counters.inc("retry_count")
+                    ctx.ports.counters.inc("retry_count")
                     attempt += 1
                     steps += [
                         self._retry_event(call, attempt, verdict.delay_s, outcome),
                         self._attempt_event(call, attempt),
                     ]
-                    await d.ports.sleep(verdict.delay_s)
+                    await ctx.ports.sleep(verdict.delay_s)
                     continue
                 if isinstance(verdict, attempts.StepTimeout | attempts.Done) and verdict.exhausted:
-                    d.ports.counters.inc("retry_exhausted_count")
+                    ctx.ports.counters.inc("retry_exhausted_count")
                 steps.append(
                     self._step_timeout(call, outcome)
                     if isinstance(verdict, attempts.StepTimeout)
@@ -568,10 +570,12 @@ class ToolStep:
         idempotency key, so a recovered parent re-attaches to the same child instead of starting
         another. Cancelling the parent cancels the child.
         """
-        d, ports = self.ctx, self.ctx.ports
+        ctx, ports = self.ctx, self.ctx.ports
         target = call.tool.removeprefix(AGENT_TOOL_PREFIX)
-        if target not in d.agent.config.agent_tools or target not in d.agent.peers:
-            return ToolOutcome.failure("UNKNOWN_TOOL", f"agent {target!r} is not available to {d.agent.name}")
+        if target not in ctx.agent.config.agent_tools or target not in ctx.agent.peers:
+            return ToolOutcome.failure(
+                "UNKNOWN_TOOL", f"agent {target!r} is not available to {ctx.agent.name}"
+            )
         try:
             question = str(loads_bounded(call.arguments_json or "{}").get("input", ""))
         except (ValueError, AttributeError):
@@ -579,31 +583,31 @@ class ToolStep:
         if not question.strip():
             return ToolOutcome.failure("INVALID_INPUT", "an agent tool needs a non-empty 'input'")
         remaining = attempts.child_time_left_s(
-            now_s=ports.clock(), run_deadline_s=d.deadline_s, reserve_s=d.settings.call_reserve_s
+            now_s=ports.clock(), run_deadline_s=ctx.deadline_s, reserve_s=ctx.settings.call_reserve_s
         )
         if remaining <= 0:
             return ToolOutcome.failure("TRANSIENT", "no time left for a child run")
-        child_agent = d.agent.switch(target)
+        child_agent = ctx.agent.switch(target)
         request = StartRequest(
-            tenant_id=d.tenant_id,
+            tenant_id=ctx.tenant_id,
             agent=child_agent,
             input=question,
             budget_overrides={"timeout_s": min(child_agent.config.budgets.timeout_s, remaining)},
             request_key=f"child:{call.idempotency_key}",
-            metadata={"parent_run_id": d.run_id, "parent_call_id": call.call_id},
-            created_by=f"run:{d.run_id}",
+            metadata={"parent_run_id": ctx.run_id, "parent_call_id": call.call_id},
+            created_by=f"run:{ctx.run_id}",
         )
         child_id = await ports.children.start(request)
-        if register_child_run(d, call, child_id):
-            await d.flush()  # the parent's end cancels a child it still has (S002 §8)
+        if register_child_run(ctx, call, child_id):
+            await ctx.flush()  # the parent's end cancels a child it still has (S002 §8)
         try:
-            ended = await d.io(lambda: ports.children.wait_for_end(child_id))
+            ended = await ctx.io(lambda: ports.children.wait_for_end(child_id))
         except Cancelled:
             await ports.children.cancel(
                 child_id,
-                tenant_id=d.tenant_id,
-                reason=f"parent run {d.run_id} cancelled",
-                requested_by=f"run:{d.run_id}",
+                tenant_id=ctx.tenant_id,
+                reason=f"parent run {ctx.run_id} cancelled",
+                requested_by=f"run:{ctx.run_id}",
             )
             return ToolOutcome.failure("CANCELLED", f"cancelled; child run {child_id} was cancelled too")
         if ended.phase == Phase.COMPLETED.value:
@@ -630,40 +634,40 @@ class ToolStep:
         A cancelled run does not wait past its bound (§11.11): it ends CANCELLED listing the call
         as unknown, handed to the operator queue (``needs_attention``).
         """
-        d, ports = self.ctx, self.ctx.ports
+        ctx, ports = self.ctx, self.ctx.ports
         word = await self._query(call)
         verdict = attempts.ledger_in_wait(
             word,
-            cancelled=d.handle.cancel_reason is not None,
+            cancelled=ctx.handle.cancel_reason is not None,
             now_ms=ports.now_ms(),
-            call_deadline_ms=call.call_deadline_ms or round(d.deadline_s * 1000),
-            cancel_requested_ms=d.handle.cancel_requested_ms,
-            cancel_wait_ms=math.ceil(d.settings.timeouts.cancel_wait_s * 1000),
+            call_deadline_ms=call.call_deadline_ms or round(ctx.deadline_s * 1000),
+            cancel_requested_ms=ctx.handle.cancel_requested_ms,
+            cancel_wait_ms=math.ceil(ctx.settings.timeouts.cancel_wait_s * 1000),
             ask_again_ms=ports.now_ms() + self._reconcile_delay_ms(),
         )
         match verdict:
             case attempts.Adopt():
                 assert isinstance(word, ToolOutcome)
-                self.record(call, await bound_tool_outcome(d, word))
+                self.record(call, await bound_tool_outcome(ctx, word))
             case attempts.Resend():
                 self._restart(call)  # the ledger says it did not complete, or never saw it: same key
             case attempts.NeverRan():
                 self.record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
             case attempts.HandOver():
                 ports.counters.inc("unknown_handed_over_count")
-                d.add(*end_events(d.state, Phase.CANCELLED, d.state.cancel_reason or "cancelled"))
+                ctx.add(*end_events(ctx.state, Phase.CANCELLED, ctx.state.cancel_reason or "cancelled"))
             case attempts.Park(wake_ms=wake_ms):
-                await d.park(wake_ms)
+                await ctx.park(wake_ms)
 
     def _reconcile_delay_ms(self) -> int:
         """The next query's delay; the attempt count is persisted with the park, so it keeps growing."""
-        d = self.ctx
-        d.reconcile_attempts += 1
+        ctx = self.ctx
+        ctx.reconcile_attempts += 1
         return reconcile_delay_ms(
-            attempt=d.reconcile_attempts,
-            escalated=d.state.escalation is not None,
-            policy=d.waits,
-            rand=d.ports.rand(),
+            attempt=ctx.reconcile_attempts,
+            escalated=ctx.state.escalation is not None,
+            policy=ctx.waits,
+            rand=ctx.ports.rand(),
         )
 
 

@@ -17,9 +17,9 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentrt.server._config_cleanup import CleanupConfig
-from agentrt.server._config_context import CheckpointsConfig, ContextConfig
-from agentrt.server._config_limits import (
+from agentrt.server.config._cleanup import CleanupConfig
+from agentrt.server.config._context import CheckpointsConfig, ContextConfig
+from agentrt.server.config._limits import (
     AdmissionConfig,
     FaultsConfig,
     ModelCacheConfig,
@@ -28,7 +28,7 @@ from agentrt.server._config_limits import (
     StreamsConfig,
     ToolLimitsConfig,
 )
-from agentrt.server._config_security import (
+from agentrt.server.config._security import (
     AuthConfig,
     EncryptionConfig,
     GrantsConfig,
@@ -36,8 +36,8 @@ from agentrt.server._config_security import (
     ModelProfileConfig,
     TlsConfig,
 )
-from agentrt.server._config_timeouts import TimeoutsConfig
-from agentrt.server._config_waits import EscalationConfig, ReconcileConfig
+from agentrt.server.config._timeouts import TimeoutsConfig
+from agentrt.server.config._waits import EscalationConfig, ReconcileConfig
 from agentrt.server.core import Budgets, LoopPolicy, price_micros, usd_to_micros
 
 
