@@ -2,6 +2,8 @@
 
 - Claims take tenants in turn: one tenant's backlog of queued runs never queues another
   tenant's runs, and the claim seeks the index on phase instead of walking every run ever stored.
+- A ListRuns page stops where the caller's budget says (``fits``), with a token that continues
+  after the last run it kept.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from agentrt.server.store import Store, migrate
+from agentrt.server.store import RunRecord, Store, migrate
 from agentrt.server.store._claims import RUNS
 from tests.integration.test_store import run_values
 
@@ -87,3 +89,30 @@ def test_the_claim_seeks_the_phase_index_and_never_walks_ended_runs(tmp_path: Pa
     assert any(step.startswith("SEARCH runs USING") and "(phase=?)" in step for step in plan), plan
     # The session check seeks the tenant's runs by phase too, not every run the tenant had.
     assert any("earlier USING INDEX ix_runs_tenant_phase (tenant_id=? AND phase=?)" in s for s in plan), plan
+
+
+async def test_a_page_ends_where_the_budget_says_and_the_token_goes_on_after_it(store: Store) -> None:
+    for i in range(10):
+        await add(store, f"r{i:03d}", "t", NOW + i)
+    seen: list[str] = []
+    token = ""
+    budgets = [3, 0, 4, 100]  # runs each page may take; 0: the first run only (a page moves on)
+    pages: list[list[str]] = []
+    for budget in budgets:
+        kept: list[RunRecord] = []
+
+        def fits(record: RunRecord, kept: list[RunRecord] = kept, budget: int = budget) -> bool:
+            if len(kept) >= max(budget, 1):
+                return False
+            kept.append(record)
+            return True
+
+        records, token = await store.list_runs(tenant_id="t", page_size=50, page_token=token, fits=fits)
+        assert [r.run_id for r in records] == [r.run_id for r in kept]
+        pages.append([r.run_id for r in records])
+        seen += pages[-1]
+        if not token:
+            break
+    newest_first = [f"r{i:03d}" for i in range(9, -1, -1)]
+    assert pages == [newest_first[:3], newest_first[3:4], newest_first[4:8], newest_first[8:]]
+    assert seen == newest_first and token == ""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -251,8 +251,18 @@ class Store:
         cleanup_unknown: bool = False,
         page_size: int = 50,
         page_token: str = "",
+        fits: Callable[[RunRecord], bool] | None = None,
     ) -> tuple[list[RunRecord], str]:
-        """Runs newest first, keyset-paged. Raises ValueError on a malformed token."""
+        """Runs newest first, keyset-paged.
+
+        Args:
+            fits: Asked of each run in order; the page ends before the first run it refuses (the
+                first run is always kept, so a listing moves on), with a token after the last one
+                kept. The API uses it to keep a page within the reply limit.
+
+        Raises:
+            ValueError: a malformed token.
+        """
         after = _decode_token(page_token) if page_token else None
 
         def read(conn: Connection) -> list[RunRecord]:
@@ -280,10 +290,17 @@ class Store:
             return [self._crypt.run(r, strict=False) for r in conn.execute(query)]
 
         found = await self.db.read(read)
-        if len(found) <= page_size:
-            return found, ""
-        last = found[page_size - 1]
-        return found[:page_size], _encode_token(last.created_ms, last.run_id)
+        page, more = found[:page_size], len(found) > page_size
+        if fits is not None:
+            for index, record in enumerate(page):
+                if not fits(record):
+                    kept = max(index, 1)
+                    page, more = page[:kept], more or kept < len(page)
+                    break
+        if not more:
+            return page, ""
+        last = page[-1]
+        return page, _encode_token(last.created_ms, last.run_id)
 
     async def count_runs(self) -> int:
         return await self.db.read(
