@@ -126,7 +126,6 @@ from agentrt.server.core._events import (
     VariablesSet,
     VariableValue,
 )
-from agentrt.server.core._fair import BatchLimits, FairQueue, next_batch
 from agentrt.server.core._faults import (
     FAULT_PARK_S,
     FaultDecision,
@@ -223,7 +222,6 @@ __all__ = [
     "ApprovalDecision",
     "ApprovalRequested",
     "ApprovalResolved",
-    "BatchLimits",
     "Budgets",
     "CallBudget",
     "CallFate",
@@ -248,7 +246,6 @@ __all__ = [
     "Decision",
     "EscalationReason",
     "Event",
-    "FairQueue",
     "FaultDecision",
     "Finalize",
     "Handoff",
@@ -344,7 +341,6 @@ __all__ = [
     "loads_bounded",
     "micros_to_usd",
     "nesting_depth",
-    "next_batch",
     "not_allowed_error",
     "object_with_members",
     "omitted_entries",

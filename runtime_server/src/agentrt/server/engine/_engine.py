@@ -37,7 +37,6 @@ from agentrt.server.engine._ports import Fresh, Ports, StartRequest
 from agentrt.server.engine._request_keys import same_request
 from agentrt.server.engine._retention import RetentionJob, build_pruner
 from agentrt.server.engine._run import RunHandle, signal_cancel
-from agentrt.server.engine._turns import FairRunLog, StepTurns
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
@@ -116,9 +115,6 @@ class Engine:
         self.policies = policies or Policies(get_policy_plugin_manager())
         self.owner = settings.worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._runs: dict[str, RunHandle] = {}
-        self._tenants: dict[str, str] = {}  # of the runs in _runs
-        # After each commit a run waits for its tenant's turn: one tenant's runs cannot fill the loop.
-        self.turns = StepTurns(clock=time.monotonic)
         self._background: list[asyncio.Task[None]] = []
         self._stopping = False
         self._unowned_waiting = False  # a run was accepted without a worker (capacity or session)
@@ -127,7 +123,7 @@ class Engine:
         self.retention: RetentionJob | None = None  # set at start when retention is configured
         self.cleanups: CleanupJob | None = None  # set at start
         self.ports = Ports(
-            log=FairRunLog(store, turns=self.turns, tenant_of=lambda run_id: self._tenants.get(run_id, "")),
+            log=store,
             tools=RouterTools(tools),
             models=RegistryModels(models),
             payloads=self.payloads,
@@ -288,7 +284,7 @@ class Engine:
                 self._unowned_waiting = True
             if own:
                 first = StoredEvent(record.run_id, 1, *started, now_ms)
-                self._launch(record.run_id, record.lease_generation, record.tenant_id, (record, [first]))
+                self._launch(record.run_id, record.lease_generation, (record, [first]))
         return record, created
 
     def _admission(self, tenant_id: str) -> Admission:
@@ -376,14 +372,13 @@ class Engine:
             run_ids=run_ids or (),
         )
         for claim in claims:
-            self._launch(claim.run_id, claim.generation, claim.tenant_id)
+            self._launch(claim.run_id, claim.generation)
 
-    def _launch(self, run_id: str, generation: int, tenant_id: str, fresh: Fresh | None = None) -> None:
+    def _launch(self, run_id: str, generation: int, fresh: Fresh | None = None) -> None:
         if run_id in self._runs:
             return
         handle = RunHandle(run_id, generation, lease_deadline_s=self.clock() + self._lease_horizon_s())
         self._runs[run_id] = handle
-        self._tenants[run_id] = tenant_id
         self._idle.clear()
         handle.task = asyncio.get_running_loop().create_task(
             self._drive_guarded(handle, fresh), name=f"run:{run_id}"
@@ -435,7 +430,6 @@ class Engine:
             log.exception("run %s: driver crashed; the run stays as persisted", handle.run_id)
         finally:
             self._runs.pop(handle.run_id, None)
-            self._tenants.pop(handle.run_id, None)
             if not self._runs:
                 self._idle.set()
             if not self._stopping and (handle.session_id or self._unowned_waiting):
