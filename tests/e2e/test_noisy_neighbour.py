@@ -2,7 +2,7 @@
 
 Real processes over loopback: a tool host, a runtime with two bearer-token tenants, on SQLite and
 PostgreSQL. Tenant A keeps 200 runs in flight from clients in a process of their own (so their
-work does not slow B's client): each run calls a tool three times with a model step of 0.3 s
+work does not slow B's client): each run calls a tool three times with a model step of 1 s
 before each call, and is replaced as it ends. Tenant B starts runs one after the other and
 follows each to its first step event (the first after ``run.started``). The figures asked for
 (issue 16, Done when): while A's runs are in flight, the median of B's StartRun reply stays under
@@ -38,9 +38,9 @@ IN_FLIGHT = 200
 SAMPLES = 15
 TOKENS = {"noisy": "tok-noisy-neighbour", "quiet": "tok-quiet-neighbour"}
 START_P50_S = {"sqlite": 0.250, "postgres": 0.100}
-# A's runs: three tool calls each, with a model step of 0.3 s before each: always busy, never idle.
+# A's runs: three tool calls each, with a model step of 1 s before each.
 NOISY_STEPS = [
-    *({"tool_calls": [{"tool": "noop.echo", "arguments": {"i": i}}], "delay_s": 0.3} for i in range(3)),
+    *({"tool_calls": [{"tool": "noop.echo", "arguments": {"i": i}}], "delay_s": 1.0} for i in range(3)),
     {"text": "done"},
 ]
 QUIET_STEPS = [{"tool_calls": [{"tool": "noop.echo", "arguments": {"probe": True}}]}, {"text": "done"}]
