@@ -1,4 +1,9 @@
-"""ListRuns page tokens: opaque to callers, tamper-evident, bound to the tenant and filters.
+"""ListRuns pages: what fits in one reply, and page tokens (opaque to callers, tamper-evident,
+bound to the tenant and filters).
+
+A page holds at most ``page_size`` runs and at most what fits in one reply (:class:`RunPage`):
+runs carry caller-sized fields (input, metadata, variables), so 500 runs of 16 KB of metadata
+each are 8 MB, twice what gRPC sends. Such a page ends early, with a token after its last run.
 
 A token is ``base64url(cursor) "." base64url(HMAC-SHA256(key, cursor, scope)[:16])``, where the
 scope (tenant, phases, agent, session) is covered by the MAC but not carried, so a token only
@@ -20,18 +25,26 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.server.config import Settings
 from agentrt.server.core import InvalidRequest
+from agentrt.server.store import RunRecord
 
-__all__ = ["MAX_PAGE_TOKEN_CHARS", "PageTokens"]
+__all__ = ["MAX_PAGE_TOKEN_CHARS", "MAX_REPLY_BYTES", "PageTokens", "RunPage"]
 
 MAX_PAGE_TOKEN_CHARS = 1024
+#: The largest reply the server sends: its ``grpc.max_send_message_length`` (``_server``; a test
+#: keeps the two equal).
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+# What a ListRuns reply holds besides its runs: the next page token (a sealed cursor, far below
+# MAX_PAGE_TOKEN_CHARS) and its field's framing.
+_REPLY_RESERVE_BYTES = 2 * MAX_PAGE_TOKEN_CHARS
 _MAC_BYTES = 16
 _MAX_KEY_FILE_BYTES = 64 * 1024
 
@@ -118,3 +131,38 @@ class PageTokens:
             return raw.decode()
         except UnicodeDecodeError:
             raise _invalid() from None
+
+
+def _framed(size: int) -> int:
+    """Bytes of a ``repeated Run runs = 1`` entry of ``size`` bytes: a tag, a varint length, the run."""
+    return 1 + max(1, (size.bit_length() + 6) // 7) + size
+
+
+class RunPage:
+    """The runs of one ListRuns reply, converted as they are added and kept within its size.
+
+    Args:
+        convert: A stored run as the API shows it.
+        max_bytes: The runs' share of the reply; by default the reply limit less room for the token.
+    """
+
+    def __init__(
+        self,
+        *,
+        convert: Callable[[RunRecord], run_pb2.Run],
+        max_bytes: int = MAX_REPLY_BYTES - _REPLY_RESERVE_BYTES,
+    ) -> None:
+        self._convert = convert
+        self._max_bytes = max_bytes
+        self.runs: list[run_pb2.Run] = []
+        self.size = 0  # serialised bytes of the runs so far, framing included
+
+    def add(self, record: RunRecord) -> bool:
+        """Add the run if it fits (the first always does: a page moves the listing on); else False."""
+        run = self._convert(record)
+        size = _framed(run.ByteSize())
+        if self.runs and self.size + size > self._max_bytes:
+            return False
+        self.runs.append(run)
+        self.size += size
+        return True

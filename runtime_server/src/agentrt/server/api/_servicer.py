@@ -27,7 +27,7 @@ from agentrt.server.api._convert import (
 )
 from agentrt.server.api._errors import abort_internal, abort_with
 from agentrt.server.api._inline import INLINE_AGENT_NAME, check_inline_agent
-from agentrt.server.api._page_tokens import PageTokens
+from agentrt.server.api._page_tokens import PageTokens, RunPage
 from agentrt.server.api._payloads import find_payload, payload_responses
 from agentrt.server.api._request_keys import request_hash
 from agentrt.server.api._stream_writer import send_events
@@ -228,8 +228,9 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             if request.cleanup_unknown:
                 scope.append("cleanup_unknown")
             cursor = self.page_tokens.open(request.page_token, scope=scope) if request.page_token else ""
+            page = RunPage(convert=run_to_proto)  # a page ends early rather than pass the reply limit
             try:
-                records, token = await self.store.list_runs(
+                _, token = await self.store.list_runs(
                     tenant_id=tenant,
                     phases=phases,
                     agent_name=request.agent_name,
@@ -238,13 +239,14 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
                     cleanup_unknown=request.cleanup_unknown,
                     page_size=request.page_size or 50,
                     page_token=cursor,
+                    fits=page.add,
                 )
             except ValueError as exc:
                 raise InvalidRequest("page_token is not valid", field="page_token") from exc
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.ListRunsResponse(
-            runs=[run_to_proto(r) for r in records],
+            runs=page.runs,
             next_page_token=self.page_tokens.seal(token, scope=scope) if token else "",
         )
 

@@ -83,7 +83,8 @@ class Signal:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A run this worker now owns, with its fencing token."""
+    """A run this worker now owns, with its fencing token and its tenant."""
 
     run_id: str
     generation: int
+    tenant_id: str = ""

@@ -16,18 +16,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, exists, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from agentrt.server.core import TERMINAL_PHASES, LeaseLost, Phase, QueuedSignal
+from agentrt.server.core import TERMINAL_PHASES, LeaseLost, QueuedSignal
 from agentrt.server.store._admission import Admission, TenantTurns
 from agentrt.server.store._appends import write_batch
 from agentrt.server.store._checkpoints import Checkpoints, StoredCheckpoint
+from agentrt.server.store._claims import CLEANUPS, RUNS, RUNS_AMONG
 from agentrt.server.store._crypt import RecordCipher
 from agentrt.server.store._db import Database, PostgresDatabase, open_database
 from agentrt.server.store._payloads import PayloadStore
@@ -251,8 +252,18 @@ class Store:
         cleanup_unknown: bool = False,
         page_size: int = 50,
         page_token: str = "",
+        fits: Callable[[RunRecord], bool] | None = None,
     ) -> tuple[list[RunRecord], str]:
-        """Runs newest first, keyset-paged. Raises ValueError on a malformed token."""
+        """Runs newest first, keyset-paged.
+
+        Args:
+            fits: Asked of each run in order; the page ends before the first run it refuses (the
+                first run is always kept, so a listing moves on), with a token after the last one
+                kept. The API uses it to keep a page within the reply limit.
+
+        Raises:
+            ValueError: a malformed token.
+        """
         after = _decode_token(page_token) if page_token else None
 
         def read(conn: Connection) -> list[RunRecord]:
@@ -280,10 +291,17 @@ class Store:
             return [self._crypt.run(r, strict=False) for r in conn.execute(query)]
 
         found = await self.db.read(read)
-        if len(found) <= page_size:
-            return found, ""
-        last = found[page_size - 1]
-        return found[:page_size], _encode_token(last.created_ms, last.run_id)
+        page, more = found[:page_size], len(found) > page_size
+        if fits is not None:
+            for index, record in enumerate(page):
+                if not fits(record):
+                    kept = max(index, 1)
+                    page, more = page[:kept], more or kept < len(page)
+                    break
+        if not more:
+            return page, ""
+        last = page[-1]
+        return page, _encode_token(last.created_ms, last.run_id)
 
     async def count_runs(self) -> int:
         return await self.db.read(
@@ -433,67 +451,27 @@ class Store:
         """Take up to ``limit`` runs that need a worker: unowned or whose lease expired.
 
         Paused runs (WAITING_APPROVAL, UNKNOWN_OUTCOME) are only taken when a cancel is pending.
-        On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so replicas never
-        block on each other.
+        Tenants take turns: every tenant's oldest candidate first, then every tenant's second,
+        and so on (``_claims``). Replicas never block on each other or take the same run.
         """
-        paused = [Phase.WAITING_APPROVAL.value, Phase.UNKNOWN_OUTCOME.value]
-
-        def write(conn: Connection) -> list[Claim]:
-            free = or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms)
-            has_signal = exists(select(signals.c.id).where(signals.c.run_id == runs.c.run_id))
-            # Parked runs come back when their wake time is due: a reconciliation retry, or an
-            # approval that expires (to be asked again or failed, per the agent's policy).
-            due = or_(runs.c.wake_ms.is_(None), runs.c.wake_ms <= now_ms)
-            # A session's turns run one at a time, in the order they were accepted (R8.3).
-            earlier = runs.alias("earlier")
-            turn_is_next = or_(
-                runs.c.session_id.is_(None),
-                ~exists(
-                    select(earlier.c.run_id).where(
-                        earlier.c.tenant_id == runs.c.tenant_id,
-                        earlier.c.session_id == runs.c.session_id,
-                        earlier.c.phase.not_in(_TERMINAL),
-                        earlier.c.run_id < runs.c.run_id,  # run ids sort by creation time
-                    )
-                ),
-            )
-            wanted = and_(
-                turn_is_next,
-                runs.c.phase.not_in(_TERMINAL),
-                free,
-                or_(
-                    and_(runs.c.phase.not_in(paused), due),
-                    and_(runs.c.phase.in_(paused), or_(runs.c.wake_ms <= now_ms, has_signal)),
-                    and_(
-                        runs.c.phase == Phase.WAITING_APPROVAL.value, runs.c.cancel_requested_ms.is_not(None)
-                    ),
-                ),
-            )
-            query = select(runs.c.run_id).where(wanted)
-            if run_ids:
-                query = query.where(runs.c.run_id.in_(list(run_ids)))
-            query = query.order_by(runs.c.created_ms).limit(limit)
-            return _take_leases(conn, query, wanted, owner=owner, expires_ms=now_ms + ttl_ms)
-
-        return await self.db.transaction(write)
+        params: dict[str, Any] = {"now_ms": now_ms, "limit": limit}
+        taking = RUNS
+        if run_ids:
+            params["run_ids"] = list(run_ids)
+            taking = RUNS_AMONG
+        return await self.db.transaction(
+            lambda conn: taking.run(conn, params, owner=owner, expires_ms=now_ms + ttl_ms)
+        )
 
     async def claim_cleanups(self, *, owner: str, now_ms: int, ttl_ms: int, limit: int) -> list[Claim]:
         """Take up to ``limit`` ended runs whose cleanups are UNKNOWN and due for the cleanup job.
 
         The lease fences the job's appends as it fences a driver's; replicas skip each other's rows.
         """
-
-        def write(conn: Connection) -> list[Claim]:
-            wanted = and_(
-                runs.c.cleanup_status == "UNKNOWN",
-                runs.c.cleanup_due_ms <= now_ms,
-                runs.c.phase.in_(list(_TERMINAL)),
-                or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms),
-            )
-            query = select(runs.c.run_id).where(wanted).order_by(runs.c.cleanup_due_ms).limit(limit)
-            return _take_leases(conn, query, wanted, owner=owner, expires_ms=now_ms + ttl_ms)
-
-        return await self.db.transaction(write)
+        params = {"now_ms": now_ms, "limit": limit}
+        return await self.db.transaction(
+            lambda conn: CLEANUPS.run(conn, params, owner=owner, expires_ms=now_ms + ttl_ms)
+        )
 
     async def renew(
         self, *, owner: str, run_ids: Sequence[str], now_ms: int, ttl_ms: int
@@ -617,33 +595,6 @@ class Store:
             return self._crypt.run(row) if row else None
 
         return await self.db.transaction(write)
-
-
-def _take_leases(
-    conn: Connection, candidates: Select[Any], wanted: ColumnElement[bool], *, owner: str, expires_ms: int
-) -> list[Claim]:
-    """Lease each candidate run still ``wanted`` to ``owner``, with the next fencing token.
-
-    On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED``, so replicas claiming
-    at once never block on each other or take the same run.
-    """
-    if conn.dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    claimed: list[Claim] = []
-    for run_id in list(conn.execute(candidates).scalars()):
-        row = conn.execute(
-            update(runs)
-            .where(runs.c.run_id == run_id, wanted)
-            .values(
-                lease_owner=owner,
-                lease_expires_ms=expires_ms,
-                lease_generation=runs.c.lease_generation + 1,
-            )
-            .returning(runs.c.lease_generation)
-        ).first()
-        if row is not None:
-            claimed.append(Claim(run_id, int(row[0])))
-    return claimed
 
 
 def _encode_token(created_ms: int, run_id: str) -> str:
