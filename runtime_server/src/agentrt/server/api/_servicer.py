@@ -255,7 +255,8 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     ) -> None:
         """Replays, and with ``follow`` tails until the run ends: it follows through every wait.
 
-        A follow stream of an ended run ends once the replay is sent, whatever ``after_seq`` is.
+        A follow stream of an ended run ends once the replay is sent, whatever ``after_seq`` is,
+        unless its cleanup tail is open: then it follows the tail to ``cleanup.settled``.
         """
         try:
             if request.after_seq < 0:
