@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
 from agentrt.server.core import idempotency_key
 from agentrt.testing import FakeModelServer, FakeResponse, RecordedRequest, ToolHostProcess, spawn_tool_host
-from tests.fault.conftest import API_KEY, runtime_env, start_runtime
+from tests.fault.conftest import API_KEY, first_turn_calls, runtime_env, start_runtime
 
 
 class Model:
@@ -42,30 +41,9 @@ class Model:
         if request.headers.get("authorization") != f"Bearer {API_KEY}":
             return FakeResponse.json_body({"error": {"message": "bad API key"}}, status=401)
         self.asked += 1
-        message: dict[str, Any] = {"role": "assistant", "content": "the model was asked again"}
-        finish = "stop"
         if not any(m["role"] == "assistant" for m in body["messages"]):
             assert self.released.wait(30), "the test never released the first answer"
-            function = {
-                "name": self.call["tool"].replace(".", "__"),
-                "arguments": json.dumps(self.call["arguments"]),
-            }
-            message = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": "call_1", "type": "function", "function": function}],
-            }
-            finish = "tool_calls"
-        return FakeResponse.json_body(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-            }
-        )
+        return first_turn_calls(body, self.call)
 
 
 @pytest.fixture

@@ -107,6 +107,31 @@ def serve_fake_openai(script: dict[int, dict[str, Any]]) -> Iterator[tuple[FakeO
         yield fake, f"{server.url}/v1"
 
 
+def first_turn_calls(body: dict[str, Any], call: dict[str, Any] | None) -> FakeResponse:
+    """A Chat Completions reply: the first turn calls ``call`` ({"tool", "arguments"}) when given,
+    every later turn (or a first without a call) answers "done"."""
+    message: dict[str, Any] = {"role": "assistant", "content": "done"}
+    finish = "stop"
+    if call is not None and not any(m["role"] == "assistant" for m in body["messages"]):
+        function = {"name": call["tool"].replace(".", "__"), "arguments": json.dumps(call["arguments"])}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": function}],
+        }
+        finish = "tool_calls"
+    return FakeResponse.json_body(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from agentrt.plugins.queryable_tools import count_queryable_writes
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.testing import FakeModelServer, FakeResponse, RecordedRequest, ToolHostProcess, spawn_tool_host
 from agentrt.toolhost._ledger import Ledger
-from tests.fault.conftest import API_KEY, runtime_env, start_runtime
+from tests.fault.conftest import API_KEY, first_turn_calls, runtime_env, start_runtime
 
 CANCEL_GRACE_S = 2.0
 BOUND_S = CANCEL_GRACE_S + 5.0
@@ -53,27 +52,7 @@ def answer(request: RecordedRequest) -> FakeResponse:
     if request.headers.get("authorization") != f"Bearer {API_KEY}":
         return FakeResponse.json_body({"error": {"message": "bad API key"}}, status=401)
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    message: dict[str, Any] = {"role": "assistant", "content": "done"}
-    finish = "stop"
-    if not any(m["role"] == "assistant" for m in body["messages"]):
-        move = CALLS[user.split()[0]]
-        function = {"name": move["tool"].replace(".", "__"), "arguments": json.dumps(move["arguments"])}
-        message = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": "call_1", "type": "function", "function": function}],
-        }
-        finish = "tool_calls"
-    return FakeResponse.json_body(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-    )
+    return first_turn_calls(body, CALLS[user.split()[0]])
 
 
 @pytest.fixture
