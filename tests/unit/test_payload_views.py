@@ -11,12 +11,12 @@ import pytest
 from agentrt.server.engine._payload_step import (
     MAX_EVENT_BYTES,
     EventTooLarge,
-    check_event_sizes,
     model_view,
     text_view,
     utf8_size,
 )
-from agentrt.server.store import PayloadRef
+from agentrt.server.core import RunCompleted, StepStarted
+from agentrt.server.store import PayloadRef, RowUpdate, encode_commit
 from agentrt.toolhost._errors import ErrorCode
 from agentrt.toolhost._operations import _bounded
 
@@ -49,10 +49,13 @@ def test_the_text_view_ends_with_the_marker_within_its_size(kind: str) -> None:
 
 
 def test_an_event_past_the_maximum_is_refused_naming_only_its_type() -> None:
-    check_event_sizes([("tool.completed", "x" * MAX_EVENT_BYTES)])
+    # The run log encodes what the engine commits; the size is checked on that encoding.
+    payloads, _ = encode_commit([RunCompleted(output="x" * (MAX_EVENT_BYTES - 100))], RowUpdate())
+    assert len(payloads[0][1]) <= MAX_EVENT_BYTES
+    huge = RunCompleted(output="é" * (MAX_EVENT_BYTES // 2 + 1))
     with pytest.raises(EventTooLarge) as caught:
-        check_event_sizes([("run.started", "{}"), ("tool.completed", "é" * (MAX_EVENT_BYTES // 2 + 1))])
-    assert caught.value.metadata == {"event_type": "tool.completed"} and "é" not in caught.value.message
+        encode_commit([StepStarted(step=1), huge], RowUpdate(output=huge.output))
+    assert caught.value.metadata == {"event_type": "run.completed"} and "é" not in caught.value.message
 
 
 def op(limit: int) -> Any:

@@ -77,6 +77,7 @@ from agentrt.server.store import (
     StoredCheckpoint,
     StoredEvent,
     StoredPayload,
+    TypedCommits,
 )
 from agentrt.server.telemetry import Counters
 from agentrt.server.tools import CallMetadata, ToolOutcome
@@ -120,7 +121,7 @@ class Crashed(BaseException):
     nothing in the engine catches it: it ends the drive as a kill would."""
 
 
-class MemoryRunLog:
+class MemoryRunLog(TypedCommits):
     """Runs, their logs and queued signals in memory, with the store's fencing rules."""
 
     def __init__(self) -> None:

@@ -16,6 +16,7 @@ which closes the tail. Followers end their streams on it (``api/_streams``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Protocol
@@ -31,10 +32,11 @@ from agentrt.server.core import (
     replay,
 )
 from agentrt.server.engine._cleanup_step import perform_cleanup
+from agentrt.server.engine._commit_buffer import NO_CHANGE, cleanup_columns
 from agentrt.server.engine._driver import read_log
 from agentrt.server.engine._ports import Ports
-from agentrt.server.engine._run import cleanup_row_values, commit_after_row
-from agentrt.server.store import Claim, RunRecord, decode_event
+from agentrt.server.engine._run import commit_after_row
+from agentrt.server.store import Claim, RowUpdate, RunRecord, decode_event
 
 __all__ = ["CleanupJob"]
 
@@ -115,7 +117,7 @@ class CleanupJob:
         async def commit(event: Event) -> None:
             nonlocal record
             state.apply(event)
-            record = await commit_after_row(ports, record, [event], {}, ports.now_ms())
+            record = await commit_after_row(ports, record, [event], NO_CHANGE, ports.now_ms())
 
         for entry in given_up:
             attempt = entry.attempts + 1
@@ -140,14 +142,14 @@ class CleanupJob:
                     cleanup_id=entry.cleanup_id, attempt=attempt, message=done.message, final=True
                 )
                 await commit(failed)
-        values = cleanup_row_values(state, ports.now_ms(), config.retry_interval_s)
+        columns = cleanup_columns(state, ports.now_ms(), config.retry_interval_s)
         retries = (record.cleanup_retries or 0) + 1
         settled: list[Event] = []
-        if values["cleanup_due_ms"] is not None:  # still unknown: back off, doubling to the cap
+        if columns.due_ms is not None:  # still unknown: back off, doubling to the cap
             delay_s = min(config.retry_cap_s, config.retry_interval_s * 2 ** min(retries, 30))
-            values["cleanup_due_ms"] = ports.now_ms() + round(delay_s * 1000)
+            columns = dataclasses.replace(columns, due_ms=ports.now_ms() + round(delay_s * 1000))
         else:  # all released: the tail closes in the commit that makes the status DONE
             settled.append(CleanupSettled(retries=retries))
             state.apply(settled[0])
-        values.update(cleanup_retries=retries, lease_owner=None, lease_expires_ms=None)
-        await commit_after_row(ports, record, settled, values, ports.now_ms())
+        update = RowUpdate(cleanup=columns, cleanup_retries=retries, release_lease=True)
+        await commit_after_row(ports, record, settled, update, ports.now_ms())

@@ -39,13 +39,13 @@ from agentrt.server.core import (
 from agentrt.server.core import events as ev
 from agentrt.server.engine._ports import Ports
 from agentrt.server.engine._run import RunContext
-from agentrt.server.store import RunRecord
+from agentrt.server.store import CleanupColumns, RunRecord
 from agentrt.server.tools import CallMetadata
 
 __all__ = [
     "CleanupAttempt",
     "CleanupStep",
-    "handover_values",
+    "handover_columns",
     "perform_cleanup",
     "register_child_run",
     "register_cleanups",
@@ -159,13 +159,13 @@ def register_child_run(ctx: RunContext, call: CallState, child_run_id: str) -> b
     return True
 
 
-def handover_values(
+def handover_columns(
     record: RunRecord, events: Iterable[tuple[str, str | Mapping[str, Any]]], now_ms: int
-) -> dict[str, Any]:
-    """Row values that hand a run's unreleased cleanups to the cleanup job, for an end made from
+) -> CleanupColumns | None:
+    """Cleanup columns that hand a run's unreleased cleanups to the cleanup job, for an end made from
     the row alone (repeated faults, a log this runtime cannot fold), which never runs them."""
     if record.cleanup_status != "PENDING":
-        return {}
+        return None
     registered = completed = 0
     for event_type, payload in events:  # counted from the raw log: the state may be what failed
         if event_type == ev.CLEANUP_REGISTERED:
@@ -175,7 +175,7 @@ def handover_values(
             completed += 1
     # At most what is left (the job replays the log and corrects it); due at once.
     unreleased = max(1, registered - completed)
-    return {"cleanup_status": "UNKNOWN", "cleanups_unknown": unreleased, "cleanup_due_ms": now_ms}
+    return CleanupColumns(status="UNKNOWN", unknown=unreleased, due_ms=now_ms)
 
 
 # -- releasing --------------------------------------------------------------------------------------

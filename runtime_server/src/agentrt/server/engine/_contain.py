@@ -27,7 +27,6 @@ import json
 import logging
 import traceback
 from pathlib import Path
-from typing import Any
 
 from agentrt.server.config import wait_policy
 from agentrt.server.core import (
@@ -54,7 +53,7 @@ from agentrt.server.core import (
     write_in_doubt,
 )
 from agentrt.server.core import events as ev
-from agentrt.server.engine._cleanup_step import handover_values
+from agentrt.server.engine._cleanup_step import handover_columns
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._driver import RunDriver, read_log
 from agentrt.server.engine._ports import Fresh, Ports
@@ -62,9 +61,9 @@ from agentrt.server.engine._run import RunHandle, cancellable, commit_after_row
 from agentrt.server.engine._tool_step import is_write
 from agentrt.server.store import (
     Environmental,
+    RowUpdate,
     RunRecord,
     StoredEvent,
-    call_summary_json,
     decode_event,
     environmental,
 )
@@ -90,7 +89,7 @@ async def drive_contained(ports: Ports, handle: RunHandle, fresh: Fresh | None) 
             delay = None
             kind = environmental(exc)
             if kind is not None:
-                revision = driver.ctx.revision if driver.ctx is not None else None
+                revision = driver.ctx.commits.revision if driver.ctx is not None else None
                 streak = environmental_streak(streak, now_s=ports.clock(), revision=revision)
                 delay = _environmental_delay(ports, handle, exc, kind, streak)
             if delay is None:
@@ -184,7 +183,7 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
         cap_s=settings.retry_cap_s,
     )
     ctx = driver.ctx
-    spent = ctx.unrecorded if ctx is not None else Usage()
+    spent = ctx.commits.unrecorded if ctx is not None else Usage()
     after = usage_plus(_usage(record), spent)
     secrets = ctx.hidden if ctx is not None else ()  # the model profile's key never enters an event
     message = fault_message(error_class, str(exc), _where(exc), secrets=secrets)
@@ -204,22 +203,22 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
         _add(state, fault)
     events: list[Event] = [fault]
     now_ms = ports.now_ms()
-    values: dict[str, Any] = {"fault_count": decision.fault_count, "usage": json.dumps(after.to_json())}
+    update = RowUpdate(fault_count=decision.fault_count, usage=after)
     if decision.end:
         ending = ended_from_row(state, decision.reason, message=message, retryable=decision.retryable)
         events += ending
-        values.update(
-            phase=Phase.FAILED.value,
-            reason=decision.reason,
-            pending_approval=None,
-            lease_owner=None,
-            lease_expires_ms=None,
-        )
         ended = ending[-1]
-        if isinstance(ended, ev.RunEnded) and ended.partial:
-            values["call_summary"] = call_summary_json(ended)
-        # Ended from the row, without its cleanups: the cleanup job releases them.
-        values.update(handover_values(record, [(e.type, e.payload) for e in stored], now_ms))
+        update = update.then(
+            RowUpdate(
+                phase=Phase.FAILED,
+                reason=decision.reason,
+                pending_approval=None,
+                release_lease=True,
+                ended=ended if isinstance(ended, ev.RunEnded) else None,
+                # Ended from the row, without its cleanups: the cleanup job releases them.
+                cleanup=handover_columns(record, [(e.type, e.payload) for e in stored], now_ms),
+            )
+        )
     elif decision.unknown and doubtful is not None:
         # The write may have taken effect: never FAILED (R4.4). Its ledger settles it, as any other.
         unknown = unknown_after_faults(doubtful, now_ms=now_ms, fault_count=decision.fault_count)
@@ -229,17 +228,18 @@ async def record_fault(ports: Ports, driver: RunDriver, exc: Exception) -> float
         wake_ms = fault_park_ms(
             state, now_ms=now_ms, deadline_ms=record.deadline_ms, policy=policy, rand=ports.rand()
         )
-        values.update(
-            phase=Phase.UNKNOWN_OUTCOME.value,
-            unknown_call_id=doubtful.call_id.replace("\x00", "\ufffd"),  # ResolveOutcome checks it
-            wake_ms=wake_ms,
-            reconcile_attempts=1,
-            lease_owner=None,
-            lease_expires_ms=None,
+        update = update.then(
+            RowUpdate(
+                phase=Phase.UNKNOWN_OUTCOME,
+                unknown_call_id=doubtful.call_id,  # ResolveOutcome checks it
+                wake_ms=wake_ms,
+                reconcile_attempts=1,
+                release_lease=True,
+            )
         )
     elif decision.park:  # UNKNOWN_OUTCOME is never collapsed into FAILED (R4.4): a person settles it
-        values.update(wake_ms=now_ms + int(FAULT_PARK_S * 1000), lease_owner=None, lease_expires_ms=None)
-    await commit_after_row(ports, record, events, values, now_ms)
+        update = update.then(RowUpdate(wake_ms=now_ms + int(FAULT_PARK_S * 1000), release_lease=True))
+    await commit_after_row(ports, record, events, update, now_ms)
     ports.counters.inc("run_fault_count")
     if decision.unknown:
         ports.counters.inc("unknown_result_count")

@@ -47,7 +47,8 @@ from agentrt.server.core import events as ev
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._approval_step import ApprovalStep
 from agentrt.server.engine._checkpoints import resume_state
-from agentrt.server.engine._cleanup_step import CleanupStep, handover_values
+from agentrt.server.engine._cleanup_step import CleanupStep, handover_columns
+from agentrt.server.engine._commit_buffer import NO_CHANGE
 from agentrt.server.engine._control import Cancelled, Parked
 from agentrt.server.engine._finalize import finalize
 from agentrt.server.engine._model_step import ModelStep
@@ -56,7 +57,7 @@ from agentrt.server.engine._ports import Fresh, Ports
 from agentrt.server.engine._run import RunContext, RunHandle, commit_after_row
 from agentrt.server.engine._signals import apply_cancel_request, apply_queued_signals
 from agentrt.server.engine._tool_step import ToolStep
-from agentrt.server.store import RunRecord, StoredEvent, decode_event
+from agentrt.server.store import RowUpdate, RunRecord, StoredEvent, decode_event
 
 log = logging.getLogger("agentrt.engine")
 
@@ -94,9 +95,9 @@ class RunDriver:
             await loop.run()
         except Parked:
             return
-        if not ctx.released:
+        if not ctx.commits.released:
             await self.ports.log.release(self.run_id, owner=self.ports.owner)
-            ctx.released = True
+            ctx.commits.released = True
 
 
 async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunContext | None:
@@ -118,7 +119,7 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
             resumed = await resume_state(ports, record, partial(read_log, ports, run_id))
         if resumed is None:
             stored = await read_log(ports, run_id)
-    pending_values: dict[str, int] = {}
+    pending = NO_CHANGE
     if resumed is not None:
         state = resumed
     elif record.state_version != STATE_VERSION:
@@ -128,7 +129,7 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         except IncompatibleVersion as exc:
             await _end_incompatible(ports, record, raw, str(exc))
             return None
-        pending_values["state_version"] = STATE_VERSION
+        pending = RowUpdate(state_version=STATE_VERSION)
         state = replay(run_id, [decode_event(event_type, data) for event_type, data in raw])
     else:
         state = replay(run_id, [decode_event(e.type, e.payload) for e in stored])
@@ -149,7 +150,7 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         agent=agent,
         budgets=Budgets.from_json(json.loads(record.budgets)),
         deadline_s=record.deadline_ms / 1000,
-        pending_values=pending_values,
+        pending=pending,
         agent_config_hash=record.agent_config_hash,
         reconcile_attempts=record.reconcile_attempts or 0,  # None: a record built before the column
         needs_attention=bool(record.needs_attention),
@@ -185,16 +186,15 @@ async def _end_incompatible(ports: Ports, record: RunRecord, events: list[RawEve
     if state.phase is Phase.UNKNOWN_OUTCOME:
         return  # never collapsed into FAILED (R4.4): a person settles it with an older runtime
     ending = end_events(state, Phase.FAILED, "incompatible_version", message=why)
-    values = {
-        "phase": Phase.FAILED.value,
-        "reason": "incompatible_version",
-        "pending_approval": None,
-        "state_version": STATE_VERSION,
-        "lease_owner": None,
-        "lease_expires_ms": None,
-        **handover_values(record, events, ports.now_ms()),
-    }
-    await commit_after_row(ports, record, ending, values, ports.now_ms())
+    update = RowUpdate(
+        phase=Phase.FAILED,
+        reason="incompatible_version",
+        pending_approval=None,
+        state_version=STATE_VERSION,
+        release_lease=True,
+        cleanup=handover_columns(record, events, ports.now_ms()),
+    )
+    await commit_after_row(ports, record, ending, update, ports.now_ms())
     ports.counters.inc("runs_ended")
     if state.any_tool_started:
         ports.counters.inc("partial_run_count")

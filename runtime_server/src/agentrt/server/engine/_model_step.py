@@ -233,7 +233,7 @@ class ModelStep:
         decision its log recorded (none when no limit applied), so its request is the same.
         """
         ctx = self.ctx
-        started = next((e for e in ctx.buffer if isinstance(e, StepStarted) and e.step == step), None)
+        started = next((e for e in ctx.commits.events if isinstance(e, StepStarted) and e.step == step), None)
         if started is None or started.context is not None:
             return
         try:
@@ -321,7 +321,7 @@ class ModelStep:
         spent = Usage(
             input_tokens=response.input_tokens, output_tokens=response.output_tokens, cost_micros=cost
         )
-        ctx.unrecorded = usage_plus(ctx.unrecorded, spent)
+        ctx.commits.unrecorded = usage_plus(ctx.commits.unrecorded, spent)
         before = ctx.state.usage.totals()
         ctx.add(
             SummaryCompleted(
@@ -458,7 +458,7 @@ class ModelStep:
             output_tokens=response.output_tokens,
             cost_micros=cost,
         )
-        self.ctx.unrecorded = usage_plus(self.ctx.unrecorded, spent)
+        self.ctx.commits.unrecorded = usage_plus(self.ctx.commits.unrecorded, spent)
         ports.faults.hit("after_model_response")
         usage = self.ctx.state.usage
         before = usage.totals()

@@ -30,7 +30,6 @@ from agentrt.server.engine._sizes import (
     MAX_EVENT_BYTES,
     EventTooLarge,
     ModelOutputTooLarge,
-    check_event_sizes,
     utf8_size,
 )
 from agentrt.server.store._crypt import UnreadableRecord
@@ -44,7 +43,6 @@ __all__ = [
     "ModelOutputTooLarge",
     "bound_model_text",
     "bound_tool_outcome",
-    "check_event_sizes",
     "hydrate_input",
     "model_view",
     "store_input",

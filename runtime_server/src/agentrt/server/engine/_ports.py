@@ -16,14 +16,16 @@ from typing import Any, Protocol
 
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.config import Settings
-from agentrt.server.core import LedgerWord
+from agentrt.server.core import Event, LedgerWord
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._details import StepSettings
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.models import ModelRequest, ModelResponse, ModelSpecData
 from agentrt.server.policies import ApprovalRequirement
 from agentrt.server.store import (
+    Committed,
     PayloadRef,
+    RowUpdate,
     RunRecord,
     Signal,
     StoredCheckpoint,
@@ -75,21 +77,23 @@ class RunLog(Protocol):
 
     async def read_signals(self, run_id: str) -> list[Signal]: ...
 
-    async def append(
+    async def commit(
         self,
         run_id: str,
         *,
         expected_revision: int,
         owner: str,
         first_seq: int,
-        new_events: Sequence[tuple[str, str]],
-        values: Mapping[str, Any],
+        events: Sequence[Event],
+        update: RowUpdate,
         now_ms: int,
         consume_signals: Sequence[int] = (),
-    ) -> int:
-        """The new revision.
+    ) -> Committed:
+        """Append ``events`` and apply ``update`` in one transaction fenced by revision and owner;
+        the log encodes both (``agentrt.server.store.encode_commit``).
 
         Raises:
+            EventTooLarge: an event past the store's bound; nothing is written.
             LeaseLost: another owner or revision.
         """
         ...

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrt.proto.toolhost.v1 import tool_pb2
 from agentrt.server.core import (
-    ApprovalRequested,
     Budgets,
     CallState,
     ContextWindow,
@@ -27,10 +25,8 @@ from agentrt.server.core import (
     LeaseLost,
     Phase,
     Policy,
-    RunEnded,
     RunState,
     StepStarted,
-    Usage,
     attempts,
     escalation_due_ms,
     extended_deadline_s,
@@ -38,11 +34,11 @@ from agentrt.server.core import (
 )
 from agentrt.server.engine._agents import ResolvedAgent
 from agentrt.server.engine._checkpoints import due_checkpoint, write_checkpoint
+from agentrt.server.engine._commit_buffer import NO_CHANGE, CommitBuffer
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Cancelled, Parked
 from agentrt.server.engine._details import RunDetails
 from agentrt.server.engine._ports import Ports, ToolPort
-from agentrt.server.engine._sizes import check_event_sizes
-from agentrt.server.store import RunRecord, StoredEvent, call_summary_json, encode_event
+from agentrt.server.store import RowUpdate, RunRecord, StoredEvent, encode_event
 from agentrt.server.tools import CallMetadata
 
 T = TypeVar("T")
@@ -116,7 +112,7 @@ class RunContext:
         agent: ResolvedAgent,
         budgets: Budgets,
         deadline_s: float,
-        pending_values: dict[str, Any] | None = None,
+        pending: RowUpdate = NO_CHANGE,
         agent_config_hash: str = "",
         reconcile_attempts: int = 0,
         needs_attention: bool = False,
@@ -135,23 +131,22 @@ class RunContext:
         self.run_id = handle.run_id
         self.tenant_id = tenant_id
         self.state = state
-        self.revision = revision
+        # The mutable half: what is decided but not committed, and the row as last committed.
+        self.commits = CommitBuffer(
+            revision=revision,
+            committed_attempts=reconcile_attempts,
+            needs_attention=needs_attention,
+            cleanup_status=cleanup_status,
+            pending=pending,
+        )
         self.agent = agent
         self.budgets = budgets
         self.deadline_s = deadline_s
         self.policy = agent_policy(agent, ports.tools)
-        self.buffer: list[Event] = []
-        self.pending_values: dict[str, Any] = dict(pending_values or {})
-        self.consumed_signals: list[int] = []
         self.started_here: set[str] = set()  # calls whose latest tool.started this owner wrote
-        self.unrecorded = Usage()  # model usage spent since the last commit (a fault records it)
         self.hidden: tuple[str, ...] = ()  # the bound model profile's secrets: never in an event
-        self.released = False
         # Ledger queries of the current unknown outcome, as the row holds them (it outlives parking).
         self.reconcile_attempts = reconcile_attempts
-        self.committed_attempts = reconcile_attempts
-        self.needs_attention = needs_attention  # as the row holds it
-        self.cleanup_status = cleanup_status  # as the row holds it ("" for none)
         self.waits = self.settings.waits
 
     # -- the run's rules ----------------------------------------------------------------------------
@@ -164,12 +159,12 @@ class RunContext:
     def grant_budget(self, budgets: Budgets) -> None:
         """A person granted more budget; persisted with the next commit."""
         self.budgets = budgets
-        self.pending_values["budgets"] = json.dumps(budgets.to_json())
+        self.commits.change(RowUpdate(budgets=budgets))
 
     def extend_deadline(self, by_ms: int) -> None:
         """Move the run's deadline later (time spent waiting for a person); persisted next commit."""
         self.deadline_s = extended_deadline_s(deadline_s=self.deadline_s, by_ms=by_ms)
-        self.pending_values["deadline_ms"] = round(self.deadline_s * 1000)
+        self.commits.change(RowUpdate(deadline_ms=round(self.deadline_s * 1000)))
 
     def call_metadata(self, call: CallState) -> CallMetadata:
         """What a call to its tool host carries (R3.3); the router signs its grant from it."""
@@ -188,10 +183,11 @@ class RunContext:
     # -- committing ---------------------------------------------------------------------------------
 
     def add(self, *events: Event) -> None:
+        buffered = self.commits.events
         for event in events:
             self.state.apply(event)
             self.state.seq += 1
-            self.buffer.append(event)
+            buffered.append(event)
 
     def record_window(self, started: StepStarted, window: ContextWindow) -> None:
         """Record how a step's prompt is fitted on its step.started, before that is committed.
@@ -199,83 +195,58 @@ class RunContext:
         The one change a buffered event may take: ``context`` folds into ``state.window`` only, so
         the state is what folding the amended event gives.
         """
-        index = next(i for i, e in enumerate(self.buffer) if e is started)  # the caller found it there
-        self.buffer[index] = dataclasses.replace(started, context=window)
+        buffered = self.commits.events
+        index = next(i for i, e in enumerate(buffered) if e is started)  # the caller found it there
+        buffered[index] = dataclasses.replace(started, context=window)
         self.state.window = window
 
-    async def flush(self, **extra_values: Any) -> None:
-        """Commit the buffered events and row changes in one fenced transaction.
+    async def flush(self, then: RowUpdate = NO_CHANGE) -> None:
+        """Commit the buffered events and row changes (and ``then``) in one fenced transaction.
 
         Raises:
+            EventTooLarge: an event is past the store's bound; nothing is committed.
             LeaseLost: another worker owns the run now.
         """
-        if not self.buffer and not extra_values and not self.consumed_signals and not self.pending_values:
+        commits = self.commits
+        if commits.empty and then is NO_CHANGE:
             return
         ports = self.ports
         state = self.state
         now_ms = ports.now_ms()
         checkpoint = due_checkpoint(
             state,
-            buffered=len(self.buffer),
+            buffered=len(commits.events),
             every_events=self.settings.checkpoint_every_events,
             agent_config_hash=self.details.agent_config_hash,
             now_ms=now_ms,
         )
         if checkpoint is not None:
             self.add(checkpoint[1])
-        first_seq = state.seq - len(self.buffer) + 1
-        payloads = [encode_event(e) for e in self.buffer]
-        check_event_sizes(payloads)
-        types = [t for t, _ in payloads]
-        values: dict[str, Any] = {
-            "phase": state.phase.value,
-            "usage": json.dumps(state.usage.to_json()),
-            # PostgreSQL text cannot hold NUL: the row gets U+FFFD, the event (JSON-escaped) the exact text.
-            "output": state.output.replace("\x00", "\ufffd"),
-            "reason": state.reason.replace("\x00", "\ufffd"),
-            "pending_approval": _pending_json(state.pending_approval),
-            "unknown_call_id": _unknown_call_id(state),
-            "output_ref": json.dumps(state.output_ref.to_json()) if state.output_ref else None,
-            **self.pending_values,
-            **extra_values,
-        }
-        if state.ended:  # the closing commit also gives the lease back: one commit, not two
-            values.update(lease_owner=None, lease_expires_ms=None)
-            ended = next((e for e in self.buffer if isinstance(e, RunEnded)), None)
-            if ended is not None and ended.partial:
-                values["call_summary"] = call_summary_json(ended)
-        # A wait a person must end, or a cancelled run that ended handing a write's outcome over.
-        attention = state.escalation is not None or state.unknown_at_end
-        if attention != self.needs_attention:
-            values["needs_attention"] = attention
-        cleanup_status = state.cleanup_status.value
-        if cleanup_status != self.cleanup_status or (state.ended and cleanup_status):
-            values.update(cleanup_row_values(state, now_ms, self.settings.cleanup.retry_interval_s))
         if state.phase is not Phase.UNKNOWN_OUTCOME and self.reconcile_attempts:
             self.reconcile_attempts = 0  # the unknown outcome was settled: a later one starts afresh
-        if "reconcile_attempts" not in values and self.reconcile_attempts != self.committed_attempts:
-            values["reconcile_attempts"] = self.reconcile_attempts
-        ports.faults.around_commit("before", types)
-        self.revision = await ports.log.append(
-            self.run_id,
-            expected_revision=self.revision,
-            owner=ports.owner,
-            first_seq=first_seq,
-            new_events=payloads,
-            values=values,
+        update = commits.row_update(
+            state,
             now_ms=now_ms,
-            consume_signals=self.consumed_signals,
+            reconcile_attempts=self.reconcile_attempts,
+            cleanup_retry_interval_s=self.settings.cleanup.retry_interval_s,
+            then=then,
         )
-        self.unrecorded = Usage()
-        self.needs_attention = attention
-        self.cleanup_status = cleanup_status
-        self.committed_attempts = values.get("reconcile_attempts", self.committed_attempts)
+        events = tuple(commits.events)
+        types = [e.type_name for e in events]
+        ports.faults.around_commit("before", types)
+        committed = await ports.log.commit(
+            self.run_id,
+            expected_revision=commits.revision,
+            owner=ports.owner,
+            first_seq=state.seq - len(events) + 1,
+            events=events,
+            update=update,
+            now_ms=now_ms,
+            consume_signals=commits.consumed_signals,
+        )
+        commits.landed(committed.revision, update)
         ports.faults.around_commit("after", types)
-        self.consumed_signals = []
-        self.pending_values = {}
-        self.buffer.clear()
-        self.released = state.ended or values.get("lease_owner", "") is None
-        ports.live.publish(self.run_id, stored_events(self.run_id, first_seq, payloads, now_ms))
+        ports.live.publish(self.run_id, committed.events)
         if checkpoint is not None:  # after the commit: it describes committed events only
             await write_checkpoint(ports, checkpoint[0])
         if state.ended:
@@ -296,18 +267,19 @@ class RunContext:
         due = escalation_due_ms(self.state, deadline_ms=round(self.deadline_s * 1000), policy=self.waits)
         if due is not None:
             wake_ms = min(wake_ms, max(due, self.ports.now_ms() + 1))
-        if self.buffer or self.consumed_signals or self.pending_values or self.state.ended:
-            await self.flush(wake_ms=wake_ms, lease_owner=None, lease_expires_ms=None)
+        commits = self.commits
+        if not commits.empty or self.state.ended:
+            await self.flush(RowUpdate(wake_ms=wake_ms, release_lease=True))
         else:
             await self.ports.log.repark(
                 self.run_id,
                 owner=self.ports.owner,
-                expected_revision=self.revision,
+                expected_revision=commits.revision,
                 wake_ms=wake_ms,
                 reconcile_attempts=self.reconcile_attempts,
             )
-            self.committed_attempts = self.reconcile_attempts
-            self.released = True
+            commits.committed_attempts = self.reconcile_attempts
+            commits.released = True
         raise Parked()
 
     def publish_live(self, event: Event) -> None:
@@ -316,7 +288,7 @@ class RunContext:
         self.ports.live.publish(
             self.run_id,
             [StoredEvent(self.run_id, 0, event_type, payload, self.ports.now_ms())],
-            after_seq=self.state.seq - len(self.buffer),
+            after_seq=self.state.seq - len(self.commits.events),
         )
 
     # -- time and cancellation ----------------------------------------------------------------------
@@ -397,10 +369,10 @@ async def cancellable(handle: RunHandle, make: Callable[[], Awaitable[T]]) -> T:
 
 
 async def commit_after_row(
-    ports: Ports, record: RunRecord, events: Sequence[Event], values: Mapping[str, Any], now_ms: int
+    ports: Ports, record: RunRecord, events: Sequence[Event], update: RowUpdate, now_ms: int
 ) -> RunRecord:
-    """Append ``events`` after the row's last one and move the row, fenced by its revision and
-    owner, then tell live readers: a commit made from the row alone, with no RunContext (a fault,
+    """Append ``events`` after the row's last one and apply ``update``, fenced by the row's revision
+    and owner, then tell live readers: a commit made from the row alone, with no RunContext (a fault,
     a log this runtime cannot fold, the cleanup job).
 
     Returns:
@@ -409,41 +381,14 @@ async def commit_after_row(
     Raises:
         LeaseLost: another worker owns the run now, or the row moved on.
     """
-    payloads = [encode_event(e) for e in events]
-    first_seq = record.last_seq + 1
-    revision = await ports.log.append(
+    committed = await ports.log.commit(
         record.run_id,
         expected_revision=record.revision,
         owner=ports.owner,
-        first_seq=first_seq,
-        new_events=payloads,
-        values=values,
+        first_seq=record.last_seq + 1,
+        events=events,
+        update=update,
         now_ms=now_ms,
     )
-    ports.live.publish(record.run_id, stored_events(record.run_id, first_seq, payloads, now_ms))
-    return dataclasses.replace(record, revision=revision, last_seq=record.last_seq + len(payloads))
-
-
-def stored_events(
-    run_id: str, first_seq: int, payloads: Sequence[tuple[str, str]], now_ms: int
-) -> list[StoredEvent]:
-    """Committed events as the store holds them, for live readers."""
-    return [StoredEvent(run_id, first_seq + i, t, p, now_ms) for i, (t, p) in enumerate(payloads)]
-
-
-def cleanup_row_values(state: RunState, now_ms: int, retry_interval_s: float) -> dict[str, Any]:
-    """The row's cleanup columns for ``state``: status, unknown count and the cleanup job's due time."""
-    status = state.cleanup_status
-    unknown = sum(1 for c in state.cleanups if c.unknown)
-    due = now_ms + round(retry_interval_s * 1000) if state.ended and unknown else None
-    return {"cleanup_status": status.value or None, "cleanups_unknown": unknown, "cleanup_due_ms": due}
-
-
-def _pending_json(pending: ApprovalRequested | None) -> str | None:
-    return encode_event(pending)[1] if pending is not None else None
-
-
-def _unknown_call_id(state: RunState) -> str | None:
-    """The row's record of the call whose outcome is unknown: ResolveOutcome is checked against it."""
-    call = state.unknown_call() if state.phase is Phase.UNKNOWN_OUTCOME else None
-    return call.call_id.replace("\x00", "\ufffd") if call is not None else None
+    ports.live.publish(record.run_id, committed.events)
+    return dataclasses.replace(record, revision=committed.revision, last_seq=record.last_seq + len(events))

@@ -31,7 +31,7 @@ log = logging.getLogger("agentrt.engine")
 async def apply_queued_signals(ctx: RunContext, tools: ToolStep) -> None:
     """Apply the signals queued for the run, oldest first; all are deleted in the next commit."""
     queued = await ctx.ports.log.read_signals(ctx.run_id)
-    ctx.consumed_signals = [s.id for s in queued]
+    ctx.commits.consumed_signals = [s.id for s in queued]
     for stored in queued:
         try:
             signal = decode_signal(stored.kind, stored.payload)

@@ -64,6 +64,7 @@ from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import StartRequest
 from agentrt.server.engine._run import RunContext
+from agentrt.server.store import RowUpdate
 
 # The settled verdicts of a recorded outcome, and those that end or retry it.
 _Settled = attempts.Fenced | attempts.Fail | attempts.Pause | attempts.Done
@@ -437,7 +438,7 @@ class ToolStep:
         if change.refused_reason:
             ctx.ports.counters.inc("variables_refused_count")
         else:
-            ctx.pending_values["variables"] = variables_json(ctx.state.variables)
+            ctx.commits.change(RowUpdate(variables_json=variables_json(ctx.state.variables)))
 
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed or outcome.deduplicated:

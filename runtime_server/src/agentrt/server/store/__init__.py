@@ -5,6 +5,18 @@ from __future__ import annotations
 
 from agentrt.server.store._admission import GLOBAL_EXACT_WITHIN, Admission
 from agentrt.server.store._checkpoints import StoredCheckpoint
+from agentrt.server.store._commits import (
+    KEEP,
+    MAX_EVENT_BYTES,
+    CleanupColumns,
+    Committed,
+    EventTooLarge,
+    RowUpdate,
+    TypedCommits,
+    encode_commit,
+    row_values,
+    utf8_size,
+)
 from agentrt.server.store._crypt import SEALED_RUN_COLUMNS, UnreadableRecord, load_cipher
 from agentrt.server.store._db import (
     Database,
@@ -41,18 +53,24 @@ from agentrt.server.store._store import Store
 
 __all__ = [
     "GLOBAL_EXACT_WITHIN",
+    "KEEP",
+    "MAX_EVENT_BYTES",
     "SEALED_RUN_COLUMNS",
     "Admission",
     "Claim",
+    "CleanupColumns",
+    "Committed",
     "Database",
     "Environmental",
     "EventPage",
+    "EventTooLarge",
     "PayloadRef",
     "PayloadStore",
     "PostgresDatabase",
     "PruneCounts",
     "PruneReport",
     "Pruner",
+    "RowUpdate",
     "RunRecord",
     "Signal",
     "SqliteDatabase",
@@ -60,6 +78,7 @@ __all__ = [
     "StoredCheckpoint",
     "StoredEvent",
     "StoredPayload",
+    "TypedCommits",
     "UndecodableEvent",
     "UndecodableSignal",
     "UnreadableRecord",
@@ -68,6 +87,7 @@ __all__ = [
     "check_payload_id",
     "decode_event",
     "decode_signal",
+    "encode_commit",
     "encode_event",
     "encode_signal",
     "environmental",
@@ -78,7 +98,9 @@ __all__ = [
     "open_database",
     "outcome_decision_from_json",
     "pending_approval_of",
+    "row_values",
     "signal_target",
     "tool_error_from_json",
     "tool_error_to_json",
+    "utf8_size",
 ]

@@ -29,6 +29,7 @@ from agentrt.server.store._admission import Admission, TenantTurns
 from agentrt.server.store._appends import write_batch
 from agentrt.server.store._checkpoints import Checkpoints, StoredCheckpoint
 from agentrt.server.store._claims import CLEANUPS, RUNS, RUNS_AMONG
+from agentrt.server.store._commits import TypedCommits
 from agentrt.server.store._crypt import RecordCipher
 from agentrt.server.store._db import Database, PostgresDatabase, open_database
 from agentrt.server.store._payloads import PayloadStore
@@ -53,7 +54,7 @@ class _PendingAppend:
     consume_signals: Sequence[int] = ()
 
 
-class Store:
+class Store(TypedCommits):
     """Async facade over one database. Create with :meth:`open`."""
 
     def __init__(self, db: Database, *, cipher: PayloadCipher | None = None):
