@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 
 from agentrt.server.core import RetentionPolicy
 from agentrt.server.store import PruneCounts, Pruner, RunRecord, Store, load_cipher
@@ -72,10 +72,11 @@ async def seed(
     ended_ms: int,
     payload_dir: Path | None = None,
     file_location: str | None = None,
+    **columns: Any,
 ) -> None:
     """A run with 3 events, a signal, a checkpoint, a db payload and (optionally) a file payload."""
     first = [("run.started", "{}"), ("step.started", "{}"), ("run.ended", "{}")]
-    await store.create_run(_values(run_id, tenant, phase), first, ended_ms)
+    await store.create_run({**_values(run_id, tenant, phase), **columns}, first, ended_ms)
     location = file_location
     if payload_dir is not None and location is None:
         location = _payload_file(payload_dir, run_id)
@@ -175,6 +176,41 @@ async def test_active_and_young_runs_are_untouched(store: Store) -> None:
         assert await owned(store, run_id) == FULL
         record = await get(store, run_id)
         assert record.pruned_ms is None and record.input.startswith("the input")
+
+
+async def test_an_ended_run_someone_must_still_look_at_is_kept_until_that_is_done(store: Store) -> None:
+    ancient = NOW_MS - 100 * DAY_MS
+    # A cancelled run that handed a write nobody could tell to a person, and a run whose cleanup
+    # the cleanup job still retries: both ended long ago, neither is done with.
+    await seed(store, "handed-over", phase="CANCELLED", ended_ms=ancient, needs_attention=True)
+    await seed(
+        store,
+        "cleanup-retrying",
+        phase="FAILED",
+        ended_ms=ancient,
+        cleanup_status="UNKNOWN",
+        cleanups_unknown=1,
+        cleanup_due_ms=NOW_MS + 60_000,
+    )
+    await seed(store, "cleaned-up", phase="COMPLETED", ended_ms=ancient, cleanup_status="DONE")
+
+    report = await pruner(store, ended_after_s=86_400).prune(now_ms=NOW_MS)
+
+    assert report.total.runs == 1 and (await get(store, "cleaned-up")).pruned_ms == NOW_MS
+    for run_id in ("handed-over", "cleanup-retrying"):
+        assert await owned(store, run_id) == FULL and (await get(store, run_id)).pruned_ms is None
+
+    def settle(conn: Any) -> None:  # the person resolved it; the job released the cleanup
+        conn.execute(update(runs).where(runs.c.run_id == "handed-over").values(needs_attention=False))
+        conn.execute(
+            update(runs)
+            .where(runs.c.run_id == "cleanup-retrying")
+            .values(cleanup_status="DONE", cleanups_unknown=0, cleanup_due_ms=None)
+        )
+
+    await store.db.transaction(settle)
+    report = await pruner(store, ended_after_s=86_400).prune(now_ms=NOW_MS)
+    assert report.total.runs == 2
 
 
 async def test_per_tenant_ages_override_the_default_and_unset_keeps_forever(store: Store) -> None:

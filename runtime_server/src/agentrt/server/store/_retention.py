@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, func, select, true, update
+from sqlalchemy import ColumnElement, Connection, and_, delete, func, or_, select, true, update
 
 from agentrt.server.core import TERMINAL_PHASES, RetentionPolicy
 from agentrt.server.store._db import Database
@@ -189,6 +189,10 @@ class Pruner:
             runs.c.phase.in_(_TERMINAL),
             runs.c.updated_ms <= scope.cutoff_ms,
             runs.c.pruned_ms.is_(None),
+            # Ended, but not done with: a person must look at it (a write nobody can tell), or the
+            # cleanup job still retries a release. Its record is what they work from: kept.
+            runs.c.needs_attention.is_not(True),
+            or_(runs.c.cleanup_status.is_(None), runs.c.cleanup_status != "UNKNOWN"),
         )
 
     def _measure_batch(self, conn: Connection, scope: _Scope, after: tuple[int, str] | None) -> _Batch:
