@@ -47,8 +47,9 @@ from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
 from agentrt.server.store import Admission, RunRecord, Store, StoredEvent, encode_event, signal_target
-from agentrt.server.telemetry import Counters
+from agentrt.server.telemetry import Counters, transition
 from agentrt.server.tools import ToolRouter
+from agentrt.toolhost.logs import log_fields
 
 log = logging.getLogger("agentrt.engine")
 SESSION_HISTORY_TURNS = 20
@@ -301,6 +302,8 @@ class Engine:
             same_request(record, request.request_key, request.request_hash)
         if created:
             self.counters.inc("runs_started")
+            with log_fields(run_id=record.run_id, tenant=record.tenant_id):
+                transition("", Phase.QUEUED.value, "run.started")
             if not own:
                 self._unowned_waiting = True
             if own:

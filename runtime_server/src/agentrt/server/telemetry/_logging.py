@@ -1,0 +1,153 @@
+"""The runtime's logs: setup from flags, env and ``[logging]``, and the run's story lines.
+
+The formatter, the redactor and the contextvars live in ``agentrt.toolhost.logs`` (the tool
+host logs the same way and must not import the runtime). This module adds what only the runtime
+has: settings, and the ``agentrt.run`` logger, which says one INFO line per state transition of a
+run (an event that moves its phase, and its start) and per retry, timeout and cancel decision.
+The ids come from the context: the run's driver binds ``run_id`` and ``tenant``, a tool call
+``call_id``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+from agentrt.server.config import LoggingConfig
+from agentrt.toolhost.logs import LogFormat, configure_logging, log_fields, parse_level_spec
+
+__all__ = [
+    "FORMAT_ENV",
+    "RunStory",
+    "active_format",
+    "decision",
+    "logs_call",
+    "resolve_format",
+    "run_log",
+    "setup_logging",
+    "transition",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+
+FORMAT_ENV = "AGENTRT_LOG_FORMAT"
+
+run_log = logging.getLogger("agentrt.run")
+
+
+def resolve_format(
+    flag: str | None, config: LoggingConfig, environ: Mapping[str, str] | None = None
+) -> LogFormat:
+    """``--log-format``, else ``AGENTRT_LOG_FORMAT``, else ``[logging] format``.
+
+    Raises:
+        ValueError: the variable names another format.
+    """
+    env = os.environ if environ is None else environ
+    chosen = flag or env.get(FORMAT_ENV, "").strip().lower() or config.format
+    if chosen not in ("json", "text"):
+        raise ValueError(f"{FORMAT_ENV}={chosen!r}: expected json or text")
+    return "json" if chosen == "json" else "text"
+
+
+def setup_logging(
+    config: LoggingConfig,
+    *,
+    log_format: str | None = None,
+    log_level: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Configure the process's logging: flags over ``AGENTRT_LOG_FORMAT`` over ``[logging]``.
+
+    ``log_level`` is ``--log-level``: a level for the root logger, ``logger=LEVEL`` pairs, or both
+    (``WARNING,agentrt.run=INFO``); its pairs go on top of ``[logging] levels``.
+
+    Raises:
+        ValueError: an unknown format or level.
+    """
+    global _active
+    root, named = parse_level_spec(log_level or "")
+    chosen = resolve_format(log_format, config, environ)
+    configure_logging(
+        log_format=chosen,
+        level=root or config.level,
+        levels={**config.levels, **named},
+        redact_fields=config.redact_fields,
+    )
+    _active = chosen
+
+
+_active: LogFormat = "text"
+
+
+def active_format() -> LogFormat:
+    """The format :func:`setup_logging` chose: tool hosts the runtime spawns log the same way."""
+    return _active
+
+
+def transition(before: str, after: str, event_type: str, **fields: Any) -> None:
+    """One INFO line for a run's move from phase ``before`` ("" at its start) to ``after``."""
+    extra = {"event": event_type, "from_phase": before, "to_phase": after, **fields}
+    if before:
+        run_log.info("%s -> %s (%s)", before, after, event_type, extra=extra)
+    else:
+        run_log.info("%s (%s)", event_type, after, extra=extra)
+
+
+class _Event(Protocol):
+    @property
+    def type_name(self) -> str: ...
+
+
+# Decisions carried out by adding one event, whether or not the phase moves (a model step's
+# retry stays MODEL_STEP): told in the same place as the transitions, once each.
+_DECISION_EVENTS = frozenset({"retry.scheduled", "cancel.requested", "tool.outcome.unknown", "run.escalated"})
+_EVENT_FIELDS = ("step", "call_id", "tool", "attempt", "delay", "reason")
+
+
+class RunStory:
+    """A run's story lines for the events added since its last commit, told once they commit.
+
+    ``RunContext.add`` notes every event with the phases around it; ``RunContext.flush`` tells
+    what it committed, so a commit that never lands (a lost lease) tells nothing.
+    """
+
+    __slots__ = ("_lines",)
+
+    def __init__(self) -> None:
+        self._lines: list[tuple[str, str, str, dict[str, Any]]] = []
+
+    def note(self, event: _Event, before: str, after: str) -> None:
+        """Keep a line for ``event`` if it moved the phase or carries out a decision."""
+        if before != after or event.type_name in _DECISION_EVENTS:
+            fields = {k: v for k in _EVENT_FIELDS if (v := getattr(event, k, None)) not in (None, "")}
+            self._lines.append((before, after, event.type_name, fields))
+
+    def tell(self) -> None:
+        """Log the kept lines, in order, and forget them."""
+        for before, after, event_type, fields in self._lines:
+            transition(before, after, event_type, **fields)
+        self._lines.clear()
+
+
+def logs_call(
+    method: Callable[Concatenate[S, Any, P], Awaitable[R]],
+) -> Callable[Concatenate[S, Any, P], Awaitable[R]]:
+    """Decorate a step method whose first argument is a call: its lines carry that ``call_id``."""
+
+    @functools.wraps(method)
+    async def logged(self: S, call: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with log_fields(call_id=call.call_id):
+            return await method(self, call, *args, **kwargs)
+
+    return logged
+
+
+def decision(kind: str, message: str, *args: object, **fields: Any) -> None:
+    """One INFO line for a retry, timeout or cancel decision carried out (``kind``: what it was)."""
+    run_log.info(message, *args, extra={"decision": kind, **fields})

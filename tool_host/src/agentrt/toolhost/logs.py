@@ -1,0 +1,37 @@
+"""Structured, redacted logs shared by the tool host and the runtime (see ``_logging``)."""
+
+from __future__ import annotations
+
+from agentrt.toolhost._logging import (
+    CONTEXT_FIELDS,
+    REDACTED,
+    JsonFormatter,
+    LogFormat,
+    Redactor,
+    TextFormatter,
+    bind_log_fields,
+    check_level,
+    configure_logging,
+    current_log_fields,
+    log_fields,
+    parse_level_spec,
+    redactor,
+    register_secret,
+)
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "REDACTED",
+    "JsonFormatter",
+    "LogFormat",
+    "Redactor",
+    "TextFormatter",
+    "bind_log_fields",
+    "check_level",
+    "configure_logging",
+    "current_log_fields",
+    "log_fields",
+    "parse_level_spec",
+    "redactor",
+    "register_secret",
+]
