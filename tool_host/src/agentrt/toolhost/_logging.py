@@ -346,6 +346,7 @@ def configure_logging(
             root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(check_level(level))
+    logging.captureWarnings(True)  # a warning is a line like the others, not raw text on stderr
     for name, named in (levels or {}).items():
         logging.getLogger(name).setLevel(check_level(named))
     return handler

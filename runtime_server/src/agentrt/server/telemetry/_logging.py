@@ -91,12 +91,11 @@ def active_format() -> LogFormat:
 
 
 def transition(before: str, after: str, event_type: str, **fields: Any) -> None:
-    """One INFO line for a run's move from phase ``before`` ("" at its start) to ``after``."""
+    """One INFO line for a run's event: its move from phase ``before`` ("" at its start) to ``after``."""
     extra = {"event": event_type, "from_phase": before, "to_phase": after, **fields}
-    if before:
-        run_log.info("%s -> %s (%s)", before, after, event_type, extra=extra)
-    else:
-        run_log.info("%s (%s)", event_type, after, extra=extra)
+    moved = f"{before} -> {after}" if before and before != after else f"in {after}"
+    tool = f" {fields['tool']}" if fields.get("tool") else ""
+    run_log.info("%s%s (%s)", event_type, tool, moved, extra=extra)
 
 
 class _Event(Protocol):
@@ -104,9 +103,24 @@ class _Event(Protocol):
     def type_name(self) -> str: ...
 
 
-# Decisions carried out by adding one event, whether or not the phase moves (a model step's
-# retry stays MODEL_STEP): told in the same place as the transitions, once each.
-_DECISION_EVENTS = frozenset({"retry.scheduled", "cancel.requested", "tool.outcome.unknown", "run.escalated"})
+# Told whether or not the phase moves: decisions carried out by adding one event (a model step's
+# retry stays MODEL_STEP) and a tool call's start and end (a run's story without them skips its
+# calls: the phase stays TOOL_STEP). Each event is told once, here.
+_STORY_EVENTS = frozenset(
+    {
+        "retry.scheduled",
+        "cancel.requested",
+        "tool.outcome.unknown",
+        "outcome.resolved",
+        "run.escalated",
+        "tool.started",
+        "tool.completed",
+        "tool.failed",
+        "handoff",
+        "approval.requested",
+        "approval.resolved",
+    }
+)
 _EVENT_FIELDS = ("step", "call_id", "tool", "attempt", "delay", "reason")
 
 
@@ -123,8 +137,8 @@ class RunStory:
         self._lines: list[tuple[str, str, str, dict[str, Any]]] = []
 
     def note(self, event: _Event, before: str, after: str) -> None:
-        """Keep a line for ``event`` if it moved the phase or carries out a decision."""
-        if before != after or event.type_name in _DECISION_EVENTS:
+        """Keep a line for ``event`` if it moved the phase, carries out a decision or is a call's."""
+        if before != after or event.type_name in _STORY_EVENTS:
             fields = {k: v for k in _EVENT_FIELDS if (v := getattr(event, k, None)) not in (None, "")}
             self._lines.append((before, after, event.type_name, fields))
 
