@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from agentrt.server._main import main as serve_main
 from agentrt.server.config import ConfigError, LoggingConfig, load_settings
-from agentrt.server.telemetry import resolve_format, setup_logging
+from agentrt.server.telemetry import log_failure, resolve_format, setup_logging
 from agentrt.toolhost import main as toolhost_main
 from agentrt.toolhost.logs import (
     REDACTED,
@@ -371,3 +371,30 @@ def test_the_tool_host_refuses_bad_log_options_with_exit_2(
     monkeypatch.setenv("AGENTRT_LOG_FORMAT", "yaml")
     assert toolhost_main([]) == 2
     assert "AGENTRT_LOG_FORMAT='yaml'" in capsys.readouterr().err
+
+
+# -- background passes ------------------------------------------------------------------------------
+
+
+def test_an_environmental_blip_is_one_warning_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("agentrt.engine")
+    caplog.set_level(logging.INFO, logger="agentrt.engine")
+    try:
+        raise ConnectionResetError("connection to postgresql://app:pw@db lost")
+    except ConnectionResetError as exc:
+        log_failure(logger, exc, "claiming runs failed")
+    (blip,) = caplog.records
+    assert blip.levelno == logging.WARNING and blip.exc_info is None
+    assert blip.getMessage() == "claiming runs failed: ConnectionResetError (unavailable)"
+
+
+def test_a_bug_in_a_background_pass_keeps_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("agentrt.engine")
+    caplog.set_level(logging.INFO, logger="agentrt.engine")
+    try:
+        raise KeyError("oops")
+    except KeyError as exc:
+        log_failure(logger, exc, "retention pass failed; trying again in %.0f s", 60.0)
+    (bug,) = caplog.records
+    assert bug.levelno == logging.ERROR and bug.exc_info is not None
+    assert bug.getMessage() == "retention pass failed; trying again in 60 s"

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from agentrt.server.config import LoggingConfig
+from agentrt.server.store import environmental
 from agentrt.toolhost.logs import LogFormat, configure_logging, log_fields, parse_level_spec
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "RunStory",
     "active_format",
     "decision",
+    "log_failure",
     "logs_call",
     "resolve_format",
     "run_log",
@@ -88,6 +90,18 @@ _active: LogFormat = "text"
 def active_format() -> LogFormat:
     """The format :func:`setup_logging` chose: tool hosts the runtime spawns log the same way."""
     return _active
+
+
+def log_failure(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
+    """Log a failed background pass: an environmental blip (the database or Redis went away) is
+    one WARNING line with the error's type and kind and no traceback, which would only repeat the
+    driver's internals (and may quote a URL's credentials); anything else is a bug, logged with
+    its traceback."""
+    kind = environmental(exc)
+    if kind is None:
+        logger.error(message, *args, exc_info=exc)
+    else:
+        logger.warning(f"{message}: %s (%s)", *args, type(exc).__name__, kind.value)
 
 
 def transition(before: str, after: str, event_type: str, **fields: Any) -> None:
