@@ -11,6 +11,7 @@ import asyncio
 import io
 import json
 import logging
+import re
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -398,3 +399,12 @@ def test_a_bug_in_a_background_pass_keeps_its_traceback(caplog: pytest.LogCaptur
     (bug,) = caplog.records
     assert bug.levelno == logging.ERROR and bug.exc_info is not None
     assert bug.getMessage() == "retention pass failed; trying again in 60 s"
+
+
+def test_the_readmes_logging_block_is_a_valid_config(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    found = re.search(r"```toml\n(\[logging\]\n.*?)```", readme, re.DOTALL)
+    assert found is not None, "the README's [logging] block"
+    path = tmp_path / "agentrt.toml"
+    path.write_text(found.group(1))
+    assert load_settings(path, env={}).logging.redact_fields == ["customer_ssn"]
