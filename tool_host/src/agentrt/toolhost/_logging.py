@@ -108,7 +108,9 @@ _SHAPES = (
     re.compile(r"(?<![A-Za-z0-9])(?:sk|pk|rk)[-_](?:live_|test_|proj-|ant-)?[A-Za-z0-9_-]{8,}"),
     re.compile(r"(?<![A-Za-z0-9])(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abprs])[-_][A-Za-z0-9_-]{8,}"),
     re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+    re.compile(r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),  # a Google API key
     re.compile(r"(?<=://)[^/@\s]+@"),  # user:password@ in a URL
+    re.compile(r"(?i)(?<=[?&]key=)[^&\s\"'#]+"),  # ?key=... in a URL (the pairs below skip bare "key")
 )
 _MAX_SECRETS = 256  # registered secrets: a handful of API keys, never one per request
 _MIN_SECRET = 6  # shorter values would redact ordinary words
