@@ -436,3 +436,20 @@ def test_the_readmes_logging_block_is_a_valid_config(tmp_path: Path) -> None:
     path = tmp_path / "agentrt.toml"
     path.write_text(found.group(1))
     assert load_settings(path, env={}).logging.redact_fields == ["customer_ssn"]
+
+
+def test_secrets_the_processes_read_are_registered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentrt.server.models._http import read_api_key
+    from agentrt.toolhost.logs import redactor
+    from agentrt.toolhost.security import PayloadCipher, write_key_file
+
+    key_file = tmp_path / "payload.keys"
+    write_key_file(key_file)
+    material = next(iter(json.loads(key_file.read_text())["keys"].values()))
+    PayloadCipher.from_file(key_file)
+    monkeypatch.setenv("LOGS_TEST_KEY", "plain-api-key-without-a-known-shape")
+    read_api_key(None, "LOGS_TEST_KEY")
+    (tmp_path / "key.txt").write_text("another-plain-key-from-a-file\n")
+    read_api_key(None, "UNUSED", str(tmp_path / "key.txt"))
+    for secret in (material, "plain-api-key-without-a-known-shape", "another-plain-key-from-a-file"):
+        assert redactor().text(f"oops: {secret}!") == f"oops: {REDACTED}!"
