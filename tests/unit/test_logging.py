@@ -131,6 +131,11 @@ async def test_context_ids_follow_tasks_and_end_with_their_block() -> None:
     assert dict(current_log_fields()) == {}
 
 
+def test_an_empty_value_takes_an_id_out() -> None:
+    with log_fields(run_id="parent", call_id="c1"), log_fields(run_id="child", call_id=""):
+        assert dict(current_log_fields()) == {"run_id": "child"}
+
+
 async def test_a_task_that_binds_ids_does_not_leak_them_to_its_parent() -> None:
     async def driver() -> None:
         bind_log_fields(run_id="r2", tenant="t")

@@ -67,14 +67,14 @@ def current_log_fields() -> Mapping[str, str]:
 
 
 def bind_log_fields(**fields: str) -> contextvars.Token[Mapping[str, str]]:
-    """Add ``fields`` to the current context's log ids (empty values are left out).
+    """Set ``fields`` among the current context's log ids; an empty value removes that id.
 
     For a task that owns its context (a run's driver): nothing needs resetting when it ends.
     """
     unknown = set(fields) - set(CONTEXT_FIELDS)
     if unknown:
         raise ValueError(f"unknown log fields: {sorted(unknown)}")
-    merged = {**_FIELDS.get(), **{k: v for k, v in fields.items() if v}}
+    merged = {k: v for k, v in {**_FIELDS.get(), **fields}.items() if v}
     return _FIELDS.set(MappingProxyType(merged))
 
 

@@ -80,7 +80,9 @@ class RunDriver:
         Raises:
             LeaseLost: another worker owns the run now.
         """
-        bind_log_fields(run_id=self.run_id)  # the run's own task: its lines carry its ids from here
+        # The run's own task: its lines carry its ids from here (a child run's task starts in its
+        # parent's context, so the parent's tenant and call are taken out).
+        bind_log_fields(run_id=self.run_id, tenant="", call_id="")
         ctx = await open_run(self.ports, self.handle, fresh)
         if ctx is None:
             return
