@@ -24,6 +24,7 @@ from agentrt.testing.engine import EngineWorld
 ARGS = '{"order_id": "A100"}'
 STORY_EVENTS = {
     "retry.scheduled",
+    "run.fault",
     "cancel.requested",
     "tool.outcome.unknown",
     "outcome.resolved",
@@ -168,3 +169,25 @@ async def test_a_commit_that_never_lands_tells_nothing(caplog: pytest.LogCapture
     assert [e.type for e in world.log.events[run_id]][-1] == "step.started"
     assert Phase(world.log.phase(run_id)) is Phase.MODEL_STEP
     assert json.loads(world.log.events[run_id][-1].payload)["step"] == 1
+
+
+async def test_faults_and_the_end_they_force_are_told_from_a_commit_made_from_the_row(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = world_with(lambda a, m: asyncio.sleep(0, ToolOutcome("{}", None)))  # type: ignore[arg-type]
+    world.settings = world.settings.model_copy(
+        update={"faults": world.settings.faults.model_copy(update={"max_faults": 2})}
+    )
+    world.fault_plan = type(world.fault_plan)("after_model_response@1..=raise")
+    world.models.queue = world.models.queue[:1] * 5  # every step is asked again, and faults again
+    run_id = world.create_run()
+    caplog.set_level(logging.INFO, logger="agentrt.run")
+
+    await world.drive(run_id)
+
+    assert world.log.phase(run_id) == "FAILED"
+    told = [(r.event, r.from_phase, r.to_phase) for r in story(caplog, run_id)]  # type: ignore[attr-defined]
+    assert told == expected_story(world, run_id)
+    assert [t for t in told if t[0] == "run.fault"] == [("run.fault", "MODEL_STEP", "MODEL_STEP")] * 2
+    assert told[-1] == ("run.failed", "MODEL_STEP", "FAILED")
+    assert all(r.run_id == run_id for r in story(caplog, run_id))  # type: ignore[attr-defined]

@@ -149,7 +149,7 @@ class RunContext:
         # Ledger queries of the current unknown outcome, as the row holds them (it outlives parking).
         self.reconcile_attempts = reconcile_attempts
         self.waits = self.settings.waits
-        self.story = RunStory()  # the agentrt.run lines of what is added, told once committed
+        self.story = RunStory(handle.run_id)  # the agentrt.run lines of what is added, told once committed
 
     # -- the run's rules ----------------------------------------------------------------------------
 
@@ -386,6 +386,8 @@ async def commit_after_row(
     Raises:
         LeaseLost: another worker owns the run now, or the row moved on.
     """
+    story = RunStory(record.run_id)
+    story.note_row_commit(record.phase, update.phase, events)
     committed = await ports.log.commit(
         record.run_id,
         expected_revision=record.revision,
@@ -395,5 +397,6 @@ async def commit_after_row(
         update=update,
         now_ms=now_ms,
     )
+    story.tell()
     ports.live.publish(record.run_id, committed.events)
     return dataclasses.replace(record, revision=committed.revision, last_seq=record.last_seq + len(events))

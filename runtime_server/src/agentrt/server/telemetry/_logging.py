@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from agentrt.server.config import LoggingConfig
@@ -123,6 +123,7 @@ class _Event(Protocol):
 _STORY_EVENTS = frozenset(
     {
         "retry.scheduled",
+        "run.fault",  # the faulted attempt is retried from the last commit (or the run ends)
         "cancel.requested",
         "tool.outcome.unknown",
         "outcome.resolved",
@@ -136,6 +137,10 @@ _STORY_EVENTS = frozenset(
     }
 )
 _EVENT_FIELDS = ("step", "call_id", "tool", "attempt", "delay", "reason")
+# In a commit made from the row alone, the first of these moves the run to the row's new phase.
+_MOVING_EVENTS = frozenset(
+    {"run.completed", "run.failed", "run.cancelled", "run.closing", "tool.outcome.unknown", "run.ended"}
+)
 
 
 class RunStory:
@@ -145,16 +150,26 @@ class RunStory:
     what it committed, so a commit that never lands (a lost lease) tells nothing.
     """
 
-    __slots__ = ("_lines",)
+    __slots__ = ("_lines", "_run_id")
 
-    def __init__(self) -> None:
+    def __init__(self, run_id: str) -> None:
+        self._run_id = run_id  # the lines name their run even where no driver bound it (cleanup job)
         self._lines: list[tuple[str, str, str, dict[str, Any]]] = []
 
     def note(self, event: _Event, before: str, after: str) -> None:
         """Keep a line for ``event`` if it moved the phase, carries out a decision or is a call's."""
         if before != after or event.type_name in _STORY_EVENTS:
             fields = {k: v for k in _EVENT_FIELDS if (v := getattr(event, k, None)) not in (None, "")}
-            self._lines.append((before, after, event.type_name, fields))
+            self._lines.append((before, after, event.type_name, {"run_id": self._run_id, **fields}))
+
+    def note_row_commit(self, before: str, after: str | None, events: Iterable[_Event]) -> None:
+        """Keep the lines of a commit made from the row alone: its phase goes from ``before`` to
+        ``after`` (None: unchanged) at the first event that ends the run or makes it wait."""
+        phase = before
+        for event in events:
+            moved = after if after and phase != after and event.type_name in _MOVING_EVENTS else phase
+            self.note(event, phase, moved)
+            phase = moved
 
     def tell(self) -> None:
         """Log the kept lines, in order, and forget them."""
