@@ -146,7 +146,17 @@ def test_json_logs_tell_the_runs_story_and_never_hold_a_secret(
             'model = { profile = "gpt" }\nbudgets = { timeout_s = 60 }\n'
         )
         env = {**os.environ, KEY_ENV: API_KEY}
-        args = ["--config", str(config), "--listen", "127.0.0.1:0", "--log-format", "json"]
+        # Root at INFO: every library's lines (httpx, grpc) are held to the same rules.
+        args = [
+            "--config",
+            str(config),
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--log-level",
+            "INFO",
+        ]
         started_s = time.time()
         with spawn_runtime(args, cwd=tmp_path, env=env) as runtime:
             with Client(runtime.address, token=TOKEN, timeout=60) as client:
