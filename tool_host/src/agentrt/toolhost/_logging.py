@@ -101,17 +101,21 @@ _SECRET_NAMES = (
 _KEY_NAME = re.compile(rf"(?:{_SECRET_NAMES})", re.IGNORECASE)
 # Credential shapes, wherever they stand. A JWT (and so a call grant) starts with a base64url
 # JSON header, '{"' -> 'eyJ'; its three parts are joined by dots.
-_SHAPES = (
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.DOTALL),
-    re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)?"),
-    re.compile(r"(?i)(?<![A-Za-z0-9])bearer\s+[^\s\"',;]+"),
-    re.compile(r"(?<![A-Za-z0-9])(?:sk|pk|rk)[-_](?:live_|test_|proj-|ant-)?[A-Za-z0-9_-]{8,}"),
-    re.compile(r"(?<![A-Za-z0-9])(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abprs])[-_][A-Za-z0-9_-]{8,}"),
-    re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
-    re.compile(r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),  # a Google API key
-    re.compile(r"(?<=://)[^/@\s]+@"),  # user:password@ in a URL
-    re.compile(r"(?i)(?<=[?&]key=)[^&\s\"'#]+"),  # ?key=... in a URL (the pairs below skip bare "key")
-)
+_SHAPE = re.compile(
+    "|".join(
+        (
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+            r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)?",
+            r"(?<![A-Za-z0-9])(?i:bearer)\s+[^\s\"',;]+",
+            r"(?<![A-Za-z0-9])(?:sk|pk|rk)[-_](?:live_|test_|proj-|ant-)?[A-Za-z0-9_-]{8,}",
+            r"(?<![A-Za-z0-9])(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abprs])[-_][A-Za-z0-9_-]{8,}",
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])",
+            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}",  # a Google API key
+            r"(?<=://)[^/@\s]+@",  # user:password@ in a URL
+            r"(?<=[?&][kK][eE][yY]=)[^&\s\"'#]+",  # ?key=... in a URL (the pairs below skip bare "key")
+        )
+    )
+)  # one pass over the text for all of them: a line is redacted on every write
 _MAX_SECRETS = 256  # registered secrets: a handful of API keys, never one per request
 _MIN_SECRET = 6  # shorter values would redact ordinary words
 
@@ -160,13 +164,16 @@ class Redactor:
 
     def text(self, text: str) -> str:
         """``text`` with every registered secret, credential shape and sensitive value replaced."""
+        if len(text) < _MIN_SECRET:
+            return text  # shorter than any secret, shape or name=value worth the name
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
                 if secret in text:  # the marker and what follows it spelled the secret again
                     return f"{REDACTED} (the line held a secret)"
-        for shape in _SHAPES:
-            text = shape.sub(REDACTED, text)
+        text = _SHAPE.sub(REDACTED, text)
+        if "=" not in text and ":" not in text:
+            return text  # no name=value in it
         return self._pair.sub(lambda m: m.group(1) + REDACTED, text)
 
     def value(self, value: Any, name: str = "") -> Any:
