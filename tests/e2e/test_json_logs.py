@@ -24,7 +24,7 @@ from agentrt.client import Client
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.testing import FakeModelServer, FakeResponse, spawn_runtime, spawn_tool_host
 from agentrt.toolhost.security import GrantSigner, write_signing_key
-from tests.e2e.conftest import toml_value
+from tests.e2e.conftest import agent_toml, toml_value
 
 KEY_ENV = "E2E_LOGS_OPENAI_KEY"
 API_KEY = f"sk-logs-{uuid.uuid4().hex}"
@@ -218,3 +218,29 @@ def test_json_logs_tell_the_runs_story_and_never_hold_a_secret(
                 assert secret not in text, f"{name} in a {process} line: {text}"
             assert not any(grant in text for grant in grants), f"a grant in a {process} line: {text}"
             assert header not in text, f"a grant's header in a {process} line: {text}"
+
+
+def test_a_tool_host_the_runtime_spawns_logs_json_like_it(tmp_path: Path, sqlite_url: str) -> None:
+    steps = [
+        {"text": "", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]},
+        {"text": "found"},
+    ]
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f'db_url = "{sqlite_url}"\ngrace_s = 1.0\ndata_dir = "{tmp_path / "data"}"\n'
+        '[[tool_hosts]]\nname = "local"\nspawn = true\nplugins = ["agentrt.plugins.demo_tools"]\n'
+        "entrypoints = false\n"
+        '[logging]\nformat = "json"\n'  # from the config file this time, not the flag
+        + agent_toml("lookup", steps=steps, tools=["orders.lookup"], budgets={"timeout_s": 30})
+    )
+    args = ["--config", str(config), "--listen", "127.0.0.1:0", "--log-level", "INFO"]
+    with spawn_runtime(args, cwd=tmp_path) as runtime:
+        with Client(runtime.address, timeout=60) as client:
+            events = [e for e in client.run_agent("lookup", "Where is A100?", timeout=60) if e.seq]
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED, events[-1]
+        runtime.stop()
+        lines = lines_of(runtime.stderr_text(), "the runtime or its tool host")  # one stderr, both
+    host = [line for line in lines if line["logger"].startswith("agentrt.toolhost")]
+    assert host, "the spawned host's lines"
+    story = [line["event"] for line in lines if line.get("run_id") == events[0].run_id and "event" in line]
+    assert story[0] == "run.started" and story[-1] == "run.completed", story
