@@ -458,3 +458,23 @@ def test_secrets_the_processes_read_are_registered(tmp_path: Path, monkeypatch: 
     read_api_key(None, "UNUSED", str(tmp_path / "key.txt"))
     for secret in (material, "plain-api-key-without-a-known-shape", "another-plain-key-from-a-file"):
         assert redactor().text(f"oops: {secret}!") == f"oops: {REDACTED}!"
+
+
+FIELD_NAMES = st.sampled_from(["customer_ssn", "Password", "api_key", "x-api-key", "Authorization", "grant"])
+VALUES = st.text(string.ascii_letters + string.digits + "!@#$%^*_+-./~", min_size=6, max_size=30)
+PAIR_FORMS = st.sampled_from(
+    ["{n}={v}", "{n}: {v}", '"{n}": "{v}"', "'{n}'='{v}'", "{n} = {v}", "?{n}={v}&x=1"]
+)
+
+
+@settings(max_examples=300)
+@given(name=FIELD_NAMES, value=VALUES, form=PAIR_FORMS, before=AROUND, after=AROUND)
+def test_a_sensitive_fields_value_never_survives_as_a_pair_or_an_extra(
+    name: str, value: str, form: str, before: str, after: str
+) -> None:
+    redactor = Redactor(fields=["customer_ssn"])
+    text = f"{before} {form.format(n=name, v=value)} {after}"
+    allowed = before.count(value) + after.count(value)
+    line = json.loads(JsonFormatter(redactor).format(record("%s", text, **{name.replace("-", "_"): value})))
+    assert line["message"].count(value) <= allowed, (text, line["message"])
+    assert line[name.replace("-", "_")] == REDACTED

@@ -160,7 +160,11 @@ class Redactor:
     def sensitive(self, name: str) -> bool:
         """Whether a field called ``name`` holds a secret."""
         lowered = name.lower()
-        return lowered in self._fields or _KEY_NAME.fullmatch(lowered) is not None or _suffix(lowered)
+        if lowered in self._fields:
+            return True
+        # The name, or what follows a qualifier in it: "db_password", "x_api_key", "auth-token".
+        tails = [lowered] + [lowered[i + 1 :] for i, c in enumerate(lowered) if c in "_-"]
+        return any(_KEY_NAME.fullmatch(tail) is not None for tail in tails)
 
     def text(self, text: str) -> str:
         """``text`` with every registered secret, credential shape and sensitive value replaced."""
@@ -190,14 +194,6 @@ class Redactor:
             return [self.value(v) for v in value]
         return self.text(str(value))
 
-
-def _suffix(name: str) -> bool:
-    """``openai_api_key``, ``db_password``, ``auth_token``: a secret name after a qualifier."""
-    head, sep, tail = name.rpartition("_")
-    return bool(sep and head) and tail in _TAIL_NAMES
-
-
-_TAIL_NAMES = frozenset({"password", "passwd", "secret", "token", "apikey", "credential", "cookie"})
 
 _REDACTOR = Redactor()
 
