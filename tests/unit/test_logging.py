@@ -342,12 +342,11 @@ def test_configure_logging_refuses_an_unknown_format_or_level() -> None:
 
 
 def test_the_format_is_the_flag_then_the_env_then_the_config() -> None:
-    config = LoggingConfig(format="json")
-    assert resolve_format(None, config, {}) == "json"
-    assert resolve_format(None, LoggingConfig(), {"AGENTRT_LOG_FORMAT": "json"}) == "json"
-    assert resolve_format("text", config, {"AGENTRT_LOG_FORMAT": "json"}) == "text"
+    assert resolve_format(None, "json", {}) == "json"
+    assert resolve_format(None, "text", {"AGENTRT_LOG_FORMAT": "json"}) == "json"
+    assert resolve_format("text", "json", {"AGENTRT_LOG_FORMAT": "json"}) == "text"
     with pytest.raises(ValueError, match="AGENTRT_LOG_FORMAT"):
-        resolve_format(None, config, {"AGENTRT_LOG_FORMAT": "yaml"})
+        resolve_format(None, "json", {"AGENTRT_LOG_FORMAT": "yaml"})
 
 
 def test_setup_logging_puts_the_flag_pairs_on_top_of_the_configured_levels() -> None:

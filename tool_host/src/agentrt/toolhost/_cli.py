@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from agentrt.toolhost._grants import DEFAULT_MAX_GRANT_LIFETIME_S, GrantVerifier
 from agentrt.toolhost._host import ToolHost, parse_listen
 from agentrt.toolhost._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_S, MIN_KEEP_S, LedgerRetention
 from agentrt.toolhost._ledger_schema import LedgerVersionError
-from agentrt.toolhost._logging import configure_logging, parse_level_spec
+from agentrt.toolhost._logging import configure_logging, parse_level_spec, resolve_format
 from agentrt.toolhost._plugins import ENTRYPOINT_GROUP, collect_tools, get_plugin_manager
 from agentrt.toolhost._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
 
@@ -36,8 +35,6 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 _log = logging.getLogger("agentrt.toolhost")
-
-FORMAT_ENV = "AGENTRT_LOG_FORMAT"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -159,11 +156,8 @@ def _logs(log_format: str | None, log_level: str) -> None:
     Raises:
         ValueError: an unknown format or level.
     """
-    chosen = log_format or os.environ.get(FORMAT_ENV, "").strip().lower() or "text"
-    if chosen not in ("json", "text"):
-        raise ValueError(f"{FORMAT_ENV}={chosen!r}: expected json or text")
     root, levels = parse_level_spec(log_level)
-    configure_logging(log_format="json" if chosen == "json" else "text", level=root or "INFO", levels=levels)
+    configure_logging(log_format=resolve_format(log_format), level=root or "INFO", levels=levels)
 
 
 def _usage_error(message: str) -> int:

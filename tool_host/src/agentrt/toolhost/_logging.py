@@ -22,6 +22,7 @@ import contextvars
 import datetime as dt
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -36,6 +37,7 @@ except ImportError:  # pragma: no cover - the tool SDK installs without the otel
 
 __all__ = [
     "CONTEXT_FIELDS",
+    "FORMAT_ENV",
     "REDACTED",
     "JsonFormatter",
     "LogFormat",
@@ -49,9 +51,11 @@ __all__ = [
     "parse_level_spec",
     "redactor",
     "register_secret",
+    "resolve_format",
 ]
 
 LogFormat = Literal["json", "text"]
+FORMAT_ENV = "AGENTRT_LOG_FORMAT"
 REDACTED = "[redacted]"
 CONTEXT_FIELDS = ("run_id", "tenant", "call_id")
 
@@ -318,6 +322,21 @@ def check_level(level: str) -> str:
     if upper not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ValueError(f"unknown log level {level!r} (DEBUG, INFO, WARNING, ERROR or CRITICAL)")
     return upper
+
+
+def resolve_format(
+    flag: str | None, default: str = "text", environ: Mapping[str, str] | None = None
+) -> LogFormat:
+    """``--log-format``, else ``AGENTRT_LOG_FORMAT``, else ``default`` (the runtime's ``[logging]``).
+
+    Raises:
+        ValueError: the variable names another format.
+    """
+    env = os.environ if environ is None else environ
+    chosen = flag or env.get(FORMAT_ENV, "").strip().lower() or default
+    if chosen not in ("json", "text"):
+        raise ValueError(f"{FORMAT_ENV}={chosen!r}: expected json or text")
+    return "json" if chosen == "json" else "text"
 
 
 _HANDLER_MARK = "_agentrt_log_handler"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentrt.toolhost._logging import (
     CONTEXT_FIELDS,
+    FORMAT_ENV,
     REDACTED,
     JsonFormatter,
     LogFormat,
@@ -17,10 +18,12 @@ from agentrt.toolhost._logging import (
     parse_level_spec,
     redactor,
     register_secret,
+    resolve_format,
 )
 
 __all__ = [
     "CONTEXT_FIELDS",
+    "FORMAT_ENV",
     "REDACTED",
     "JsonFormatter",
     "LogFormat",
@@ -34,4 +37,5 @@ __all__ = [
     "parse_level_spec",
     "redactor",
     "register_secret",
+    "resolve_format",
 ]

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from agentrt.server.config import LoggingConfig
 from agentrt.server.store import environmental
-from agentrt.toolhost.logs import LogFormat, configure_logging, log_fields, parse_level_spec
+from agentrt.toolhost.logs import (
+    FORMAT_ENV,
+    LogFormat,
+    configure_logging,
+    log_fields,
+    parse_level_spec,
+    resolve_format,
+)
 
 __all__ = [
     "FORMAT_ENV",
@@ -37,24 +43,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 S = TypeVar("S")
 
-FORMAT_ENV = "AGENTRT_LOG_FORMAT"
-
 run_log = logging.getLogger("agentrt.run")
-
-
-def resolve_format(
-    flag: str | None, config: LoggingConfig, environ: Mapping[str, str] | None = None
-) -> LogFormat:
-    """``--log-format``, else ``AGENTRT_LOG_FORMAT``, else ``[logging] format``.
-
-    Raises:
-        ValueError: the variable names another format.
-    """
-    env = os.environ if environ is None else environ
-    chosen = flag or env.get(FORMAT_ENV, "").strip().lower() or config.format
-    if chosen not in ("json", "text"):
-        raise ValueError(f"{FORMAT_ENV}={chosen!r}: expected json or text")
-    return "json" if chosen == "json" else "text"
 
 
 def setup_logging(
@@ -74,7 +63,7 @@ def setup_logging(
     """
     global _active
     root, named = parse_level_spec(log_level or "")
-    chosen = resolve_format(log_format, config, environ)
+    chosen = resolve_format(log_format, config.format, environ)
     configure_logging(
         log_format=chosen,
         level=root or config.level,
