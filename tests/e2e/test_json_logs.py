@@ -244,3 +244,42 @@ def test_a_tool_host_the_runtime_spawns_logs_json_like_it(tmp_path: Path, sqlite
     assert host, "the spawned host's lines"
     story = [line["event"] for line in lines if line.get("run_id") == events[0].run_id and "event" in line]
     assert story[0] == "run.started" and story[-1] == "run.completed", story
+
+
+def test_a_child_runs_lines_carry_its_own_ids_not_its_parents_call(
+    tmp_path: Path, sqlite_url: str, tool_host: Any
+) -> None:
+    manager = [
+        {"text": "", "tool_calls": [{"tool": "agent.researcher", "arguments": {"input": "status of A100?"}}]},
+        {"text": "delivered"},
+    ]
+    researcher = [
+        {"text": "", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]},
+        {"text": "A100 was delivered."},
+    ]
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f'db_url = "{sqlite_url}"\n[[tool_hosts]]\nname = "local"\naddress = "{tool_host.address}"\n'
+        + agent_toml("manager", steps=manager, tools=[], budgets={})
+        + 'agent_tools = ["researcher"]\n'
+        + agent_toml("researcher", steps=researcher, tools=["orders.lookup"], budgets={})
+    )
+    args = ["--config", str(config), "--listen", "127.0.0.1:0", "--log-format", "json"]
+    with spawn_runtime([*args, "--log-level", "WARNING,agentrt.run=INFO"], cwd=tmp_path) as runtime:
+        with Client(runtime.address, timeout=60) as client:
+            events = [e for e in client.run_agent("manager", "How is A100?", timeout=60) if e.seq]
+            (child,) = client.list_runs(agent_name="researcher").runs
+        assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED, events[-1]
+        runtime.stop()
+        lines = lines_of(runtime.stderr_text(), "the runtime")
+    parent_call = next(e.tool_started.call_id for e in events if e.HasField("tool_started"))
+    child_lines = [line for line in lines if line.get("run_id") == child.run_id]
+    assert child_lines[0]["event"] == "run.started"
+    assert child_lines[-1]["event"] == "run.completed"
+    # Only its tool lines name a call (its own); none of its other lines names one (the parent's
+    # call, in whose context the child was started, least of all).
+    assert all("call_id" not in line for line in child_lines if not line["event"].startswith("tool.")), (
+        child_lines
+    )
+    parent_lines = [line for line in lines if line.get("run_id") == events[0].run_id]
+    assert any(line.get("call_id") == parent_call for line in parent_lines)

@@ -302,7 +302,7 @@ class Engine:
             same_request(record, request.request_key, request.request_hash)
         if created:
             self.counters.inc("runs_started")
-            with log_fields(run_id=record.run_id, tenant=record.tenant_id):
+            with log_fields(run_id=record.run_id, tenant=record.tenant_id, call_id=""):  # not a parent's call
                 transition("", Phase.QUEUED.value, "run.started")
             if not own:
                 self._unowned_waiting = True
