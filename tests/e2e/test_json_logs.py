@@ -22,7 +22,7 @@ import pytest
 
 from agentrt.client import Client
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.testing import FakeModelServer, FakeResponse, spawn_runtime, spawn_tool_host
+from agentrt.testing import FakeModelServer, FakeResponse, ToolHostProcess, spawn_runtime, spawn_tool_host
 from agentrt.toolhost.security import GrantSigner, write_signing_key
 from tests.e2e.conftest import agent_toml, toml_value
 
@@ -247,7 +247,7 @@ def test_a_tool_host_the_runtime_spawns_logs_json_like_it(tmp_path: Path, sqlite
 
 
 def test_a_child_runs_lines_carry_its_own_ids_not_its_parents_call(
-    tmp_path: Path, sqlite_url: str, tool_host: Any
+    tmp_path: Path, sqlite_url: str, tool_host: ToolHostProcess
 ) -> None:
     manager = [
         {"text": "", "tool_calls": [{"tool": "agent.researcher", "arguments": {"input": "status of A100?"}}]},
