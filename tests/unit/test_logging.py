@@ -188,7 +188,8 @@ def test_credential_shapes_are_taken_out_wherever_they_stand() -> None:
         ):
             assert secret not in out, (text, out)
         assert REDACTED in out, (text, out)
-    assert "plain-value-123" not in redactor.text(texts[8]) and "swordfish99" not in redactor.text(texts[9])
+    assert redactor.text(texts[8]) == f'config {{"api_key": "{REDACTED}", "password": "{REDACTED}"}}'
+    assert "swordfish99" not in redactor.text(texts[9])
 
 
 def test_ordinary_ids_and_counts_stay_readable() -> None:

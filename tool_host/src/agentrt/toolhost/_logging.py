@@ -140,10 +140,11 @@ class Redactor:
         """Also treat these field names (case-insensitive) as sensitive: ``[logging] redact_fields``."""
         names = frozenset(f.strip().lower() for f in fields if f.strip())
         extra = "".join(f"|{re.escape(name)}" for name in sorted(names, key=len, reverse=True))
-        # name = value, name: value, "name": "value", name=value&... ; the value ends at a quote,
-        # whitespace, comma, semicolon or ampersand.
+        # name = value, name: value, "name": "value", name=value&... ; a quoted value ends at its
+        # closing quote (it may hold spaces), a bare one at whitespace, a quote, , ; & ) } or ].
         pair = re.compile(
-            rf"(?<![\w-])((?:[\w-]*?[_-])?(?:{_SECRET_NAMES}{extra})[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&)}}\]]+)",
+            rf"(?<![\w-])((?:[\w-]*?[_-])?(?:{_SECRET_NAMES}{extra})[\"']?\s*[:=]\s*)"
+            r"(\"(?:[^\"\\]|\\.)*\"?|'(?:[^'\\]|\\.)*'?|[^\s\"',;&)}\]]+)",
             re.IGNORECASE,
         )
         with self._lock:
@@ -182,7 +183,7 @@ class Redactor:
         text = _SHAPE.sub(REDACTED, text)
         if "=" not in text and ":" not in text:
             return text  # no name=value in it
-        return self._pair.sub(lambda m: m.group(1) + REDACTED, text)
+        return self._pair.sub(_redact_pair, text)
 
     def value(self, value: Any, name: str = "") -> Any:
         """A JSON-ready copy of ``value``: strings redacted, sensitively named strings replaced whole."""
@@ -197,6 +198,12 @@ class Redactor:
         if isinstance(value, list | tuple | set | frozenset):
             return [self.value(v) for v in value]
         return self.text(str(value))
+
+
+def _redact_pair(match: re.Match[str]) -> str:
+    value = match.group(2)
+    quote = value[0] if value[0] in "\"'" else ""
+    return f"{match.group(1)}{quote}{REDACTED}{quote}"
 
 
 _REDACTOR = Redactor()
