@@ -110,6 +110,18 @@ def test_bad_percent_arguments_keep_the_template_rather_than_lose_the_line() -> 
     assert line["message"] == "two %s %s"
 
 
+def test_a_record_that_cannot_be_formatted_is_still_one_json_line() -> None:
+    class Hostile:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+        __repr__ = __str__
+
+    assert json_line(record("value %s", Hostile()))["message"] == "value %s"
+    line = json_line(record("m", thing=Hostile()))
+    assert line["message"] == "unformattable log record (RuntimeError)" and line["level"] == "INFO"
+
+
 def test_the_text_line_keeps_its_shape_with_the_ids_after_the_message() -> None:
     with log_fields(run_id="r1", call_id="c1"):
         text = TextFormatter(Redactor()).format(record("hello Bearer abcdefghijkl"))

@@ -250,6 +250,19 @@ class JsonFormatter(logging.Formatter):
         self._redact = redact
 
     def format(self, record: logging.LogRecord) -> str:
+        try:
+            return self._format(record)
+        except Exception as exc:  # a line still, never logging's raw traceback on stderr
+            return json.dumps(
+                {
+                    "ts": _timestamp(record.created),
+                    "level": record.levelname,
+                    "logger": record.name,
+                    "message": f"unformattable log record ({type(exc).__name__})",
+                }
+            )
+
+    def _format(self, record: logging.LogRecord) -> str:
         redact = self._redact or _REDACTOR
         line: dict[str, Any] = {
             "ts": _timestamp(record.created),
@@ -290,7 +303,7 @@ class TextFormatter(logging.Formatter):
 def _message(record: logging.LogRecord) -> str:
     try:
         return record.getMessage()
-    except (TypeError, ValueError):  # bad %-arguments: keep the template rather than lose the line
+    except Exception:  # bad %-arguments, or an argument whose str() raises: keep the template
         return str(record.msg)
 
 
