@@ -13,6 +13,8 @@ import json
 import logging
 import re
 import string
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ def json_line(rec: logging.LogRecord, redactor: Redactor | None = None) -> dict[
 def _restore_root() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    hooks = sys.excepthook, threading.excepthook
     levels = {name: logging.getLogger(name).level for name in ("agentrt.engine", "grpc", "agentrt.run")}
     yield
     for handler in list(root.handlers):
@@ -65,6 +68,7 @@ def _restore_root() -> Iterator[None]:
     root.setLevel(level)
     for name, old in levels.items():
         logging.getLogger(name).setLevel(old)
+    sys.excepthook, threading.excepthook = hooks
 
 
 # -- the JSON line ----------------------------------------------------------------------------------
@@ -345,6 +349,22 @@ def test_configure_logging_sets_levels_per_logger_and_replaces_only_its_own_hand
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [line["message"] for line in lines] == ["shown"]
     logging.getLogger().removeHandler(mine)
+
+
+def test_an_uncaught_exception_is_a_redacted_line_too() -> None:
+    stream = io.StringIO()
+    configure_logging(log_format="json", stream=stream)
+    try:
+        raise RuntimeError("crashed holding Bearer abcdefghijklmnop")
+    except RuntimeError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    thread = threading.Thread(target=lambda: 1 / 0, name="worker")
+    thread.start()
+    thread.join()
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["level"] == "CRITICAL" and first["message"] == "uncaught RuntimeError"
+    assert "abcdefghijklmnop" not in first["exc"] and "RuntimeError" in first["exc"]
+    assert second["message"] == "uncaught ZeroDivisionError in thread worker"
 
 
 def test_configure_logging_refuses_an_unknown_format_or_level() -> None:

@@ -27,7 +27,7 @@ import re
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import IO, Any, Literal
 
 try:
@@ -393,4 +393,20 @@ def configure_logging(
     logging.captureWarnings(True)  # a warning is a line like the others, not raw text on stderr
     for name, named in (levels or {}).items():
         logging.getLogger(name).setLevel(check_level(named))
+    sys.excepthook = _uncaught  # so is a crash's traceback (redacted like any line)
+    threading.excepthook = _uncaught_in_thread
     return handler
+
+
+def _uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    logging.getLogger("agentrt").critical("uncaught %s", kind.__name__, exc_info=(kind, exc, tb))
+
+
+def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is None or args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    info = (args.exc_type, args.exc_value, args.exc_traceback)
+    logging.getLogger("agentrt").critical(
+        "uncaught %s in thread %s", args.exc_type.__name__, name, exc_info=info
+    )
