@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from typing import Any
 
 from agentrt.server import _demo
-from agentrt.server.config import ConfigError, Settings, load_settings
+from agentrt.server.config import ConfigError, LoggingConfig, Settings, load_settings
+from agentrt.server.telemetry import setup_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,7 +27,16 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow a non-loopback listen without TLS and authentication (logged loudly; not for production)",
     )
-    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument(
+        "--log-level",
+        help="a level (WARNING), logger=LEVEL pairs (agentrt.run=INFO,grpc=ERROR) or both; "
+        "on top of [logging] level and levels",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["json", "text"],
+        help="stderr log lines as JSON or text (default: AGENTRT_LOG_FORMAT, else [logging] format)",
+    )
     return parser
 
 
@@ -56,17 +65,19 @@ def build_settings(args: argparse.Namespace) -> Settings:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 for bad configuration)."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    try:
+        # Until the config is read, the flags and AGENTRT_LOG_FORMAT alone decide.
+        setup_logging(LoggingConfig(), log_format=args.log_format, log_level=args.log_level)
+    except ValueError as exc:
+        print(f"agentrt serve: {exc}", file=sys.stderr)
+        return 2
     if args.demo and not _demo.demo_plugins_installed():
         print(f"agentrt serve: {_demo.DEMO_MISSING}", file=sys.stderr)
         return 2
     try:
         settings = build_settings(args)
-    except ConfigError as exc:
+        setup_logging(settings.logging, log_format=args.log_format, log_level=args.log_level)
+    except (ConfigError, ValueError) as exc:
         print(f"agentrt serve: {exc}", file=sys.stderr)
         return 2
     from agentrt.server.api import serve

@@ -22,6 +22,8 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from agentrt.toolhost._logging import register_secret
+
 __all__ = ["CipherError", "PayloadCipher", "write_key_file"]
 
 PREFIX = "enc:v1:"
@@ -76,6 +78,7 @@ class PayloadCipher:
                 keys[str(kid)] = base64.b64decode(str(encoded), validate=True)
             except (binascii.Error, ValueError):
                 raise CipherError(f"key {str(kid)[:64]!r} in {path} is not base64") from None
+            register_secret(str(encoded))  # key material never reaches a log line
         return cls(keys=keys, active=str(data.get("active", "")))
 
     def seal(self, plaintext: str, *, aad: str) -> str:

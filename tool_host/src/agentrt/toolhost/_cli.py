@@ -21,6 +21,7 @@ from agentrt.toolhost._grants import DEFAULT_MAX_GRANT_LIFETIME_S, GrantVerifier
 from agentrt.toolhost._host import ToolHost, parse_listen
 from agentrt.toolhost._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_S, MIN_KEEP_S, LedgerRetention
 from agentrt.toolhost._ledger_schema import LedgerVersionError
+from agentrt.toolhost._logging import configure_logging, parse_level_spec, resolve_format
 from agentrt.toolhost._plugins import ENTRYPOINT_GROUP, collect_tools, get_plugin_manager
 from agentrt.toolhost._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
 
@@ -87,7 +88,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="seconds between ledger pruning passes",
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        metavar="LEVEL",
+        help="a level (DEBUG, INFO, WARNING, ERROR), logger=LEVEL pairs (agentrt.toolhost=DEBUG,grpc=ERROR) "
+        "or both (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["json", "text"],
+        help="stderr log lines as JSON or text (default: AGENTRT_LOG_FORMAT, else text)",
+    )
     security = parser.add_argument_group(
         "security",
         "Off loopback the host needs mTLS and call grants (or --insecure). Files are re-read when they "
@@ -136,6 +148,16 @@ def _parser() -> argparse.ArgumentParser:
         help="allow a non-loopback --listen without mTLS and call grants (logged loudly; not for production)",
     )
     return parser
+
+
+def _logs(log_format: str | None, log_level: str) -> None:
+    """Log lines on stderr: ``--log-format``, else ``AGENTRT_LOG_FORMAT``, else text.
+
+    Raises:
+        ValueError: an unknown format or level.
+    """
+    root, levels = parse_level_spec(log_level)
+    configure_logging(log_format=resolve_format(log_format), level=root or "INFO", levels=levels)
 
 
 def _usage_error(message: str) -> int:
@@ -236,9 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse printed the message (or --help)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    logging.basicConfig(
-        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        _logs(args.log_format, args.log_level)
+    except ValueError as exc:
+        return _usage_error(str(exc))
     try:
         parse_listen(args.listen)
     except ValueError as exc:

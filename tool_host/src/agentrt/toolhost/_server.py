@@ -38,6 +38,7 @@ from agentrt.toolhost._ledger import (
     Replay,
     Start,
 )
+from agentrt.toolhost._logging import log_fields
 from agentrt.toolhost._operations import Operations
 from agentrt.toolhost._outcome import Failure, Outcome
 from agentrt.toolhost._plugins import answers_queries, preview, query_answerers
@@ -200,7 +201,8 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 cast(Iterable[tuple[str, str | bytes]] | None, context.invocation_metadata())
             )
             meta = self._granted(request, meta)
-            with _call_span(request.tool, meta.run_id, meta.traceparent):
+            fields = log_fields(run_id=meta.run_id, tenant=meta.tenant, call_id=meta.call_id)
+            with _call_span(request.tool, meta.run_id, meta.traceparent), fields:
                 return await self._invoke_logged(request, meta, context)
         except RpcFailure as exc:
             await abort_with(context, exc)

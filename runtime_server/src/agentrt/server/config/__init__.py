@@ -22,6 +22,7 @@ from agentrt.server.config._limits import (
     StreamsConfig,
     ToolLimitsConfig,
 )
+from agentrt.server.config._logging import LoggingConfig
 from agentrt.server.config._security import (
     ROLES,
     ApproverScopeConfig,
@@ -77,6 +78,7 @@ __all__ = [
     "InlineAgentsConfig",
     "JwtConfig",
     "LimitsConfig",
+    "LoggingConfig",
     "LoopsConfig",
     "MiB",
     "ModelCacheConfig",

@@ -28,6 +28,7 @@ from agentrt.server.config._limits import (
     StreamsConfig,
     ToolLimitsConfig,
 )
+from agentrt.server.config._logging import LoggingConfig
 from agentrt.server.config._security import (
     AuthConfig,
     EncryptionConfig,
@@ -241,6 +242,7 @@ class Settings(_Strict):
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 
@@ -339,5 +341,7 @@ _CLIENT_ENV = frozenset(
         # The fuzz tests' example count and seed (tests/fuzz, bench/fuzz_rpcs.py).
         "AGENTRT_FUZZ_EXAMPLES",
         "AGENTRT_FUZZ_SEED",
+        # Read by both processes' log setup (the tool host has no config file); it beats [logging] format.
+        "AGENTRT_LOG_FORMAT",
     }
 )

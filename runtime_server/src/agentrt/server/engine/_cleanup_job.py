@@ -37,6 +37,7 @@ from agentrt.server.engine._driver import read_log
 from agentrt.server.engine._ports import Ports
 from agentrt.server.engine._run import commit_after_row
 from agentrt.server.store import Claim, RowUpdate, RunRecord, decode_event
+from agentrt.server.telemetry import log_failure
 
 __all__ = ["CleanupJob"]
 
@@ -66,8 +67,8 @@ class CleanupJob:
         while True:
             try:
                 await self.run_pass()
-            except Exception:
-                log.exception("cleanup pass failed; trying again in %.1f s", self.interval_s)
+            except Exception as exc:
+                log_failure(log, exc, "cleanup pass failed; trying again in %.1f s", self.interval_s)
             await asyncio.sleep(self.interval_s)
 
     async def run_pass(self) -> int:
@@ -95,8 +96,8 @@ class CleanupJob:
                 await self._retry(claim)
             except LeaseLost as exc:
                 log.info("cleanup of run %s moved on: %s", claim.run_id, exc)
-            except Exception:
-                log.exception("cleanup of run %s failed; it stays CLEANUP_UNKNOWN", claim.run_id)
+            except Exception as exc:
+                log_failure(log, exc, "cleanup of run %s failed; it stays CLEANUP_UNKNOWN", claim.run_id)
                 await ports.log.release(claim.run_id, owner=ports.owner)
         self.passes += 1
         return taken

@@ -67,6 +67,7 @@ from agentrt.server.store import (
     decode_event,
     environmental,
 )
+from agentrt.server.telemetry import log_failure
 
 log = logging.getLogger("agentrt.engine")
 
@@ -114,8 +115,10 @@ async def _counted(ports: Ports, driver: RunDriver, exc: Exception) -> float | N
         return await record_fault(ports, driver, exc)
     except LeaseLost:
         raise
-    except Exception:
-        log.exception("run %s: its fault could not be recorded; the lease will lapse", driver.run_id)
+    except Exception as failure:
+        log_failure(
+            log, failure, "run %s: its fault could not be recorded; the lease will lapse", driver.run_id
+        )
         return None
 
 

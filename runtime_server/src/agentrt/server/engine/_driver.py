@@ -58,6 +58,7 @@ from agentrt.server.engine._run import RunContext, RunHandle, commit_after_row
 from agentrt.server.engine._signals import apply_cancel_request, apply_queued_signals
 from agentrt.server.engine._tool_step import ToolStep
 from agentrt.server.store import RowUpdate, RunRecord, StoredEvent, decode_event
+from agentrt.toolhost.logs import bind_log_fields
 
 log = logging.getLogger("agentrt.engine")
 
@@ -79,10 +80,14 @@ class RunDriver:
         Raises:
             LeaseLost: another worker owns the run now.
         """
+        # The run's own task: its lines carry its ids from here (a child run's task starts in its
+        # parent's context, so the parent's tenant and call are taken out).
+        bind_log_fields(run_id=self.run_id, tenant="", call_id="")
         ctx = await open_run(self.ports, self.handle, fresh)
         if ctx is None:
             return
         self.ctx = ctx
+        bind_log_fields(tenant=ctx.tenant_id)
         loop = StepLoop(ctx)
         try:
             if fresh is None:  # nobody can have queued a signal for a run created a moment ago

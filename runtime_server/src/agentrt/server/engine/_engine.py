@@ -47,8 +47,9 @@ from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
 from agentrt.server.store import Admission, RunRecord, Store, StoredEvent, encode_event, signal_target
-from agentrt.server.telemetry import Counters
+from agentrt.server.telemetry import Counters, log_failure, transition
 from agentrt.server.tools import ToolRouter
+from agentrt.toolhost.logs import log_fields
 
 log = logging.getLogger("agentrt.engine")
 SESSION_HISTORY_TURNS = 20
@@ -301,6 +302,8 @@ class Engine:
             same_request(record, request.request_key, request.request_hash)
         if created:
             self.counters.inc("runs_started")
+            with log_fields(run_id=record.run_id, tenant=record.tenant_id, call_id=""):  # not a parent's call
+                transition("", Phase.QUEUED.value, "run.started")
             if not own:
                 self._unowned_waiting = True
             if own:
@@ -462,8 +465,8 @@ class Engine:
             await asyncio.sleep(self.settings.poll_interval_s)
             try:
                 await self._claim_and_launch()
-            except Exception:
-                log.exception("claiming runs failed")
+            except Exception as exc:
+                log_failure(log, exc, "claiming runs failed")
 
     async def _renew_loop(self) -> None:
         while True:
@@ -474,8 +477,8 @@ class Engine:
                 kept = await self.store.renew(
                     owner=self.owner, run_ids=owned, now_ms=self.now_ms(), ttl_ms=self._ttl_ms()
                 )
-            except Exception:
-                log.exception("renewing leases failed")
+            except Exception as exc:
+                log_failure(log, exc, "renewing leases failed")
                 continue
             for run_id, cancel in kept.items():
                 if (kept_handle := self._runs.get(run_id)) is not None:
@@ -520,5 +523,5 @@ class Engine:
     async def _claim_soon(self) -> None:
         try:
             await self._claim_and_launch()
-        except Exception:
-            log.exception("claiming runs failed")
+        except Exception as exc:
+            log_failure(log, exc, "claiming runs failed")

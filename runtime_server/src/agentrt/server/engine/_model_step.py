@@ -62,6 +62,7 @@ from agentrt.server.models import (
     ModelTransientError,
     ToolDef,
 )
+from agentrt.server.telemetry import decision
 
 # Model options that shape sampling: a model step records those its request carried (S004 §12).
 SAMPLING_OPTIONS = frozenset(
@@ -409,8 +410,11 @@ class ModelStep:
         if sink.sent:
             # Clients drop what this attempt streamed; the step is retried (or ends) as a whole.
             self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
+        failure = model_failure(exc)
+        if failure.timed_out:
+            decision("timeout", "model step %s attempt %s timed out", step, attempt, layer=clock.layer)
         verdict = attempts.model_verdict(
-            model_failure(exc),
+            failure,
             attempt=attempt,
             clock=clock,
             retry=ctx.retry_policy(ctx.settings.model_attempts),
@@ -509,6 +513,7 @@ class ModelStep:
         """The step layer fired: the run ends failed with ``step_timeout`` (retryable, like an outage)."""
         limit = self.ctx.settings.timeouts.model_step_s
         message = f"the model step with its retries did not finish within model_step_s={limit:g}s: {message}"
+        decision("step_timeout", "%s", message)
         self.ctx.add(
             *end_events(self.ctx.state, Phase.FAILED, "step_timeout", message=message, retryable=True)
         )

@@ -12,6 +12,7 @@ from pathlib import Path
 from agentrt.server.config import Settings
 from agentrt.server.core import RetentionPolicy
 from agentrt.server.store import Database, Pruner
+from agentrt.server.telemetry import log_failure
 
 __all__ = [
     "LEDGER_RECONCILE_HORIZON_S",
@@ -81,6 +82,6 @@ class RetentionJob:
             try:
                 await self.pruner.prune(now_ms=int(self.clock() * 1000))
                 self.passes += 1
-            except Exception:
-                log.exception("retention pass failed; trying again in %.0f s", self.interval_s)
+            except Exception as exc:
+                log_failure(log, exc, "retention pass failed; trying again in %.0f s", self.interval_s)
             await asyncio.sleep(self.interval_s)

@@ -39,6 +39,7 @@ from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Ca
 from agentrt.server.engine._details import RunDetails
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.store import RowUpdate, RunRecord, StoredEvent, encode_event
+from agentrt.server.telemetry import RunStory
 from agentrt.server.tools import CallMetadata
 
 T = TypeVar("T")
@@ -148,6 +149,7 @@ class RunContext:
         # Ledger queries of the current unknown outcome, as the row holds them (it outlives parking).
         self.reconcile_attempts = reconcile_attempts
         self.waits = self.settings.waits
+        self.story = RunStory(handle.run_id)  # the agentrt.run lines of what is added, told once committed
 
     # -- the run's rules ----------------------------------------------------------------------------
 
@@ -185,9 +187,11 @@ class RunContext:
     def add(self, *events: Event) -> None:
         buffered = self.commits.events
         for event in events:
+            before = self.state.phase
             self.state.apply(event)
             self.state.seq += 1
             buffered.append(event)
+            self.story.note(event, before, self.state.phase)
 
     def record_window(self, started: StepStarted, window: ContextWindow) -> None:
         """Record how a step's prompt is fitted on its step.started, before that is committed.
@@ -245,6 +249,7 @@ class RunContext:
             consume_signals=commits.consumed_signals,
         )
         commits.landed(committed.revision, update)
+        self.story.tell()
         ports.faults.around_commit("after", types)
         ports.live.publish(self.run_id, committed.events)
         if checkpoint is not None:  # after the commit: it describes committed events only
@@ -381,6 +386,8 @@ async def commit_after_row(
     Raises:
         LeaseLost: another worker owns the run now, or the row moved on.
     """
+    story = RunStory(record.run_id)
+    story.note_row_commit(record.phase, update.phase, events)
     committed = await ports.log.commit(
         record.run_id,
         expected_revision=record.revision,
@@ -390,5 +397,6 @@ async def commit_after_row(
         update=update,
         now_ms=now_ms,
     )
+    story.tell()
     ports.live.publish(record.run_id, committed.events)
     return dataclasses.replace(record, revision=committed.revision, last_seq=record.last_seq + len(events))

@@ -23,6 +23,7 @@ from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._run import RunContext
 from agentrt.server.engine._tool_step import ToolStep
 from agentrt.server.store import UndecodableSignal, decode_signal
+from agentrt.server.telemetry import decision
 from agentrt.server.tools import ToolOutcome
 
 log = logging.getLogger("agentrt.engine")
@@ -56,7 +57,7 @@ async def carry_out(ctx: RunContext, tools: ToolStep, signal: RunSignal) -> bool
     """Apply one signal to the run; False when the core refused it (then nothing changed)."""
     applied = apply_signal(ctx.state, ctx.budgets, signal, now_ms=ctx.ports.now_ms())
     if isinstance(applied, Refused):
-        log.info("run %s: %s changes nothing: %s", ctx.run_id, type(signal).__name__, applied.error.reason)
+        decision("refused", "%s changes nothing: %s", type(signal).__name__, applied.error.reason)
         return False
     for event in applied.events:
         ctx.add(event)

@@ -65,6 +65,7 @@ from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import StartRequest
 from agentrt.server.engine._run import RunContext
 from agentrt.server.store import RowUpdate
+from agentrt.server.telemetry import decision, logs_call
 
 # The settled verdicts of a recorded outcome, and those that end or retry it.
 _Settled = attempts.Fenced | attempts.Fail | attempts.Pause | attempts.Done
@@ -87,6 +88,7 @@ class ToolStep:
 
     # -- one call -----------------------------------------------------------------------------------
 
+    @logs_call
     async def run_call(self, call: CallState) -> None:
         """Send a started call (an inherited write: its ledger first) and carry out what it meant."""
         ctx = self.ctx
@@ -199,6 +201,7 @@ class ToolStep:
         ctx = self.ctx
         if outcome.timed_out and not reconciled:
             ctx.ports.counters.inc("timeout_count")
+            decision("timeout", "%s attempt %s timed out", call.tool, attempt or call.attempts, layer=layer)
         clock = attempts.AttemptClock(
             began_s=began,
             now_s=ctx.ports.clock(),
@@ -234,6 +237,7 @@ class ToolStep:
         """The step layer fired: the call ends failed, saying so (never a write in doubt: tool_verdict)."""
         limit = self.ctx.settings.timeouts.tool_step_s
         message = f"step_timeout: {call.tool} with its retries did not finish within tool_step_s={limit:g}s"
+        decision("step_timeout", "%s", message, tool=call.tool)
         if last is not None and last.error is not None:
             message += f" (last attempt: {last.error.message})"
         return ToolOutcome.failure("TRANSIENT", message)
@@ -523,6 +527,7 @@ class ToolStep:
         for verdict, call, outcome in sorted(ends, key=lambda end: not isinstance(end[0], attempts.Fail)):
             self._end_if(verdict, call, outcome)
 
+    @logs_call
     async def _settle_read(self, call: CallState, steps: list[Event | ToolOutcome]) -> None:
         """One read with its retries; its retry events, then its final outcome, go into ``steps``."""
         ctx = self.ctx
@@ -629,6 +634,7 @@ class ToolStep:
             timeout_s=ctx.settings.query_timeout_s,
         )
 
+    @logs_call
     async def reconcile(self, call: CallState) -> None:
         """The run is in UNKNOWN_OUTCOME: ask again; park with backoff while nobody can tell.
 

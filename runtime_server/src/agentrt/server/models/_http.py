@@ -38,6 +38,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrt.server.core import connect_timeout_s
+from agentrt.toolhost.logs import register_secret
 
 from ._errors import ModelConfigError, ModelError, ModelPermanentError, ModelTransientError
 from ._openai_wire import redact, wire_loads
@@ -196,6 +197,7 @@ def read_api_key(environ: Mapping[str, str] | None, variable: str, key_file: str
             )
         if not api_key:
             raise ModelConfigError(f"the API key file {key_file} is empty", reason="missing_api_key")
+        register_secret(api_key)  # never in a log line, whatever carries it there
         return api_key
     env = os.environ if environ is None else environ
     api_key = env.get(variable, "")
@@ -203,6 +205,7 @@ def read_api_key(environ: Mapping[str, str] | None, variable: str, key_file: str
         raise ModelConfigError(
             f"the API key environment variable {variable} is not set", reason="missing_api_key"
         )
+    register_secret(api_key)
     return api_key
 
 

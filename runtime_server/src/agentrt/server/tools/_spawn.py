@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from agentrt.server.telemetry import active_format
 from agentrt.server.tools._channel import HostTls
 from agentrt.toolhost.security import GrantSigner, generate_dev_pki
 
@@ -135,7 +136,7 @@ class SpawnedToolHost:
             # Key generation and file writes: off the event loop.
             security, tls = await asyncio.to_thread(_secure, secrets, signer, encryption_key_file)
             args = [sys.executable, "-m", "agentrt.toolhost", "--listen", "127.0.0.1:0"]
-            args += ["--data-dir", data_dir]
+            args += ["--data-dir", data_dir, "--log-format", active_format()]  # its lines read like ours
             for plugin in plugins:
                 args += ["--plugin", plugin]
             if not entrypoints:
