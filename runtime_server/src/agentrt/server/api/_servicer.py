@@ -25,6 +25,7 @@ from agentrt.server.api._convert import (
     phase_from_proto,
     run_to_proto,
 )
+from agentrt.server.api._diagnostics import diagnostics_to_proto
 from agentrt.server.api._errors import abort_internal, abort_with
 from agentrt.server.api._inline import INLINE_AGENT_NAME, check_inline_agent
 from agentrt.server.api._page_tokens import PageTokens, RunPage
@@ -209,6 +210,24 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.GetRunResponse(run=run_to_proto(record))
+
+    async def GetRunDiagnostics(
+        self, request: runtime_service_pb2.GetRunDiagnosticsRequest, context: Context
+    ) -> runtime_service_pb2.GetRunDiagnosticsResponse:
+        # The operator role is checked by the interceptor; the tenant scopes the read here.
+        try:
+            run_id = self._id(request.run_id, "run_id")
+            found = await self.engine.diagnostics(run_id, tenant_id=self._principal().tenant)
+            if found is None:
+                raise NoSuchResource(
+                    f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id}
+                )
+            answer = diagnostics_to_proto(found)
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        except Exception as exc:
+            await abort_internal(context, exc)
+        return runtime_service_pb2.GetRunDiagnosticsResponse(diagnostics=answer)
 
     async def ListRuns(
         self, request: runtime_service_pb2.ListRunsRequest, context: Context

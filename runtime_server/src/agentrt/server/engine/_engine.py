@@ -23,6 +23,7 @@ from agentrt.server.core import (
     LeaseLost,
     PayloadRef,
     Phase,
+    RunDiagnostics,
     RunSignal,
     RunStarted,
     RunStateConflict,
@@ -37,6 +38,7 @@ from agentrt.server.engine._agent_check import check_agent
 from agentrt.server.engine._agents import RUNTIME_VERSION, effective_budgets
 from agentrt.server.engine._cleanup_job import CleanupJob
 from agentrt.server.engine._contain import drive_contained
+from agentrt.server.engine._diagnostics import diagnose_run
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.engine._payload_step import store_input
 from agentrt.server.engine._ports import Fresh, Ports, StartRequest
@@ -348,6 +350,12 @@ class Engine:
                 requested_by=request.created_by,
             )
         return True
+
+    async def diagnostics(self, run_id: str, *, tenant_id: str) -> RunDiagnostics | None:
+        """What an operator is shown of a run of ``tenant_id`` (GetRunDiagnostics); None when the
+        tenant has no such run. Reads the row and folds the log; changes nothing."""
+        record = await self.store.get_run(run_id, tenant_id=tenant_id)
+        return None if record is None else await diagnose_run(self.ports, record)
 
     async def request_cancel(
         self, run_id: str, *, tenant_id: str, reason: str, requested_by: str
