@@ -55,7 +55,7 @@ class DiagnosedCall:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DiagnosedError:
-    """The latest run.fault or tool.failed of a log."""
+    """The latest error a log recorded (see :func:`error_of`)."""
 
     event_type: str
     seq: int
@@ -107,10 +107,11 @@ class RunDiagnostics:
 
 
 def error_of(event: ev.Event, *, seq: int, time_ms: int) -> DiagnosedError | None:
-    """``event`` as the run's latest error, when it records one (run.fault, tool.failed).
+    """``event`` as the run's latest error, when it records one: a run.fault, a tool.failed, a
+    retry.scheduled (a failed attempt retried) or a tool.outcome.unknown.
 
-    The message is the event's: run.fault messages are redacted when recorded, tool errors are
-    what the host chose to say, as every event reader sees them.
+    The message is the event's: run.fault messages and model errors are redacted when recorded,
+    tool errors are what the host chose to say, as every event reader sees them.
     """
     match event:
         case ev.RunFault():
@@ -129,6 +130,38 @@ def error_of(event: ev.Event, *, seq: int, time_ms: int) -> DiagnosedError | Non
                 time_ms=time_ms,
                 code=event.error.code.value,
                 message=event.error.message,
+                step=event.step,
+                call_id=event.call_id,
+                tool=event.tool,
+            )
+        case ev.RetryScheduled(call_id=call_id) if call_id:
+            # A failed attempt of a call that is retried: its reason carries the tool's error.
+            return DiagnosedError(
+                event_type=ev.RETRY_SCHEDULED,
+                seq=seq,
+                time_ms=time_ms,
+                code="",
+                message=event.reason,
+                step=event.step or 0,
+                call_id=call_id,
+            )
+        case ev.RetryScheduled():
+            # A model step retried as a whole: the reason is the model error (redacted).
+            return DiagnosedError(
+                event_type=ev.RETRY_SCHEDULED,
+                seq=seq,
+                time_ms=time_ms,
+                code="",
+                message=event.reason,
+                step=event.step or 0,
+            )
+        case ev.ToolOutcomeUnknown():
+            return DiagnosedError(
+                event_type=ev.TOOL_OUTCOME_UNKNOWN,
+                seq=seq,
+                time_ms=time_ms,
+                code="",
+                message=event.reason,
                 step=event.step,
                 call_id=event.call_id,
                 tool=event.tool,

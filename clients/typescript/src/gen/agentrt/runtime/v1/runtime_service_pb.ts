@@ -775,7 +775,8 @@ export type RunDiagnostics = Message<"agentrt.runtime.v1.RunDiagnostics"> & {
   maxFaults: number;
 
   /**
-   * The most recent run.fault or tool.failed of the log; unset when there is none.
+   * The most recent error of the log (a run.fault, a tool.failed, a failed attempt that is
+   * retried, an outcome found unknown); unset when there is none.
    *
    * @generated from field: agentrt.runtime.v1.RunError last_error = 10;
    */
@@ -888,7 +889,8 @@ export const RunDiagnosticsSchema: GenMessage<RunDiagnostics> = /*@__PURE__*/
  */
 export type RunError = Message<"agentrt.runtime.v1.RunError"> & {
   /**
-   * The event that recorded it: "run.fault" or "tool.failed".
+   * The event that recorded it: "run.fault", "tool.failed", "retry.scheduled" or
+   * "tool.outcome.unknown".
    *
    * @generated from field: string event_type = 1;
    */
@@ -909,7 +911,8 @@ export type RunError = Message<"agentrt.runtime.v1.RunError"> & {
   time?: Timestamp | undefined;
 
   /**
-   * run.fault: the exception class; tool.failed: the tool error code (e.g. TOOL_ERROR_CODE_TIMEOUT).
+   * run.fault: the exception class; tool.failed: the tool error code (e.g.
+   * TOOL_ERROR_CODE_TRANSIENT); empty for the others (their message says it).
    *
    * @generated from field: string code = 4;
    */
@@ -930,14 +933,14 @@ export type RunError = Message<"agentrt.runtime.v1.RunError"> & {
   step: number;
 
   /**
-   * tool.failed: the call.
+   * The call, for a call's error.
    *
    * @generated from field: string call_id = 7;
    */
   callId: string;
 
   /**
-   * tool.failed: the tool.
+   * The tool, when the event names it.
    *
    * @generated from field: string tool = 8;
    */
