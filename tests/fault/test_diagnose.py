@@ -150,10 +150,12 @@ def test_diagnose_shows_the_owner_the_next_reconcile_time_and_the_calls_attempts
     print("--- while parked ---\n" + seen["parked"])
     for out in seen.values():
         assert f"run {stuck.run_id}  UNKNOWN_OUTCOME" in out
-        call = next(line for line in out.splitlines() if "refund.issue" in line)
+        call = next(line for line in out.splitlines() if line.startswith("    call_2  refund.issue"))
         assert "OUTCOME_UNKNOWN" in call and "attempts=1" in call  # sent once, never again
         assert f"operation={stuck.idempotency_key}" in call  # what GetOperation on the host takes
         assert "reconcile: call=call_2" in out and "attempts=" in out
+        # Why it is unknown: the write's transport was cut (the host died before answering).
+        assert "last error: tool.outcome.unknown" in out and "refund.issue call=call_2" in out
     owned = seen["owned"]
     assert "expires=" in owned and "generation=" in owned
     assert "query in progress" in owned

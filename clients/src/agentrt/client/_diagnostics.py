@@ -48,7 +48,8 @@ def _error(d: runtime_service_pb2.RunDiagnostics) -> str:
     at = f" {e.time.ToJsonString()}" if e.HasField("time") else ""
     call = f" {e.tool} call={e.call_id}" if e.call_id else ""
     message = " ".join(e.message.split())
-    return f"{e.event_type} #{e.seq}{at} step={e.step}{call}  {e.code}: {message}".rstrip()
+    what = f"{e.code}: {message}" if e.code else message
+    return f"{e.event_type} #{e.seq}{at} step={e.step}{call}  {what}".rstrip()
 
 
 def _call(c: runtime_service_pb2.PendingCall, now_s: float) -> str:
