@@ -177,3 +177,25 @@ def test_every_pending_call_state_has_its_wire_value_and_back() -> None:
     }
     assert set(PENDING_CALL_STATES.values()) == values
     assert len(PENDING_CALL_STATES) == len(PendingCallState)
+
+
+async def test_events_committed_after_the_row_was_read_are_not_folded() -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def gated(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        entered.set()
+        await release.wait()
+        return ToolOutcome('{"refunded": true}', None)
+
+    world = refund_world(gated)
+    run_id = world.create_run()
+    task = world.start(run_id)
+    async with asyncio.timeout(5):
+        await entered.wait()
+    row_then = world.log.runs[run_id]  # the row as a diagnosis read it, the call in flight
+    release.set()
+    await task
+    assert world.log.runs[run_id].last_seq > row_then.last_seq  # the log moved on meanwhile
+    found = await diagnose_run(world.ports(), row_then)
+    (call,) = found.pending_calls  # what the row knew: the call in flight, not its completion
+    assert (call.call_id, call.state, call.attempts) == ("c1", PendingCallState.IN_FLIGHT, 1)

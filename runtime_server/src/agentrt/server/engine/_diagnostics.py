@@ -62,7 +62,10 @@ async def diagnose_run(ports: Ports, record: RunRecord) -> RunDiagnostics:
     if record.pruned_ms is not None:
         note = f"pruned by retention at {rfc3339(record.pruned_ms)}: only the row is left"
     else:
-        state, last_error, note = _fold(record, await read_log(ports, record.run_id))
+        # Only what the row has seen: a commit landing between the two reads would otherwise
+        # show calls of a step the row's phase and revision do not know yet.
+        stored = [e for e in await read_log(ports, record.run_id) if e.seq <= record.last_seq]
+        state, last_error, note = _fold(record, stored)
     phase = Phase(record.phase)
     calls = pending_calls(state) if state is not None else ()
     reconcile = None
