@@ -16,11 +16,13 @@ import hashlib
 import json
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import psycopg
 import pytest
 from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
@@ -93,8 +95,19 @@ def black_hole(port: int) -> Iterator[socket.socket]:
         sock.close()
 
 
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('db') / 'rt.sqlite'}"
+    database = request.getfixturevalue("pg_database")
+    schema = f"diag_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    return f"{database}?options=-csearch_path%3D{schema}"
+
+
 @pytest.fixture(scope="module")
-def stuck(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stuck]:
+def stuck(tmp_path_factory: pytest.TempPathFactory, db_url: str) -> Iterator[Stuck]:
     tmp_path = tmp_path_factory.mktemp("diagnose")
     tokens = write_tokens(tmp_path / "tokens.toml")
     port = free_port()
@@ -106,7 +119,7 @@ def stuck(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stuck]:
     try:
         with serve_fake_openai(REFUND_SCRIPT) as (_, model_url):
             env = runtime_env(
-                db_url=f"sqlite:///{tmp_path / 'rt.sqlite'}",
+                db_url=db_url,
                 tool_host=host.address,
                 model_url=model_url,
                 query_timeout_s=QUERY_TIMEOUT_S,

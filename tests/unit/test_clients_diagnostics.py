@@ -125,3 +125,11 @@ def test_json_is_one_line_with_proto_field_names() -> None:
     assert "\n" not in line
     data = json.loads(line)
     assert data["lease_owner"] == "replica-a" and data["reconcile"] == {"call_id": "c", "attempts": 2}
+
+
+def test_a_lease_past_its_expiry_says_it_lapsed() -> None:
+    d = rs.RunDiagnostics(run_id="r4", lease_owner="replica-b", lease_expire_time=at(-4))
+    text = format_diagnostics(d, now_s=NOW_S)
+    assert "owner=replica-b" in text and "(4.0s ago)" in text and "LAPSED" in text
+    fresh = rs.RunDiagnostics(run_id="r4", lease_owner="replica-b", lease_expire_time=at(4))
+    assert "LAPSED" not in format_diagnostics(fresh, now_s=NOW_S)

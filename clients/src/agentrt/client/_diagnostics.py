@@ -38,7 +38,11 @@ def _lease(d: runtime_service_pb2.RunDiagnostics, now_s: float) -> str:
         wakes = f"; wakes {_when(d.wake_time, now_s)}" if d.HasField("wake_time") else ""
         return f"no replica holds it{wakes}  generation={d.fencing_generation}"
     expires = _when(d.lease_expire_time, now_s) if d.HasField("lease_expire_time") else "-"
-    return f"owner={d.lease_owner}  expires={expires}  generation={d.fencing_generation}"
+    lapsed = ""
+    if d.HasField("lease_expire_time") and d.lease_expire_time.ToNanoseconds() / 1e9 < now_s:
+        # Not renewed: that replica is gone or stuck; another claims the run at its next poll.
+        lapsed = "  LAPSED (any replica may claim it)"
+    return f"owner={d.lease_owner}  expires={expires}  generation={d.fencing_generation}{lapsed}"
 
 
 def _error(d: runtime_service_pb2.RunDiagnostics) -> str:
