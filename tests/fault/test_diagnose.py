@@ -27,10 +27,11 @@ import pytest
 from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
-from agentrt.client import Client, InvalidArgumentError, NotFoundError, PermissionDeniedError, cli
+from agentrt.client import Client, InvalidArgumentError, NotFoundError, PermissionDeniedError, RPCError, cli
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
 from agentrt.testing import RuntimeProcess, ToolHostProcess, start_tool_host
 from agentrt.toolhost._faults import FAULT_ENV, FAULT_EXIT_CODE
+from tests.conftest import PG_ADMIN_URL
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
 
 PLUGINS = ["agentrt.plugins.demo_tools", "agentrt.plugins.fault_tools"]
@@ -48,6 +49,7 @@ TOKENS = {  # name: (tenant, roles)
 
 @dataclass
 class Stuck:
+    db_url: str
     runtime: RuntimeProcess
     run_id: str
     tokens: dict[str, str]
@@ -140,7 +142,7 @@ def stuck(tmp_path_factory: pytest.TempPathFactory, db_url: str) -> Iterator[Stu
                         if e.HasField("tool_started") and e.tool_started.tool == "refund.issue"
                     ]
                 with black_hole(port):
-                    yield Stuck(runtime, run_id, tokens, started.idempotency_key)
+                    yield Stuck(db_url, runtime, run_id, tokens, started.idempotency_key)
             finally:
                 runtime.close()
     finally:
@@ -269,3 +271,29 @@ def test_the_raw_rpc_answers_like_the_client(stuck: Stuck) -> None:
         reply = call(request, timeout=10, metadata=[("authorization", f"Bearer {stuck.tokens['ops']}")])
     assert reply.diagnostics.run_id == stuck.run_id
     assert reply.diagnostics.phase == run_pb2.RUN_PHASE_UNKNOWN_OUTCOME
+
+
+def test_a_database_that_drops_the_runtimes_connections_answers_ok_or_unavailable(stuck: Stuck) -> None:
+    if not stuck.db_url.startswith("postgresql"):
+        pytest.skip("connections are dropped on PostgreSQL only")
+    database = stuck.db_url.split("?", 1)[0].rsplit("/", 1)[1]
+    codes: list[str] = []
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin, stuck.client("ops") as ops:
+        for _ in range(20):
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            )
+            try:
+                ops.get_run_diagnostics(stuck.run_id)
+                codes.append("OK")
+            except RPCError as exc:
+                codes.append(exc.code.name)
+                if exc.code == grpc.StatusCode.UNAVAILABLE:
+                    assert exc.reason == "UNAVAILABLE" and exc.detail(error_details_pb2.RetryInfo) is not None
+                assert "postgres" not in exc.message.lower()  # nothing of the database leaks
+    print(f"\nGetRunDiagnostics under dropped connections: {sorted(set(codes))} ({len(codes)} calls)")
+    assert set(codes) <= {"OK", "UNAVAILABLE"}, codes
+    with stuck.client("ops") as ops:  # and it recovers
+        wait_for(lambda: ops.get_run_diagnostics(stuck.run_id).run_id == stuck.run_id)
