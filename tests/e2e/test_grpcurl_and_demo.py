@@ -62,6 +62,8 @@ def test_grpcurl_lists_both_services_and_streams_a_demo_run(tmp_path: Path) -> N
         (waiting,) = diagnostics["pending_calls"]
         assert (waiting["tool"], waiting["state"]) == ("refund.issue", "PENDING_CALL_STATE_WAITING_APPROVAL")
         assert "wake_time" in diagnostics  # the approval's expiry wakes it
+        assert diagnostics["waiting"]["reason"] == "WAIT_REASON_APPROVAL"
+        assert diagnostics["waiting"]["detail"] == pending["approval_id"]
         approve = {
             "run_id": run_id,
             "approval_id": pending["approval_id"],

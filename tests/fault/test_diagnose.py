@@ -165,6 +165,7 @@ def test_diagnose_shows_the_owner_the_next_reconcile_time_and_the_calls_attempts
     print("--- while parked ---\n" + seen["parked"])
     for out in seen.values():
         assert f"run {stuck.run_id}  UNKNOWN_OUTCOME" in out
+        assert "  waits for: UNKNOWN_OUTCOME call_2\n" in out
         call = next(line for line in out.splitlines() if line.startswith("    call_2  refund.issue"))
         assert "OUTCOME_UNKNOWN" in call and "attempts=1" in call  # sent once, never again
         assert f"operation={stuck.idempotency_key}" in call  # what GetOperation on the host takes
@@ -206,6 +207,11 @@ def test_diagnose_json_has_the_schedule_and_the_lease(
     (call,) = parked["pending_calls"]  # type: ignore[misc]
     assert call["state"] == "PENDING_CALL_STATE_OUTCOME_UNKNOWN" and call["attempts"] == 1
     assert call["remote_operation_id"] == stuck.idempotency_key and "unknown_since" in call
+    assert parked["waiting"] == {
+        "reason": "WAIT_REASON_UNKNOWN_OUTCOME",
+        "phase": "RUN_PHASE_UNKNOWN_OUTCOME",
+        "detail": "call_2",
+    }
     assert int(str(parked["max_faults"])) >= 1 and int(str(parked.get("fault_count", 0))) == 0
 
 

@@ -65,11 +65,15 @@ def test_a_parked_unknown_outcome_shows_the_next_reconcile_and_the_calls() -> No
         needs_attention=True,
         attention_reason="unknown_outcome_past_deadline",
         trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+        waiting=run_pb2.RunWaiting(
+            reason=run_pb2.WAIT_REASON_UNKNOWN_OUTCOME, phase=run_pb2.RUN_PHASE_UNKNOWN_OUTCOME, detail="c2"
+        ),
     )
     text = format_diagnostics(d, now_s=NOW_S)
     lines = text.splitlines()
     assert lines[0] == "run r1  UNKNOWN_OUTCOME  revision=7  last_seq=12"
-    assert "no replica holds it; wakes" in lines[1] and "(in 2.5s)" in lines[1] and "generation=4" in lines[1]
+    assert lines[1] == "  waits for: UNKNOWN_OUTCOME c2"
+    assert "no replica holds it; wakes" in lines[2] and "(in 2.5s)" in lines[2] and "generation=4" in lines[2]
     assert "faults:    1 of 3" in text
     assert "last error: tool.outcome.unknown #11" in text and "transport lost" in text  # one line
     assert "reconcile: call=c2  next " in text and "attempts=3" in text and "(10.0s ago)" in text
@@ -79,7 +83,6 @@ def test_a_parked_unknown_outcome_shows_the_next_reconcile_and_the_calls() -> No
     assert "OUTCOME_UNKNOWN  attempts=1  operation=key-2" in c2 and "call_deadline=" in c2
     c3 = next(line for line in lines if line.strip().startswith("c3"))
     assert "RETRY_SCHEDULED  attempts=2  next attempt 3" in c3 and "(in 1.0s)" in c3
-    assert "\n" not in text.splitlines()[3]
 
 
 def test_an_owned_run_shows_its_owner_and_expiry_and_the_rest_when_set() -> None:
@@ -104,6 +107,7 @@ def test_an_owned_run_shows_its_owner_and_expiry_and_the_rest_when_set() -> None
     assert "cleanup:   UNKNOWN  unknown=1  retries=2  due" in text
     assert "note:      the run's log cannot be folded" in text
     assert "last error: none" in text and "pending calls: none" in text and "trace:     -" in text
+    assert "waits for" not in text  # nothing outside the run: it goes on by itself
 
 
 def test_a_newer_servers_enum_values_still_render() -> None:

@@ -80,6 +80,7 @@ describe("against a real runtime", () => {
     assert.equal(call?.state, PendingCallState.WAITING_APPROVAL);
     assert.equal(call?.attempts, 0);
     assert.equal(diagnostics.reconcile, undefined);
+    assert.equal(diagnostics.waiting?.reason, WaitReason.APPROVAL, "it waits for a person");
     await assert.rejects(client.getRunDiagnostics("no-such-run"), NotFoundError);
     await assert.rejects(client.getRunDiagnostics("bad id"), InvalidArgumentError);
     await client.cancelRun(runId, { reason: "diagnosed" });

@@ -76,6 +76,7 @@ def format_diagnostics(diagnostics: runtime_service_pb2.RunDiagnostics, *, now_s
     Example::
 
         run 0193c2...  UNKNOWN_OUTCOME  revision=7  last_seq=12
+          waits for: UNKNOWN_OUTCOME call_2
           lease:     no replica holds it; wakes 2026-12-02T06:01:02Z (in 0.8s)  generation=4
           faults:    0 of 5
           last error: none
@@ -93,6 +94,10 @@ def format_diagnostics(diagnostics: runtime_service_pb2.RunDiagnostics, *, now_s
     d = diagnostics
     now = time.time() if now_s is None else now_s
     lines = [f"run {d.run_id}  {phase_name(d.phase)}  revision={d.revision}  last_seq={d.last_seq}"]
+    if d.HasField("waiting"):
+        w = d.waiting
+        reason = _enum(run_pb2.WaitReason, w.reason, "WAIT_REASON_")
+        lines.append(f"  waits for: {reason} {w.detail}".rstrip())
     lines.append(f"  lease:     {_lease(d, now)}")
     lines.append(f"  faults:    {d.fault_count} of {d.max_faults}")
     lines.append(f"  last error: {_error(d)}")

@@ -8,6 +8,7 @@ from google.protobuf import timestamp_pb2
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
 from agentrt.server.api._convert import phase_to_proto
+from agentrt.server.api._streams import Waiting
 from agentrt.server.core import DiagnosedCall, DiagnosedError, PendingCallState, Phase, RunDiagnostics
 from agentrt.server.core import events as ev
 
@@ -56,9 +57,12 @@ def _call(call: DiagnosedCall) -> runtime_service_pb2.PendingCall:
     return message
 
 
-def diagnostics_to_proto(found: RunDiagnostics) -> runtime_service_pb2.RunDiagnostics:
-    """``found`` as the API shows it; the phase as GetRun shows it (a pending cancel intent
-    shows as CANCEL_REQUESTED)."""
+def diagnostics_to_proto(
+    found: RunDiagnostics, *, waiting: Waiting | None = None
+) -> runtime_service_pb2.RunDiagnostics:
+    """``found`` as the API shows it, with what the run waits for outside itself (as a stream's
+    run.waiting says it); the phase as GetRun shows it (a pending cancel intent shows as
+    CANCEL_REQUESTED)."""
     phase = found.phase
     if found.cancel_requested_ms and not phase.terminal and phase is not Phase.UNKNOWN_OUTCOME:
         phase = Phase.CANCEL_REQUESTED
@@ -93,6 +97,10 @@ def diagnostics_to_proto(found: RunDiagnostics) -> runtime_service_pb2.RunDiagno
         _set_time(message.reconcile.next_attempt_time, schedule.next_attempt_ms)
         _set_time(message.reconcile.unknown_since, schedule.unknown_since_ms)
         message.reconcile.SetInParent()
+    if waiting is not None:
+        message.waiting.reason = cast("run_pb2.WaitReason", run_pb2.WaitReason.Value(waiting.reason))
+        message.waiting.phase = phase_to_proto(waiting.phase)
+        message.waiting.detail = waiting.detail
     if found.cleanup_status:
         status = run_pb2.CleanupStatus.Value(f"CLEANUP_STATUS_{found.cleanup_status}")
         message.cleanup_status = cast("run_pb2.CleanupStatus", status)

@@ -32,7 +32,7 @@ from agentrt.server.api._page_tokens import PageTokens, RunPage
 from agentrt.server.api._payloads import find_payload, payload_responses
 from agentrt.server.api._request_keys import request_hash
 from agentrt.server.api._stream_writer import send_events
-from agentrt.server.api._streams import Follower
+from agentrt.server.api._streams import Follower, current_waiting
 from agentrt.server.api._tombstones import refuse_pruned
 from agentrt.server.api._validate import check_enum, check_id, check_json, check_start, check_text
 from agentrt.server.auth import Principal, current_principal
@@ -214,15 +214,15 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     async def GetRunDiagnostics(
         self, request: runtime_service_pb2.GetRunDiagnosticsRequest, context: Context
     ) -> runtime_service_pb2.GetRunDiagnosticsResponse:
-        # The operator role is checked by the interceptor; the tenant scopes the read here.
+        # The operator role is checked by the interceptor; the tenant scopes the read (_get).
         try:
-            run_id = self._id(request.run_id, "run_id")
-            found = await self.engine.diagnostics(run_id, tenant_id=self._principal().tenant)
-            if found is None:
-                raise NoSuchResource(
-                    f"no run {run_id!r}", reason="RUN_NOT_FOUND", metadata={"run_id": run_id}
-                )
-            answer = diagnostics_to_proto(found)
+            record = await self._get(request.run_id, context)
+            found = await self.engine.diagnose(record)  # the same row: both say the same moment
+            reconcile = found.reconcile
+            waiting = await current_waiting(
+                self.store, record, unknown_call=reconcile.call_id if reconcile is not None else ""
+            )
+            answer = diagnostics_to_proto(found, waiting=waiting)
         except AgentRtError as exc:
             await abort_with(context, exc)
         except Exception as exc:

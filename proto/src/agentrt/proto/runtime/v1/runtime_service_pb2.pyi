@@ -259,7 +259,7 @@ class GetRunDiagnosticsResponse(_message.Message):
     def __init__(self, diagnostics: _Optional[_Union[RunDiagnostics, _Mapping]] = ...) -> None: ...
 
 class RunDiagnostics(_message.Message):
-    __slots__ = ("run_id", "phase", "revision", "last_seq", "lease_owner", "lease_expire_time", "fencing_generation", "fault_count", "max_faults", "last_error", "pending_calls", "reconcile", "wake_time", "needs_attention", "attention_reason", "cleanup_status", "cleanups_unknown", "cleanup_due_time", "cleanup_retries", "trace_id", "cancel_request_time", "update_time", "log_note")
+    __slots__ = ("run_id", "phase", "revision", "last_seq", "lease_owner", "lease_expire_time", "fencing_generation", "fault_count", "max_faults", "last_error", "pending_calls", "reconcile", "wake_time", "needs_attention", "attention_reason", "cleanup_status", "cleanups_unknown", "cleanup_due_time", "cleanup_retries", "trace_id", "cancel_request_time", "update_time", "log_note", "waiting")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +283,7 @@ class RunDiagnostics(_message.Message):
     CANCEL_REQUEST_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     LOG_NOTE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     phase: _run_pb2.RunPhase
     revision: int
@@ -306,7 +307,8 @@ class RunDiagnostics(_message.Message):
     cancel_request_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     log_note: str
-    def __init__(self, run_id: _Optional[str] = ..., phase: _Optional[_Union[_run_pb2.RunPhase, str]] = ..., revision: _Optional[int] = ..., last_seq: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_generation: _Optional[int] = ..., fault_count: _Optional[int] = ..., max_faults: _Optional[int] = ..., last_error: _Optional[_Union[RunError, _Mapping]] = ..., pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ..., reconcile: _Optional[_Union[ReconcileSchedule, _Mapping]] = ..., wake_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., needs_attention: _Optional[bool] = ..., attention_reason: _Optional[str] = ..., cleanup_status: _Optional[_Union[_run_pb2.CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ..., cleanup_due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cleanup_retries: _Optional[int] = ..., trace_id: _Optional[str] = ..., cancel_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_note: _Optional[str] = ...) -> None: ...
+    waiting: _run_pb2.RunWaiting
+    def __init__(self, run_id: _Optional[str] = ..., phase: _Optional[_Union[_run_pb2.RunPhase, str]] = ..., revision: _Optional[int] = ..., last_seq: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_generation: _Optional[int] = ..., fault_count: _Optional[int] = ..., max_faults: _Optional[int] = ..., last_error: _Optional[_Union[RunError, _Mapping]] = ..., pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ..., reconcile: _Optional[_Union[ReconcileSchedule, _Mapping]] = ..., wake_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., needs_attention: _Optional[bool] = ..., attention_reason: _Optional[str] = ..., cleanup_status: _Optional[_Union[_run_pb2.CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ..., cleanup_due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cleanup_retries: _Optional[int] = ..., trace_id: _Optional[str] = ..., cancel_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_note: _Optional[str] = ..., waiting: _Optional[_Union[_run_pb2.RunWaiting, _Mapping]] = ...) -> None: ...
 
 class RunError(_message.Message):
     __slots__ = ("event_type", "seq", "time", "code", "message", "step", "call_id", "tool")
