@@ -27,7 +27,15 @@ import pytest
 from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
-from agentrt.client import Client, InvalidArgumentError, NotFoundError, PermissionDeniedError, RPCError, cli
+from agentrt.client import (
+    AsyncClient,
+    Client,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    RPCError,
+    cli,
+)
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
 from agentrt.testing import RuntimeProcess, ToolHostProcess, start_tool_host
 from agentrt.toolhost._faults import FAULT_ENV, FAULT_EXIT_CODE
@@ -303,3 +311,14 @@ def test_a_database_that_drops_the_runtimes_connections_answers_ok_or_unavailabl
     assert set(codes) <= {"OK", "UNAVAILABLE"}, codes
     with stuck.client("ops") as ops:  # and it recovers
         wait_for(lambda: ops.get_run_diagnostics(stuck.run_id).run_id == stuck.run_id)
+
+
+async def test_the_async_client_answers_as_the_sync_one(stuck: Stuck) -> None:
+    async with AsyncClient(stuck.runtime.address, token=stuck.tokens["ops"], timeout=20) as ops:
+        found = await ops.get_run_diagnostics(stuck.run_id)
+        assert found.run_id == stuck.run_id and found.reconcile.call_id == "call_2"
+        with pytest.raises(NotFoundError):
+            await ops.get_run_diagnostics("0" * 26)
+    async with AsyncClient(stuck.runtime.address, token=stuck.tokens["alice"], timeout=20) as alice:
+        with pytest.raises(PermissionDeniedError):
+            await alice.get_run_diagnostics(stuck.run_id)

@@ -351,15 +351,10 @@ class Engine:
             )
         return True
 
-    async def diagnostics(self, run_id: str, *, tenant_id: str) -> RunDiagnostics | None:
-        """What an operator is shown of a run of ``tenant_id`` (GetRunDiagnostics); None when the
-        tenant has no such run. Reads the row and folds the log; changes nothing."""
-        record = await self.store.get_run(run_id, tenant_id=tenant_id)
-        return None if record is None else await self.diagnose(record)
-
     async def diagnose(self, record: RunRecord) -> RunDiagnostics:
-        """:meth:`diagnostics` of a row the caller read (and scoped to its tenant): the log is
-        folded up to the row's ``last_seq``, so both describe the same moment."""
+        """What an operator is shown of the run of ``record`` (GetRunDiagnostics; the caller read
+        the row in its tenant). The log is folded up to the row's ``last_seq``, so both describe
+        the same moment; nothing changes."""
         return await diagnose_run(self.ports, record)
 
     async def request_cancel(
