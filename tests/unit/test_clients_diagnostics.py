@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from google.protobuf import timestamp_pb2
 
-from agentrt.client import diagnostics_to_json, format_diagnostics
+from agentrt.client import cli, diagnostics_to_json, format_diagnostics
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.proto.runtime.v1 import runtime_service_pb2 as rs
 
@@ -137,3 +138,10 @@ def test_a_lease_past_its_expiry_says_it_lapsed() -> None:
     assert "owner=replica-b" in text and "(4.0s ago)" in text and "LAPSED" in text
     fresh = rs.RunDiagnostics(run_id="r4", lease_owner="replica-b", lease_expire_time=at(4))
     assert "LAPSED" not in format_diagnostics(fresh, now_s=NOW_S)
+
+
+def test_diagnose_without_a_run_id_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["diagnose"]) == 2
+    assert "RUN_ID" in capsys.readouterr().err
+    assert cli.main(["diagnose", "--help"]) == 0
+    assert "operator or admin" in " ".join(capsys.readouterr().out.split())

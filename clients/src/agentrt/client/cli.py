@@ -166,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="why is this run stuck: lease owner, faults, last error, pending calls, reconcile "
         "schedule (operator role)",
+        description="Shows why a run is where it is (GetRunDiagnostics; the operator or admin "
+        "role): what it waits for, the replica holding its lease and the lease's expiry, the "
+        "fencing generation, faults and the last error, the reconcile schedule of an unknown "
+        "outcome, cleanups, the trace id, and each pending call with its attempts, next retry "
+        "and remote operation id.",
     )
     p.add_argument("run_id", metavar="RUN_ID")
     p.set_defaults(func=_cmd_diagnose)
