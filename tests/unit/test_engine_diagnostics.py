@@ -8,10 +8,13 @@ import asyncio
 import dataclasses
 import json
 
+import pytest
+
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
 from agentrt.server.api._diagnostics import PENDING_CALL_STATES, diagnostics_to_proto
 from agentrt.server.config import AgentConfig
 from agentrt.server.core import PendingCallState, Phase
+from agentrt.server.engine import _diagnostics as engine_diagnostics
 from agentrt.server.engine._diagnostics import diagnose_run
 from agentrt.server.store import StoredEvent
 from agentrt.server.tools import CallMetadata, ToolOutcome
@@ -199,3 +202,19 @@ async def test_events_committed_after_the_row_was_read_are_not_folded() -> None:
     found = await diagnose_run(world.ports(), row_then)
     (call,) = found.pending_calls  # what the row knew: the call in flight, not its completion
     assert (call.call_id, call.state, call.attempts) == ("c1", PendingCallState.IN_FLIGHT, 1)
+
+
+async def test_a_long_log_is_folded_off_the_event_loop_with_the_same_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def refuses(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        return ToolOutcome.failure("PERMANENT", "no such order")
+
+    world = refund_world(refuses)
+    run_id = world.create_run()
+    await world.drive(run_id)
+    record = world.log.runs[run_id]
+    inline = await diagnose_run(world.ports(), record)
+    monkeypatch.setattr(engine_diagnostics, "_FOLD_INLINE_EVENTS", 0)  # every log counts as long
+    threaded = await diagnose_run(world.ports(), record)
+    assert threaded == inline and threaded.last_error is not None

@@ -7,6 +7,7 @@ Reading changes nothing: no lease is taken, no row is written.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -31,6 +32,7 @@ from agentrt.server.store import RunRecord, StoredEvent, decode_event
 __all__ = ["diagnose_run"]
 
 log = logging.getLogger("agentrt.engine")
+_FOLD_INLINE_EVENTS = 100  # longer logs are folded in a worker thread (a few ms and more)
 
 
 def _fold(record: RunRecord, stored: list[StoredEvent]) -> tuple[RunState | None, DiagnosedError | None, str]:
@@ -65,7 +67,12 @@ async def diagnose_run(ports: Ports, record: RunRecord) -> RunDiagnostics:
         # Only what the row has seen: a commit landing between the two reads would otherwise
         # show calls of a step the row's phase and revision do not know yet.
         stored = [e for e in await read_log(ports, record.run_id) if e.seq <= record.last_seq]
-        state, last_error, note = _fold(record, stored)
+        if len(stored) > _FOLD_INLINE_EVENTS:
+            # About 30 us an event: a long log is folded off the event loop, which keeps
+            # driving this replica's runs meanwhile (the fold shares nothing with them).
+            state, last_error, note = await asyncio.to_thread(_fold, record, stored)
+        else:
+            state, last_error, note = _fold(record, stored)
     phase = Phase(record.phase)
     calls = pending_calls(state) if state is not None else ()
     reconcile = None
