@@ -6,7 +6,8 @@ socket that accepts connections and never speaks, so each ledger query of the ru
 until its next reconcile. The real CLI (its ``main``) shows both moments: the owner, its lease
 expiry and fencing generation while the query runs; the next reconcile time while parked; the
 call's attempts and the reconcile attempts in both. Auth is static bearer tokens: only the
-operator role may diagnose, and only its tenant's runs.
+operator role may diagnose, and only its tenant's runs. Last, on PostgreSQL with two replicas:
+a run whose owner was killed shows that owner and its lease as lapsed, from the other replica.
 """
 
 from __future__ import annotations
@@ -330,3 +331,48 @@ async def test_the_async_client_answers_as_the_sync_one(stuck: Stuck) -> None:
     async with AsyncClient(stuck.runtime.address, token=stuck.tokens["alice"], timeout=20) as alice:
         with pytest.raises(PermissionDeniedError):
             await alice.get_run_diagnostics(stuck.run_id)
+
+
+@pytest.mark.postgres
+def test_a_run_whose_owner_was_killed_shows_the_dead_owner_and_its_lapsed_lease(
+    tmp_path: Path, refund_host: ToolHostProcess, pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nap = {1: {"tool": "sleep.wait", "arguments": {"seconds": 30.0}}, 2: {"text": "rested"}}
+    with serve_fake_openai(nap) as (_, model_url):
+        env = runtime_env(db_url=pg_url, tool_host=refund_host.address, model_url=model_url)
+        owner = start_runtime(tmp_path, {**env, "AGENTRT_WORKER_ID": json.dumps("replica-a")})
+        standby: RuntimeProcess | None = None
+        try:
+            with Client(owner.address) as client:  # no [auth]: loopback callers have every role
+                run_id = client.start_run("refund", "nap first").run_id
+
+                def napping() -> bool:
+                    found = client.get_run_diagnostics(run_id)
+                    return found.lease_owner == "replica-a" and [c.attempts for c in found.pending_calls] == [
+                        1
+                    ]
+
+                wait_for(napping)
+            # A standby that polls rarely, started while the owner's lease is good: the dead
+            # owner's lapsed lease stays visible for a while.
+            standby = start_runtime(
+                tmp_path,
+                {**env, "AGENTRT_WORKER_ID": json.dumps("replica-b"), "AGENTRT_POLL_INTERVAL_S": "60"},
+            )
+            owner.kill()
+            with Client(standby.address) as client:
+                alive = client.get_run_diagnostics(run_id)
+            assert alive.lease_owner == "replica-a"
+            lapse = alive.lease_expire_time.ToMilliseconds() / 1000
+            wait_for(lambda: time.time() > lapse + 0.2, timeout_s=10)
+            code = cli.main(["--target", standby.address, "diagnose", run_id])
+            out, err = capsys.readouterr()
+            assert code == 0, err
+            print("\n" + out)
+            lease = next(line for line in out.splitlines() if line.startswith("  lease:"))
+            assert "owner=replica-a" in lease and "LAPSED" in lease and "ago)" in lease
+            assert "sleep.wait  step=" in out and "IN_FLIGHT  attempts=1" in out
+        finally:
+            owner.close()
+            if standby is not None:
+                standby.close()
