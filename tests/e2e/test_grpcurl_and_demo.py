@@ -49,6 +49,21 @@ def test_grpcurl_lists_both_services_and_streams_a_demo_run(tmp_path: Path) -> N
             )
         )["run"]
         assert run["phase"] == "RUN_PHASE_WAITING_APPROVAL"
+        # The README's "why is this run stuck" line: parked for a person, held by no replica.
+        diagnostics = json.loads(
+            grpcurl(
+                "-d",
+                json.dumps({"run_id": run_id}),
+                runtime.address,
+                "agentrt.runtime.v1.AgentRuntimeService/GetRunDiagnostics",
+            )
+        )["diagnostics"]
+        assert diagnostics["phase"] == "RUN_PHASE_WAITING_APPROVAL" and "lease_owner" not in diagnostics
+        (waiting,) = diagnostics["pending_calls"]
+        assert (waiting["tool"], waiting["state"]) == ("refund.issue", "PENDING_CALL_STATE_WAITING_APPROVAL")
+        assert "wake_time" in diagnostics  # the approval's expiry wakes it
+        assert diagnostics["waiting"]["reason"] == "WAIT_REASON_APPROVAL"
+        assert diagnostics["waiting"]["detail"] == pending["approval_id"]
         approve = {
             "run_id": run_id,
             "approval_id": pending["approval_id"],

@@ -66,6 +66,7 @@ RUNTIME_RPCS = (
     "ResolveApproval",
     "ResolveOutcome",
     "GetPayload",
+    "GetRunDiagnostics",
 )
 STREAMING = frozenset({"RunAgent", "StreamRunEvents", "GetPayload"})
 HOST_RPCS = ("ListTools", "InvokeTool", "GetOperation", "PreviewTool", "CancelOperation")

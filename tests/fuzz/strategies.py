@@ -360,6 +360,10 @@ def get_run_requests(targets: Targets) -> st.SearchStrategy[rt.GetRunRequest]:
     return st.builds(rt.GetRunRequest, run_id=targets.run_ids())
 
 
+def get_run_diagnostics_requests(targets: Targets) -> st.SearchStrategy[rt.GetRunDiagnosticsRequest]:
+    return st.builds(rt.GetRunDiagnosticsRequest, run_id=targets.run_ids())
+
+
 def list_runs_requests(targets: Targets) -> st.SearchStrategy[rt.ListRunsRequest]:
     return st.builds(
         rt.ListRunsRequest,

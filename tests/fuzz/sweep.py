@@ -199,6 +199,11 @@ def runtime_baselines(t: Targets) -> dict[str, Callable[[], tuple[str, message.M
             rt.GetPayloadRequest(run_id=t.approval_run, payload_id="p"),
             frozenset(),
         ),
+        "GetRunDiagnostics": lambda: (
+            "GetRunDiagnostics",
+            rt.GetRunDiagnosticsRequest(run_id=t.approval_run),
+            frozenset(),
+        ),
     }
 
 

@@ -48,6 +48,7 @@ RUNTIME_STRATEGIES: dict[str, Callable[[s.Targets], st.SearchStrategy[Any]]] = {
     "ResolveApproval": s.resolve_approval_requests,
     "ResolveOutcome": s.resolve_outcome_requests,
     "GetPayload": s.get_payload_requests,
+    "GetRunDiagnostics": s.get_run_diagnostics_requests,
 }
 HOST_STRATEGIES: dict[str, st.SearchStrategy[s.HostCall]] = {
     "ListTools": s.list_tools_calls(),

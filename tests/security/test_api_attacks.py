@@ -68,6 +68,9 @@ def raw_calls(stub: runtime_service_pb2_grpc.AgentRuntimeServiceStub, run_id: st
             ),
             metadata=md,
         ),
+        "GetRunDiagnostics": lambda md: stub.GetRunDiagnostics(
+            runtime_service_pb2.GetRunDiagnosticsRequest(run_id=run_id), metadata=md
+        ),
     }
 
 
@@ -122,6 +125,7 @@ def test_another_tenants_runs_answer_not_found_like_missing_ones(stack: SecureSt
                 expected_revision=before.revision,
             ),
             lambda: carol.resolve_outcome(run_id, "call_2_0", decision="failed", expected_revision=1),
+            lambda: carol.get_run_diagnostics(run_id),  # an operator, of another tenant
         ):
             theirs = refused(call)
             missing = refused(lambda: carol.get_run("0" * 32))
@@ -139,6 +143,20 @@ def test_another_tenants_runs_answer_not_found_like_missing_ones(stack: SecureSt
         theirs = carol.start_run("small-refund", "refund A100", request_key="shared-key")
         assert theirs.run_id != mine.run_id and theirs.tenant_id == "globex"
         list(carol.stream_events(theirs.run_id, follow=True, timeout=60))
+
+
+def test_only_operators_see_a_runs_diagnostics(stack: SecureStack) -> None:
+    run_id, before = paused_run(stack, "alice")
+    for who in ("alice", "bob", "erin"):  # runner, approver, both
+        with stack.client(who) as client:
+            error = refused(lambda: client.get_run_diagnostics(run_id))
+            assert (error.code, error.reason) == (grpc.StatusCode.PERMISSION_DENIED, "MISSING_ROLE")
+    with stack.client("ops") as ops:
+        found = ops.get_run_diagnostics(run_id)
+    assert found.run_id == run_id and found.revision == before.revision
+    assert found.waiting.reason == run_pb2.WAIT_REASON_APPROVAL
+    assert [c.tool for c in found.pending_calls] == ["refund.issue"]
+    assert not any(token in stack.runtime.stderr_text() for token in stack.tokens.values())
 
 
 def test_only_approvers_approve_and_the_approver_is_the_principal(stack: SecureStack) -> None:

@@ -13,6 +13,7 @@ import {
   AgentRuntimeService,
   type ListRunsResponse,
   type RunAgentRequestSchema,
+  type RunDiagnostics,
   type StartRunRequestSchema,
 } from "./gen/agentrt/runtime/v1/runtime_service_pb.js";
 import {
@@ -172,6 +173,19 @@ export class AgentRuntimeClient {
   async getRun(runId: string): Promise<Run> {
     const response = await this.unary(() => this.rpc.getRun({ runId }, this.callOptions()));
     return required(response.run);
+  }
+
+  /**
+   * Why a run is where it is (the operator role): its lease owner and expiry, fencing generation,
+   * faults and last error, pending calls with their attempts, next retry time and remote
+   * operation id, the reconcile schedule of an unknown outcome, cleanup status and trace id.
+   * NotFoundError when the caller's tenant has no such run; PermissionDeniedError without the
+   * operator (or admin) role.
+   */
+  async getRunDiagnostics(runId: string): Promise<RunDiagnostics> {
+    const response = await this.unary(() => this.rpc.getRunDiagnostics({ runId }, this.callOptions()));
+    if (response.diagnostics === undefined) throw new ClientError("the server answered without diagnostics");
+    return response.diagnostics;
   }
 
   /**

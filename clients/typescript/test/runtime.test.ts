@@ -8,6 +8,7 @@ import {
   AgentRuntimeClient,
   InvalidArgumentError,
   NotFoundError,
+  PendingCallState,
   type Run,
   type RunEvent,
   RunPhase,
@@ -63,6 +64,28 @@ async function approve(runId: string): Promise<Run> {
 }
 
 describe("against a real runtime", () => {
+  test("getRunDiagnostics shows a parked run's pending call, and refuses unknown and bad run ids", async () => {
+    const { runId, lastSeq } = await runUntilApproval();
+    const diagnostics = await client.getRunDiagnostics(runId);
+    assert.equal(diagnostics.runId, runId);
+    assert.equal(diagnostics.phase, RunPhase.WAITING_APPROVAL);
+    assert.equal(diagnostics.lastSeq, lastSeq);
+    assert.equal(diagnostics.leaseOwner, "", "a run parked for a person is held by no replica");
+    assert.ok(diagnostics.fencingGeneration >= 1n);
+    assert.ok(diagnostics.wakeTime, "it wakes when its approval expires");
+    assert.equal(diagnostics.maxFaults > 0, true);
+    const [call, ...others] = diagnostics.pendingCalls;
+    assert.deepEqual(others, []);
+    assert.equal(call?.tool, "refund.issue");
+    assert.equal(call?.state, PendingCallState.WAITING_APPROVAL);
+    assert.equal(call?.attempts, 0);
+    assert.equal(diagnostics.reconcile, undefined);
+    assert.equal(diagnostics.waiting?.reason, WaitReason.APPROVAL, "it waits for a person");
+    await assert.rejects(client.getRunDiagnostics("no-such-run"), NotFoundError);
+    await assert.rejects(client.getRunDiagnostics("bad id"), InvalidArgumentError);
+    await client.cancelRun(runId, { reason: "diagnosed" });
+  });
+
   test("runAgent follows a run to its approval, resolveApproval lets it complete", async () => {
     const { runId, events, lastSeq } = await runUntilApproval();
     assert.match(runId, /\S/);

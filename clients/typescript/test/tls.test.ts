@@ -10,6 +10,7 @@ import {
   AgentRuntimeClient,
   type ClientOptions,
   NotFoundError,
+  PermissionDeniedError,
   ResourceExhaustedError,
   RpcError,
   UnauthenticatedError,
@@ -77,6 +78,16 @@ describe("a runtime with mTLS and tokens", () => {
   test("serverName checks the certificate under another name than the target's host", async () => {
     const client = connect({ caFile: pki.ca, certFile: pki.clientCert, keyFile: pki.clientKey, token: TOKEN, serverName: "localhost" });
     await assert.rejects(client.getRun("no-such-run"), NotFoundError);
+  });
+
+  test("getRunDiagnostics needs the operator role: a runner and approver is PERMISSION_DENIED", async () => {
+    const client = connect({ caFile: pki.ca, certFile: pki.clientCert, keyFile: pki.clientKey, token: TOKEN });
+    const refused = await client.getRunDiagnostics("any-run").then(
+      () => assert.fail("a runner was shown diagnostics"),
+      (err: unknown) => err,
+    );
+    assert.ok(refused instanceof PermissionDeniedError, String(refused));
+    assert.equal(refused.reason, "MISSING_ROLE");
   });
 
   test("without a token, or with a wrong one, calls are UNAUTHENTICATED", async () => {

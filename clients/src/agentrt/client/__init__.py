@@ -13,6 +13,7 @@ from agentrt.client._client import (
     AsyncClient,
     default_target,
 )
+from agentrt.client._diagnostics import diagnostics_to_json, format_diagnostics
 from agentrt.client._errors import (
     AbortedError,
     AlreadyExistsError,
@@ -64,8 +65,10 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "default_target",
+    "diagnostics_to_json",
     "event_to_json",
     "event_type",
+    "format_diagnostics",
     "format_event",
     "format_run",
     "format_run_line",

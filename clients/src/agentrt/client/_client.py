@@ -217,6 +217,24 @@ class AsyncClient(BaseClient):
         )
         return response.run
 
+    async def get_run_diagnostics(self, run_id: str) -> runtime_service_pb2.RunDiagnostics:
+        """Returns why a run is where it is: its lease owner and expiry, fencing generation,
+        faults and last error, pending calls with their attempts, reconcile schedule, cleanup
+        status and trace id (the operator role).
+
+        Args:
+            run_id: The run's id.
+
+        Raises:
+            RPCError: NOT_FOUND when the caller's tenant has no such run; PERMISSION_DENIED
+                without the operator (or admin) role.
+        """
+        request = runtime_service_pb2.GetRunDiagnosticsRequest(run_id=run_id)
+        response = await self._unary(
+            self._stub.GetRunDiagnostics(request, timeout=self.timeout, metadata=self._metadata)
+        )
+        return response.diagnostics
+
     async def list_runs(
         self,
         *,

@@ -145,6 +145,15 @@ class Client(BaseClient):
         except grpc.RpcError as exc:
             raise _errors.from_call(exc, hint=self._hint) from exc
 
+    def get_run_diagnostics(self, run_id: str) -> runtime_service_pb2.RunDiagnostics:
+        """Returns why a run is where it is; see :meth:`AsyncClient.get_run_diagnostics`."""
+        request = runtime_service_pb2.GetRunDiagnosticsRequest(run_id=run_id)
+        try:
+            response = self._stub.GetRunDiagnostics(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise _errors.from_call(exc, hint=self._hint) from exc
+        return response.diagnostics
+
     def list_runs(
         self,
         *,

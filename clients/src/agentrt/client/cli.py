@@ -25,6 +25,7 @@ from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 from agentrt.client import _demo
 from agentrt.client._client import DEFAULT_TIMEOUT, default_target
 from agentrt.client._dev_pki import add_dev_pki_command
+from agentrt.client._diagnostics import diagnostics_to_json, format_diagnostics
 from agentrt.client._errors import CredentialsError, RPCError
 from agentrt.client._format import event_to_json, format_event, format_run, format_run_line, run_to_json
 from agentrt.client._payloads import PayloadMismatch
@@ -159,6 +160,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("get", parents=[common], help="print one run")
     p.add_argument("run_id", metavar="RUN_ID")
     p.set_defaults(func=_cmd_get)
+
+    p = sub.add_parser(
+        "diagnose",
+        parents=[common],
+        help="why is this run stuck: lease owner, faults, last error, pending calls, reconcile "
+        "schedule (operator role)",
+        description="Shows why a run is where it is (GetRunDiagnostics; the operator or admin "
+        "role): what it waits for, the replica holding its lease and the lease's expiry, the "
+        "fencing generation, faults and the last error, the reconcile schedule of an unknown "
+        "outcome, cleanups, the trace id, and each pending call with its attempts, next retry "
+        "and remote operation id.",
+    )
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(func=_cmd_diagnose)
 
     p = sub.add_parser("payload", parents=[common], help="fetch a payload of a run (a large result)")
     p.add_argument("run_id", metavar="RUN_ID")
@@ -405,6 +420,13 @@ def _cmd_events(ns: argparse.Namespace) -> int:
 def _cmd_get(ns: argparse.Namespace) -> int:
     with _client(ns) as client:
         _print_run(ns, client.get_run(ns.run_id))
+    return 0
+
+
+def _cmd_diagnose(ns: argparse.Namespace) -> int:
+    with _client(ns) as client:
+        found = client.get_run_diagnostics(ns.run_id)
+    print(diagnostics_to_json(found) if ns.json else format_diagnostics(found), flush=True)
     return 0
 
 

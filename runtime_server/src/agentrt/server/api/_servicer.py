@@ -25,13 +25,14 @@ from agentrt.server.api._convert import (
     phase_from_proto,
     run_to_proto,
 )
+from agentrt.server.api._diagnostics import diagnostics_to_proto
 from agentrt.server.api._errors import abort_internal, abort_with
 from agentrt.server.api._inline import INLINE_AGENT_NAME, check_inline_agent
 from agentrt.server.api._page_tokens import PageTokens, RunPage
 from agentrt.server.api._payloads import find_payload, payload_responses
 from agentrt.server.api._request_keys import request_hash
 from agentrt.server.api._stream_writer import send_events
-from agentrt.server.api._streams import Follower
+from agentrt.server.api._streams import Follower, current_waiting
 from agentrt.server.api._tombstones import refuse_pruned
 from agentrt.server.api._validate import check_enum, check_id, check_json, check_start, check_text
 from agentrt.server.auth import Principal, current_principal
@@ -209,6 +210,24 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         except AgentRtError as exc:
             await abort_with(context, exc)
         return runtime_service_pb2.GetRunResponse(run=run_to_proto(record))
+
+    async def GetRunDiagnostics(
+        self, request: runtime_service_pb2.GetRunDiagnosticsRequest, context: Context
+    ) -> runtime_service_pb2.GetRunDiagnosticsResponse:
+        # The operator role is checked by the interceptor; the tenant scopes the read (_get).
+        try:
+            record = await self._get(request.run_id, context)
+            found = await self.engine.diagnose(record)  # the same row: both say the same moment
+            reconcile = found.reconcile
+            waiting = await current_waiting(
+                self.store, record, unknown_call=reconcile.call_id if reconcile is not None else ""
+            )
+            answer = diagnostics_to_proto(found, waiting=waiting)
+        except AgentRtError as exc:
+            await abort_with(context, exc)
+        except Exception as exc:
+            await abort_internal(context, exc)
+        return runtime_service_pb2.GetRunDiagnosticsResponse(diagnostics=answer)
 
     async def ListRuns(
         self, request: runtime_service_pb2.ListRunsRequest, context: Context

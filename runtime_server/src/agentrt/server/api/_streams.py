@@ -87,6 +87,15 @@ def waiting_for(record: RunRecord, *, unknown_call: str = "", session_head: str 
     return None
 
 
+async def current_waiting(store: Store, record: RunRecord, *, unknown_call: str = "") -> Waiting | None:
+    """:func:`waiting_for` with the session's head looked up when the run is queued in a session."""
+    head = ""
+    if record.phase == Phase.QUEUED.value and record.session_id:
+        active = await store.active_session_run(tenant_id=record.tenant_id, session_id=record.session_id)
+        head = active.run_id if active is not None else ""
+    return waiting_for(record, unknown_call=unknown_call, session_head=head)
+
+
 class Follower:
     """One stream's reader of one run: replay, then (with ``follow``) live items until an end.
 
@@ -244,10 +253,4 @@ class Follower:
                 return  # maybe waiting now: the row decides
 
     async def _waiting(self, record: RunRecord) -> Waiting | None:
-        head = ""
-        if record.phase == Phase.QUEUED.value and record.session_id:
-            active = await self.store.active_session_run(
-                tenant_id=record.tenant_id, session_id=record.session_id
-            )
-            head = active.run_id if active is not None else ""
-        return waiting_for(record, unknown_call=self._unknown_call, session_head=head)
+        return await current_waiting(self.store, record, unknown_call=self._unknown_call)

@@ -26,6 +26,7 @@ class Permission(enum.Enum):
     CANCEL_RUNS = "cancel_runs"  # CancelRun
     RESOLVE_APPROVALS = "resolve_approvals"  # ResolveApproval
     RESOLVE_OUTCOMES = "resolve_outcomes"  # ResolveOutcome
+    DIAGNOSE_RUNS = "diagnose_runs"  # GetRunDiagnostics: leases, faults, schedules (operators only)
     INTROSPECT = "introspect"  # server reflection: any caller holding a role
 
 
@@ -50,6 +51,7 @@ ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = {
             Permission.LIST_RUNS,
             Permission.CANCEL_RUNS,
             Permission.RESOLVE_OUTCOMES,
+            Permission.DIAGNOSE_RUNS,
             Permission.INTROSPECT,
         }
     ),
@@ -69,6 +71,7 @@ METHOD_PERMISSIONS: Mapping[str, Permission] = {
     _RUNTIME + "CancelRun": Permission.CANCEL_RUNS,
     _RUNTIME + "ResolveApproval": Permission.RESOLVE_APPROVALS,
     _RUNTIME + "ResolveOutcome": Permission.RESOLVE_OUTCOMES,
+    _RUNTIME + "GetRunDiagnostics": Permission.DIAGNOSE_RUNS,
 }
 
 _REFLECTION_PREFIXES = ("/grpc.reflection.v1alpha.ServerReflection/", "/grpc.reflection.v1.ServerReflection/")

@@ -23,6 +23,7 @@ from agentrt.server.core import (
     LeaseLost,
     PayloadRef,
     Phase,
+    RunDiagnostics,
     RunSignal,
     RunStarted,
     RunStateConflict,
@@ -37,6 +38,7 @@ from agentrt.server.engine._agent_check import check_agent
 from agentrt.server.engine._agents import RUNTIME_VERSION, effective_budgets
 from agentrt.server.engine._cleanup_job import CleanupJob
 from agentrt.server.engine._contain import drive_contained
+from agentrt.server.engine._diagnostics import diagnose_run
 from agentrt.server.engine._faults import FaultPlan
 from agentrt.server.engine._payload_step import store_input
 from agentrt.server.engine._ports import Fresh, Ports, StartRequest
@@ -351,6 +353,12 @@ class Engine:
                 requested_by=request.created_by,
             )
         return True
+
+    async def diagnose(self, record: RunRecord) -> RunDiagnostics:
+        """What an operator is shown of the run of ``record`` (GetRunDiagnostics; the caller read
+        the row in its tenant). The log is folded up to the row's ``last_seq``, so both describe
+        the same moment; nothing changes."""
+        return await diagnose_run(self.ports, record)
 
     async def request_cancel(
         self, run_id: str, *, tenant_id: str, reason: str, requested_by: str

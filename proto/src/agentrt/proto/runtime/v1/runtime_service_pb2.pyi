@@ -1,4 +1,7 @@
+import datetime
+
 from agentrt.proto.runtime.v1 import run_pb2 as _run_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -21,6 +24,15 @@ class SessionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SESSION_POLICY_REJECT: _ClassVar[SessionPolicy]
     SESSION_POLICY_ENQUEUE: _ClassVar[SessionPolicy]
     SESSION_POLICY_INTERRUPT: _ClassVar[SessionPolicy]
+
+class PendingCallState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PENDING_CALL_STATE_UNSPECIFIED: _ClassVar[PendingCallState]
+    PENDING_CALL_STATE_NOT_STARTED: _ClassVar[PendingCallState]
+    PENDING_CALL_STATE_IN_FLIGHT: _ClassVar[PendingCallState]
+    PENDING_CALL_STATE_RETRY_SCHEDULED: _ClassVar[PendingCallState]
+    PENDING_CALL_STATE_OUTCOME_UNKNOWN: _ClassVar[PendingCallState]
+    PENDING_CALL_STATE_WAITING_APPROVAL: _ClassVar[PendingCallState]
 OUTCOME_DECISION_UNSPECIFIED: OutcomeDecision
 OUTCOME_DECISION_SUCCEEDED: OutcomeDecision
 OUTCOME_DECISION_FAILED: OutcomeDecision
@@ -29,6 +41,12 @@ SESSION_POLICY_UNSPECIFIED: SessionPolicy
 SESSION_POLICY_REJECT: SessionPolicy
 SESSION_POLICY_ENQUEUE: SessionPolicy
 SESSION_POLICY_INTERRUPT: SessionPolicy
+PENDING_CALL_STATE_UNSPECIFIED: PendingCallState
+PENDING_CALL_STATE_NOT_STARTED: PendingCallState
+PENDING_CALL_STATE_IN_FLIGHT: PendingCallState
+PENDING_CALL_STATE_RETRY_SCHEDULED: PendingCallState
+PENDING_CALL_STATE_OUTCOME_UNKNOWN: PendingCallState
+PENDING_CALL_STATE_WAITING_APPROVAL: PendingCallState
 
 class RunAgentRequest(_message.Message):
     __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy")
@@ -227,3 +245,123 @@ class GetPayloadResponse(_message.Message):
     offset: int
     data: bytes
     def __init__(self, ref: _Optional[_Union[_run_pb2.PayloadRef, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class GetRunDiagnosticsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunDiagnosticsResponse(_message.Message):
+    __slots__ = ("diagnostics",)
+    DIAGNOSTICS_FIELD_NUMBER: _ClassVar[int]
+    diagnostics: RunDiagnostics
+    def __init__(self, diagnostics: _Optional[_Union[RunDiagnostics, _Mapping]] = ...) -> None: ...
+
+class RunDiagnostics(_message.Message):
+    __slots__ = ("run_id", "phase", "revision", "last_seq", "lease_owner", "lease_expire_time", "fencing_generation", "fault_count", "max_faults", "last_error", "pending_calls", "reconcile", "wake_time", "needs_attention", "attention_reason", "cleanup_status", "cleanups_unknown", "cleanup_due_time", "cleanup_retries", "trace_id", "cancel_request_time", "update_time", "log_note", "waiting")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    FAULT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAULTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PENDING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_FIELD_NUMBER: _ClassVar[int]
+    WAKE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_ATTENTION_FIELD_NUMBER: _ClassVar[int]
+    ATTENTION_REASON_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    CLEANUPS_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUEST_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LOG_NOTE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    phase: _run_pb2.RunPhase
+    revision: int
+    last_seq: int
+    lease_owner: str
+    lease_expire_time: _timestamp_pb2.Timestamp
+    fencing_generation: int
+    fault_count: int
+    max_faults: int
+    last_error: RunError
+    pending_calls: _containers.RepeatedCompositeFieldContainer[PendingCall]
+    reconcile: ReconcileSchedule
+    wake_time: _timestamp_pb2.Timestamp
+    needs_attention: bool
+    attention_reason: str
+    cleanup_status: _run_pb2.CleanupStatus
+    cleanups_unknown: int
+    cleanup_due_time: _timestamp_pb2.Timestamp
+    cleanup_retries: int
+    trace_id: str
+    cancel_request_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    log_note: str
+    waiting: _run_pb2.RunWaiting
+    def __init__(self, run_id: _Optional[str] = ..., phase: _Optional[_Union[_run_pb2.RunPhase, str]] = ..., revision: _Optional[int] = ..., last_seq: _Optional[int] = ..., lease_owner: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_generation: _Optional[int] = ..., fault_count: _Optional[int] = ..., max_faults: _Optional[int] = ..., last_error: _Optional[_Union[RunError, _Mapping]] = ..., pending_calls: _Optional[_Iterable[_Union[PendingCall, _Mapping]]] = ..., reconcile: _Optional[_Union[ReconcileSchedule, _Mapping]] = ..., wake_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., needs_attention: _Optional[bool] = ..., attention_reason: _Optional[str] = ..., cleanup_status: _Optional[_Union[_run_pb2.CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ..., cleanup_due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cleanup_retries: _Optional[int] = ..., trace_id: _Optional[str] = ..., cancel_request_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., log_note: _Optional[str] = ..., waiting: _Optional[_Union[_run_pb2.RunWaiting, _Mapping]] = ...) -> None: ...
+
+class RunError(_message.Message):
+    __slots__ = ("event_type", "seq", "time", "code", "message", "step", "call_id", "tool")
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    event_type: str
+    seq: int
+    time: _timestamp_pb2.Timestamp
+    code: str
+    message: str
+    step: int
+    call_id: str
+    tool: str
+    def __init__(self, event_type: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[int] = ..., call_id: _Optional[str] = ..., tool: _Optional[str] = ...) -> None: ...
+
+class PendingCall(_message.Message):
+    __slots__ = ("call_id", "tool", "step", "state", "attempts", "next_attempt", "next_retry_time", "remote_operation_id", "call_deadline", "unknown_since")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_RETRY_TIME_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_OPERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CALL_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_SINCE_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    tool: str
+    step: int
+    state: PendingCallState
+    attempts: int
+    next_attempt: int
+    next_retry_time: _timestamp_pb2.Timestamp
+    remote_operation_id: str
+    call_deadline: _timestamp_pb2.Timestamp
+    unknown_since: _timestamp_pb2.Timestamp
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., step: _Optional[int] = ..., state: _Optional[_Union[PendingCallState, str]] = ..., attempts: _Optional[int] = ..., next_attempt: _Optional[int] = ..., next_retry_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., remote_operation_id: _Optional[str] = ..., call_deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., unknown_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ReconcileSchedule(_message.Message):
+    __slots__ = ("call_id", "next_attempt_time", "attempts", "unknown_since")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_SINCE_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    next_attempt_time: _timestamp_pb2.Timestamp
+    attempts: int
+    unknown_since: _timestamp_pb2.Timestamp
+    def __init__(self, call_id: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[int] = ..., unknown_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -80,6 +80,11 @@ class AgentRuntimeServiceStub:
                 request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadRequest.SerializeToString,
                 response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadResponse.FromString,
                 _registered_method=True)
+        self.GetRunDiagnostics = channel.unary_unary(
+                '/agentrt.runtime.v1.AgentRuntimeService/GetRunDiagnostics',
+                request_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetRunDiagnosticsRequest.SerializeToString,
+                response_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetRunDiagnosticsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentRuntimeServiceServicer:
@@ -154,6 +159,15 @@ class AgentRuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRunDiagnostics(self, request, context):
+        """Says why a run is where it is (the operator's "why is this run stuck"): its lease owner and
+        expiry, fencing generation, faults and last error, pending calls with their attempts, the
+        reconcile schedule of an unknown outcome, cleanup status and trace id. Operator role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +215,11 @@ def add_AgentRuntimeServiceServicer_to_server(servicer, server):
                     servicer.GetPayload,
                     request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadRequest.FromString,
                     response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadResponse.SerializeToString,
+            ),
+            'GetRunDiagnostics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRunDiagnostics,
+                    request_deserializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetRunDiagnosticsRequest.FromString,
+                    response_serializer=agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetRunDiagnosticsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -447,6 +466,33 @@ class AgentRuntimeService:
             '/agentrt.runtime.v1.AgentRuntimeService/GetPayload',
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadRequest.SerializeToString,
             agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetPayloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRunDiagnostics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrt.runtime.v1.AgentRuntimeService/GetRunDiagnostics',
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetRunDiagnosticsRequest.SerializeToString,
+            agentrt_dot_runtime_dot_v1_dot_runtime__service__pb2.GetRunDiagnosticsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,11 @@ class AgentRuntimeServiceStub:
     """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
     GetPayload: _grpc.UnaryStreamMultiCallable[_runtime_service_pb2.GetPayloadRequest, _runtime_service_pb2.GetPayloadResponse]
     """Streams a payload of a run (a large input, output or tool result) in chunks."""
+    GetRunDiagnostics: _grpc.UnaryUnaryMultiCallable[_runtime_service_pb2.GetRunDiagnosticsRequest, _runtime_service_pb2.GetRunDiagnosticsResponse]
+    """Says why a run is where it is (the operator's "why is this run stuck"): its lease owner and
+    expiry, fencing generation, faults and last error, pending calls with their attempts, the
+    reconcile schedule of an unknown outcome, cleanup status and trace id. Operator role.
+    """
 
 @_typing.type_check_only
 class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
@@ -89,6 +94,11 @@ class AgentRuntimeServiceAsyncStub(AgentRuntimeServiceStub):
     """Settles a run in UNKNOWN_OUTCOME by a person's decision about the write whose result is not known."""
     GetPayload: _aio.UnaryStreamMultiCallable[_runtime_service_pb2.GetPayloadRequest, _runtime_service_pb2.GetPayloadResponse]  # type: ignore[assignment]
     """Streams a payload of a run (a large input, output or tool result) in chunks."""
+    GetRunDiagnostics: _aio.UnaryUnaryMultiCallable[_runtime_service_pb2.GetRunDiagnosticsRequest, _runtime_service_pb2.GetRunDiagnosticsResponse]  # type: ignore[assignment]
+    """Says why a run is where it is (the operator's "why is this run stuck"): its lease owner and
+    expiry, fencing generation, faults and last error, pending calls with their attempts, the
+    reconcile schedule of an unknown outcome, cleanup status and trace id. Operator role.
+    """
 
 class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
     """The agentrt runtime: starts runs, drives their state machines and streams their events."""
@@ -171,5 +181,16 @@ class AgentRuntimeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_runtime_service_pb2.GetPayloadResponse], _abc.AsyncIterator[_runtime_service_pb2.GetPayloadResponse]]:
         """Streams a payload of a run (a large input, output or tool result) in chunks."""
+
+    @_abc_1.abstractmethod
+    def GetRunDiagnostics(
+        self,
+        request: _runtime_service_pb2.GetRunDiagnosticsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_service_pb2.GetRunDiagnosticsResponse, _abc.Awaitable[_runtime_service_pb2.GetRunDiagnosticsResponse]]:
+        """Says why a run is where it is (the operator's "why is this run stuck"): its lease owner and
+        expiry, fencing generation, faults and last error, pending calls with their attempts, the
+        reconcile schedule of an unknown outcome, cleanup status and trace id. Operator role.
+        """
 
 def add_AgentRuntimeServiceServicer_to_server(servicer: AgentRuntimeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

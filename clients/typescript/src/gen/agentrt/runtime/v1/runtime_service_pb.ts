@@ -4,15 +4,17 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { AgentSpec, ApprovalDecision, Budgets, PayloadRef, Run, RunEvent, RunPhase } from "./run_pb.js";
+import type { AgentSpec, ApprovalDecision, Budgets, CleanupStatus, PayloadRef, Run, RunEvent, RunPhase, RunWaiting } from "./run_pb.js";
 import { file_agentrt_runtime_v1_run } from "./run_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file agentrt/runtime/v1/runtime_service.proto.
  */
 export const file_agentrt_runtime_v1_runtime_service: GenFile = /*@__PURE__*/
-  fileDesc("CihhZ2VudHJ0L3J1bnRpbWUvdjEvcnVudGltZV9zZXJ2aWNlLnByb3RvEhJhZ2VudHJ0LnJ1bnRpbWUudjEi6gIKD1J1bkFnZW50UmVxdWVzdBISCgphZ2VudF9uYW1lGAEgASgJEiwKBWFnZW50GAIgASgLMh0uYWdlbnRydC5ydW50aW1lLnYxLkFnZW50U3BlYxINCgVpbnB1dBgDIAEoCRIsCgdidWRnZXRzGAQgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSEwoLcmVxdWVzdF9rZXkYBSABKAkSQwoIbWV0YWRhdGEYBiADKAsyMS5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQWdlbnRSZXF1ZXN0Lk1ldGFkYXRhRW50cnkSEgoKc2Vzc2lvbl9pZBgHIAEoCRI5Cg5zZXNzaW9uX3BvbGljeRgIIAEoDjIhLmFnZW50cnQucnVudGltZS52MS5TZXNzaW9uUG9saWN5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI/ChBSdW5BZ2VudFJlc3BvbnNlEisKBWV2ZW50GAEgASgLMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkV2ZW50IuoCCg9TdGFydFJ1blJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIsCgVhZ2VudBgCIAEoCzIdLmFnZW50cnQucnVudGltZS52MS5BZ2VudFNwZWMSDQoFaW5wdXQYAyABKAkSLAoHYnVkZ2V0cxgEIAEoCzIbLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzEhMKC3JlcXVlc3Rfa2V5GAUgASgJEkMKCG1ldGFkYXRhGAYgAygLMjEuYWdlbnRydC5ydW50aW1lLnYxLlN0YXJ0UnVuUmVxdWVzdC5NZXRhZGF0YUVudHJ5EhIKCnNlc3Npb25faWQYByABKAkSOQoOc2Vzc2lvbl9wb2xpY3kYCCABKA4yIS5hZ2VudHJ0LnJ1bnRpbWUudjEuU2Vzc2lvblBvbGljeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOAoQU3RhcnRSdW5SZXNwb25zZRIkCgNydW4YASABKAsyFy5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjYKDkdldFJ1blJlc3BvbnNlEiQKA3J1bhgBIAEoCzIXLmFnZW50cnQucnVudGltZS52MS5SdW4iwAEKD0xpc3RSdW5zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIsCgZwaGFzZXMYAyADKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USEgoKYWdlbnRfbmFtZRgEIAEoCRISCgpzZXNzaW9uX2lkGAUgASgJEhcKD25lZWRzX2F0dGVudGlvbhgGIAEoCBIXCg9jbGVhbnVwX3Vua25vd24YByABKAgiUgoQTGlzdFJ1bnNSZXNwb25zZRIlCgRydW5zGAEgAygLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiSwoWU3RyZWFtUnVuRXZlbnRzUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgDEg4KBmZvbGxvdxgDIAEoCCJGChdTdHJlYW1SdW5FdmVudHNSZXNwb25zZRIrCgVldmVudBgBIAEoCzIcLmFnZW50cnQucnVudGltZS52MS5SdW5FdmVudCIyChBDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiOQoRQ2FuY2VsUnVuUmVzcG9uc2USJAoDcnVuGAEgASgLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1biLNAQoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBIOCgZydW5faWQYASABKAkSEwoLYXBwcm92YWxfaWQYAiABKAkSNgoIZGVjaXNpb24YAyABKA4yJC5hZ2VudHJ0LnJ1bnRpbWUudjEuQXBwcm92YWxEZWNpc2lvbhIRCglhcmdzX2hhc2gYBCABKAkSGQoRZXhwZWN0ZWRfcmV2aXNpb24YBSABKAMSDwoHY29tbWVudBgGIAEoCRIXCg9vdmVycmlkZV9pbnRlbnQYFCABKAgiPwoXUmVzb2x2ZUFwcHJvdmFsUmVzcG9uc2USJAoDcnVuGAEgASgLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1biKwAQoVUmVzb2x2ZU91dGNvbWVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEjUKCGRlY2lzaW9uGAMgASgOMiMuYWdlbnRydC5ydW50aW1lLnYxLk91dGNvbWVEZWNpc2lvbhITCgtyZXN1bHRfanNvbhgEIAEoCRIZChFleHBlY3RlZF9yZXZpc2lvbhgFIAEoAxIPCgdjb21tZW50GAYgASgJIj4KFlJlc29sdmVPdXRjb21lUmVzcG9uc2USJAoDcnVuGAEgASgLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1biI3ChFHZXRQYXlsb2FkUmVxdWVzdBIOCgZydW5faWQYASABKAkSEgoKcGF5bG9hZF9pZBgCIAEoCSJfChJHZXRQYXlsb2FkUmVzcG9uc2USKwoDcmVmGAEgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSDgoGb2Zmc2V0GAIgASgDEgwKBGRhdGEYAyABKAwqjAEKD091dGNvbWVEZWNpc2lvbhIgChxPVVRDT01FX0RFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASHgoaT1VUQ09NRV9ERUNJU0lPTl9TVUNDRUVERUQQARIbChdPVVRDT01FX0RFQ0lTSU9OX0ZBSUxFRBACEhoKFk9VVENPTUVfREVDSVNJT05fUkVUUlkQAyqEAQoNU2Vzc2lvblBvbGljeRIeChpTRVNTSU9OX1BPTElDWV9VTlNQRUNJRklFRBAAEhkKFVNFU1NJT05fUE9MSUNZX1JFSkVDVBABEhoKFlNFU1NJT05fUE9MSUNZX0VOUVVFVUUQAhIcChhTRVNTSU9OX1BPTElDWV9JTlRFUlJVUFQQAzLpBgoTQWdlbnRSdW50aW1lU2VydmljZRJXCghSdW5BZ2VudBIjLmFnZW50cnQucnVudGltZS52MS5SdW5BZ2VudFJlcXVlc3QaJC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQWdlbnRSZXNwb25zZTABElUKCFN0YXJ0UnVuEiMuYWdlbnRydC5ydW50aW1lLnYxLlN0YXJ0UnVuUmVxdWVzdBokLmFnZW50cnQucnVudGltZS52MS5TdGFydFJ1blJlc3BvbnNlEk8KBkdldFJ1bhIhLmFnZW50cnQucnVudGltZS52MS5HZXRSdW5SZXF1ZXN0GiIuYWdlbnRydC5ydW50aW1lLnYxLkdldFJ1blJlc3BvbnNlElUKCExpc3RSdW5zEiMuYWdlbnRydC5ydW50aW1lLnYxLkxpc3RSdW5zUmVxdWVzdBokLmFnZW50cnQucnVudGltZS52MS5MaXN0UnVuc1Jlc3BvbnNlEmwKD1N0cmVhbVJ1bkV2ZW50cxIqLmFnZW50cnQucnVudGltZS52MS5TdHJlYW1SdW5FdmVudHNSZXF1ZXN0GisuYWdlbnRydC5ydW50aW1lLnYxLlN0cmVhbVJ1bkV2ZW50c1Jlc3BvbnNlMAESWAoJQ2FuY2VsUnVuEiQuYWdlbnRydC5ydW50aW1lLnYxLkNhbmNlbFJ1blJlcXVlc3QaJS5hZ2VudHJ0LnJ1bnRpbWUudjEuQ2FuY2VsUnVuUmVzcG9uc2USagoPUmVzb2x2ZUFwcHJvdmFsEiouYWdlbnRydC5ydW50aW1lLnYxLlJlc29sdmVBcHByb3ZhbFJlcXVlc3QaKy5hZ2VudHJ0LnJ1bnRpbWUudjEuUmVzb2x2ZUFwcHJvdmFsUmVzcG9uc2USZwoOUmVzb2x2ZU91dGNvbWUSKS5hZ2VudHJ0LnJ1bnRpbWUudjEuUmVzb2x2ZU91dGNvbWVSZXF1ZXN0GiouYWdlbnRydC5ydW50aW1lLnYxLlJlc29sdmVPdXRjb21lUmVzcG9uc2USXQoKR2V0UGF5bG9hZBIlLmFnZW50cnQucnVudGltZS52MS5HZXRQYXlsb2FkUmVxdWVzdBomLmFnZW50cnQucnVudGltZS52MS5HZXRQYXlsb2FkUmVzcG9uc2UwAUK2AQoWZGV2LmFnZW50cnQucnVudGltZS52MUITUnVudGltZVNlcnZpY2VQcm90b1ABWj5naXRodWIuY29tL2FnZW50cnQvYWdlbnRydC9nZW4vZ28vYWdlbnRydC9ydW50aW1lL3YxO3J1bnRpbWV2MaICA0FSWKoCEkFnZW50cnQuUnVudGltZS5WMcoCEkFnZW50cnRcUnVudGltZVxWMeoCFEFnZW50cnQ6OlJ1bnRpbWU6OlYxYgZwcm90bzM", [file_agentrt_runtime_v1_run]);
+  fileDesc("CihhZ2VudHJ0L3J1bnRpbWUvdjEvcnVudGltZV9zZXJ2aWNlLnByb3RvEhJhZ2VudHJ0LnJ1bnRpbWUudjEi6gIKD1J1bkFnZW50UmVxdWVzdBISCgphZ2VudF9uYW1lGAEgASgJEiwKBWFnZW50GAIgASgLMh0uYWdlbnRydC5ydW50aW1lLnYxLkFnZW50U3BlYxINCgVpbnB1dBgDIAEoCRIsCgdidWRnZXRzGAQgASgLMhsuYWdlbnRydC5ydW50aW1lLnYxLkJ1ZGdldHMSEwoLcmVxdWVzdF9rZXkYBSABKAkSQwoIbWV0YWRhdGEYBiADKAsyMS5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQWdlbnRSZXF1ZXN0Lk1ldGFkYXRhRW50cnkSEgoKc2Vzc2lvbl9pZBgHIAEoCRI5Cg5zZXNzaW9uX3BvbGljeRgIIAEoDjIhLmFnZW50cnQucnVudGltZS52MS5TZXNzaW9uUG9saWN5Gi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI/ChBSdW5BZ2VudFJlc3BvbnNlEisKBWV2ZW50GAEgASgLMhwuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkV2ZW50IuoCCg9TdGFydFJ1blJlcXVlc3QSEgoKYWdlbnRfbmFtZRgBIAEoCRIsCgVhZ2VudBgCIAEoCzIdLmFnZW50cnQucnVudGltZS52MS5BZ2VudFNwZWMSDQoFaW5wdXQYAyABKAkSLAoHYnVkZ2V0cxgEIAEoCzIbLmFnZW50cnQucnVudGltZS52MS5CdWRnZXRzEhMKC3JlcXVlc3Rfa2V5GAUgASgJEkMKCG1ldGFkYXRhGAYgAygLMjEuYWdlbnRydC5ydW50aW1lLnYxLlN0YXJ0UnVuUmVxdWVzdC5NZXRhZGF0YUVudHJ5EhIKCnNlc3Npb25faWQYByABKAkSOQoOc2Vzc2lvbl9wb2xpY3kYCCABKA4yIS5hZ2VudHJ0LnJ1bnRpbWUudjEuU2Vzc2lvblBvbGljeRovCg1NZXRhZGF0YUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOAoQU3RhcnRSdW5SZXNwb25zZRIkCgNydW4YASABKAsyFy5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjYKDkdldFJ1blJlc3BvbnNlEiQKA3J1bhgBIAEoCzIXLmFnZW50cnQucnVudGltZS52MS5SdW4iwAEKD0xpc3RSdW5zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIsCgZwaGFzZXMYAyADKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USEgoKYWdlbnRfbmFtZRgEIAEoCRISCgpzZXNzaW9uX2lkGAUgASgJEhcKD25lZWRzX2F0dGVudGlvbhgGIAEoCBIXCg9jbGVhbnVwX3Vua25vd24YByABKAgiUgoQTGlzdFJ1bnNSZXNwb25zZRIlCgRydW5zGAEgAygLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiSwoWU3RyZWFtUnVuRXZlbnRzUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgDEg4KBmZvbGxvdxgDIAEoCCJGChdTdHJlYW1SdW5FdmVudHNSZXNwb25zZRIrCgVldmVudBgBIAEoCzIcLmFnZW50cnQucnVudGltZS52MS5SdW5FdmVudCIyChBDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiOQoRQ2FuY2VsUnVuUmVzcG9uc2USJAoDcnVuGAEgASgLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1biLNAQoWUmVzb2x2ZUFwcHJvdmFsUmVxdWVzdBIOCgZydW5faWQYASABKAkSEwoLYXBwcm92YWxfaWQYAiABKAkSNgoIZGVjaXNpb24YAyABKA4yJC5hZ2VudHJ0LnJ1bnRpbWUudjEuQXBwcm92YWxEZWNpc2lvbhIRCglhcmdzX2hhc2gYBCABKAkSGQoRZXhwZWN0ZWRfcmV2aXNpb24YBSABKAMSDwoHY29tbWVudBgGIAEoCRIXCg9vdmVycmlkZV9pbnRlbnQYFCABKAgiPwoXUmVzb2x2ZUFwcHJvdmFsUmVzcG9uc2USJAoDcnVuGAEgASgLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1biKwAQoVUmVzb2x2ZU91dGNvbWVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEjUKCGRlY2lzaW9uGAMgASgOMiMuYWdlbnRydC5ydW50aW1lLnYxLk91dGNvbWVEZWNpc2lvbhITCgtyZXN1bHRfanNvbhgEIAEoCRIZChFleHBlY3RlZF9yZXZpc2lvbhgFIAEoAxIPCgdjb21tZW50GAYgASgJIj4KFlJlc29sdmVPdXRjb21lUmVzcG9uc2USJAoDcnVuGAEgASgLMhcuYWdlbnRydC5ydW50aW1lLnYxLlJ1biI3ChFHZXRQYXlsb2FkUmVxdWVzdBIOCgZydW5faWQYASABKAkSEgoKcGF5bG9hZF9pZBgCIAEoCSJfChJHZXRQYXlsb2FkUmVzcG9uc2USKwoDcmVmGAEgASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlBheWxvYWRSZWYSDgoGb2Zmc2V0GAIgASgDEgwKBGRhdGEYAyABKAwiKgoYR2V0UnVuRGlhZ25vc3RpY3NSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCSJUChlHZXRSdW5EaWFnbm9zdGljc1Jlc3BvbnNlEjcKC2RpYWdub3N0aWNzGAEgASgLMiIuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkRpYWdub3N0aWNzIusGCg5SdW5EaWFnbm9zdGljcxIOCgZydW5faWQYASABKAkSKwoFcGhhc2UYAiABKA4yHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuUGhhc2USEAoIcmV2aXNpb24YAyABKAMSEAoIbGFzdF9zZXEYBCABKAMSEwoLbGVhc2Vfb3duZXIYBSABKAkSNQoRbGVhc2VfZXhwaXJlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhoKEmZlbmNpbmdfZ2VuZXJhdGlvbhgHIAEoAxITCgtmYXVsdF9jb3VudBgIIAEoBRISCgptYXhfZmF1bHRzGAkgASgFEjAKCmxhc3RfZXJyb3IYCiABKAsyHC5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuRXJyb3ISNgoNcGVuZGluZ19jYWxscxgLIAMoCzIfLmFnZW50cnQucnVudGltZS52MS5QZW5kaW5nQ2FsbBI4CglyZWNvbmNpbGUYDCABKAsyJS5hZ2VudHJ0LnJ1bnRpbWUudjEuUmVjb25jaWxlU2NoZWR1bGUSLQoJd2FrZV90aW1lGA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9uZWVkc19hdHRlbnRpb24YDiABKAgSGAoQYXR0ZW50aW9uX3JlYXNvbhgPIAEoCRI5Cg5jbGVhbnVwX3N0YXR1cxgQIAEoDjIhLmFnZW50cnQucnVudGltZS52MS5DbGVhbnVwU3RhdHVzEhgKEGNsZWFudXBzX3Vua25vd24YESABKAUSNAoQY2xlYW51cF9kdWVfdGltZRgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPY2xlYW51cF9yZXRyaWVzGBMgASgFEhAKCHRyYWNlX2lkGBQgASgJEjcKE2NhbmNlbF9yZXF1ZXN0X3RpbWUYFSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGBYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghsb2dfbm90ZRgXIAEoCRIvCgd3YWl0aW5nGBggASgLMh4uYWdlbnRydC5ydW50aW1lLnYxLlJ1bldhaXRpbmcioQEKCFJ1bkVycm9yEhIKCmV2ZW50X3R5cGUYASABKAkSCwoDc2VxGAIgASgDEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGNvZGUYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIMCgRzdGVwGAYgASgFEg8KB2NhbGxfaWQYByABKAkSDAoEdG9vbBgIIAEoCSLPAgoLUGVuZGluZ0NhbGwSDwoHY2FsbF9pZBgBIAEoCRIMCgR0b29sGAIgASgJEgwKBHN0ZXAYAyABKAUSMwoFc3RhdGUYBCABKA4yJC5hZ2VudHJ0LnJ1bnRpbWUudjEuUGVuZGluZ0NhbGxTdGF0ZRIQCghhdHRlbXB0cxgFIAEoBRIUCgxuZXh0X2F0dGVtcHQYBiABKAUSMwoPbmV4dF9yZXRyeV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNyZW1vdGVfb3BlcmF0aW9uX2lkGAggASgJEjEKDWNhbGxfZGVhZGxpbmUYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjEKDXVua25vd25fc2luY2UYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqABChFSZWNvbmNpbGVTY2hlZHVsZRIPCgdjYWxsX2lkGAEgASgJEjUKEW5leHRfYXR0ZW1wdF90aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghhdHRlbXB0cxgDIAEoBRIxCg11bmtub3duX3NpbmNlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqMAQoPT3V0Y29tZURlY2lzaW9uEiAKHE9VVENPTUVfREVDSVNJT05fVU5TUEVDSUZJRUQQABIeChpPVVRDT01FX0RFQ0lTSU9OX1NVQ0NFRURFRBABEhsKF09VVENPTUVfREVDSVNJT05fRkFJTEVEEAISGgoWT1VUQ09NRV9ERUNJU0lPTl9SRVRSWRADKoQBCg1TZXNzaW9uUG9saWN5Eh4KGlNFU1NJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASGQoVU0VTU0lPTl9QT0xJQ1lfUkVKRUNUEAESGgoWU0VTU0lPTl9QT0xJQ1lfRU5RVUVVRRACEhwKGFNFU1NJT05fUE9MSUNZX0lOVEVSUlVQVBADKvUBChBQZW5kaW5nQ2FsbFN0YXRlEiIKHlBFTkRJTkdfQ0FMTF9TVEFURV9VTlNQRUNJRklFRBAAEiIKHlBFTkRJTkdfQ0FMTF9TVEFURV9OT1RfU1RBUlRFRBABEiAKHFBFTkRJTkdfQ0FMTF9TVEFURV9JTl9GTElHSFQQAhImCiJQRU5ESU5HX0NBTExfU1RBVEVfUkVUUllfU0NIRURVTEVEEAMSJgoiUEVORElOR19DQUxMX1NUQVRFX09VVENPTUVfVU5LTk9XThAEEicKI1BFTkRJTkdfQ0FMTF9TVEFURV9XQUlUSU5HX0FQUFJPVkFMEAUy2wcKE0FnZW50UnVudGltZVNlcnZpY2USVwoIUnVuQWdlbnQSIy5hZ2VudHJ0LnJ1bnRpbWUudjEuUnVuQWdlbnRSZXF1ZXN0GiQuYWdlbnRydC5ydW50aW1lLnYxLlJ1bkFnZW50UmVzcG9uc2UwARJVCghTdGFydFJ1bhIjLmFnZW50cnQucnVudGltZS52MS5TdGFydFJ1blJlcXVlc3QaJC5hZ2VudHJ0LnJ1bnRpbWUudjEuU3RhcnRSdW5SZXNwb25zZRJPCgZHZXRSdW4SIS5hZ2VudHJ0LnJ1bnRpbWUudjEuR2V0UnVuUmVxdWVzdBoiLmFnZW50cnQucnVudGltZS52MS5HZXRSdW5SZXNwb25zZRJVCghMaXN0UnVucxIjLmFnZW50cnQucnVudGltZS52MS5MaXN0UnVuc1JlcXVlc3QaJC5hZ2VudHJ0LnJ1bnRpbWUudjEuTGlzdFJ1bnNSZXNwb25zZRJsCg9TdHJlYW1SdW5FdmVudHMSKi5hZ2VudHJ0LnJ1bnRpbWUudjEuU3RyZWFtUnVuRXZlbnRzUmVxdWVzdBorLmFnZW50cnQucnVudGltZS52MS5TdHJlYW1SdW5FdmVudHNSZXNwb25zZTABElgKCUNhbmNlbFJ1bhIkLmFnZW50cnQucnVudGltZS52MS5DYW5jZWxSdW5SZXF1ZXN0GiUuYWdlbnRydC5ydW50aW1lLnYxLkNhbmNlbFJ1blJlc3BvbnNlEmoKD1Jlc29sdmVBcHByb3ZhbBIqLmFnZW50cnQucnVudGltZS52MS5SZXNvbHZlQXBwcm92YWxSZXF1ZXN0GisuYWdlbnRydC5ydW50aW1lLnYxLlJlc29sdmVBcHByb3ZhbFJlc3BvbnNlEmcKDlJlc29sdmVPdXRjb21lEikuYWdlbnRydC5ydW50aW1lLnYxLlJlc29sdmVPdXRjb21lUmVxdWVzdBoqLmFnZW50cnQucnVudGltZS52MS5SZXNvbHZlT3V0Y29tZVJlc3BvbnNlEl0KCkdldFBheWxvYWQSJS5hZ2VudHJ0LnJ1bnRpbWUudjEuR2V0UGF5bG9hZFJlcXVlc3QaJi5hZ2VudHJ0LnJ1bnRpbWUudjEuR2V0UGF5bG9hZFJlc3BvbnNlMAEScAoRR2V0UnVuRGlhZ25vc3RpY3MSLC5hZ2VudHJ0LnJ1bnRpbWUudjEuR2V0UnVuRGlhZ25vc3RpY3NSZXF1ZXN0Gi0uYWdlbnRydC5ydW50aW1lLnYxLkdldFJ1bkRpYWdub3N0aWNzUmVzcG9uc2VCtgEKFmRldi5hZ2VudHJ0LnJ1bnRpbWUudjFCE1J1bnRpbWVTZXJ2aWNlUHJvdG9QAVo+Z2l0aHViLmNvbS9hZ2VudHJ0L2FnZW50cnQvZ2VuL2dvL2FnZW50cnQvcnVudGltZS92MTtydW50aW1ldjGiAgNBUliqAhJBZ2VudHJ0LlJ1bnRpbWUuVjHKAhJBZ2VudHJ0XFJ1bnRpbWVcVjHqAhRBZ2VudHJ0OjpSdW50aW1lOjpWMWIGcHJvdG8z", [file_agentrt_runtime_v1_run, file_google_protobuf_timestamp]);
 
 /**
  * Request of RunAgent.
@@ -662,6 +664,434 @@ export const GetPayloadResponseSchema: GenMessage<GetPayloadResponse> = /*@__PUR
   messageDesc(file_agentrt_runtime_v1_runtime_service, 17);
 
 /**
+ * Request of GetRunDiagnostics.
+ *
+ * @generated from message agentrt.runtime.v1.GetRunDiagnosticsRequest
+ */
+export type GetRunDiagnosticsRequest = Message<"agentrt.runtime.v1.GetRunDiagnosticsRequest"> & {
+  /**
+   * Run id.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.GetRunDiagnosticsRequest.
+ * Use `create(GetRunDiagnosticsRequestSchema)` to create a new message.
+ */
+export const GetRunDiagnosticsRequestSchema: GenMessage<GetRunDiagnosticsRequest> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_runtime_service, 18);
+
+/**
+ * Response of GetRunDiagnostics.
+ *
+ * @generated from message agentrt.runtime.v1.GetRunDiagnosticsResponse
+ */
+export type GetRunDiagnosticsResponse = Message<"agentrt.runtime.v1.GetRunDiagnosticsResponse"> & {
+  /**
+   * What the run's row and its folded log say about it now.
+   *
+   * @generated from field: agentrt.runtime.v1.RunDiagnostics diagnostics = 1;
+   */
+  diagnostics?: RunDiagnostics | undefined;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.GetRunDiagnosticsResponse.
+ * Use `create(GetRunDiagnosticsResponseSchema)` to create a new message.
+ */
+export const GetRunDiagnosticsResponseSchema: GenMessage<GetRunDiagnosticsResponse> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_runtime_service, 19);
+
+/**
+ * An operator's view of one run: who holds it, what it waits for, what went wrong last.
+ *
+ * @generated from message agentrt.runtime.v1.RunDiagnostics
+ */
+export type RunDiagnostics = Message<"agentrt.runtime.v1.RunDiagnostics"> & {
+  /**
+   * Run id.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * Phase, as GetRun shows it.
+   *
+   * @generated from field: agentrt.runtime.v1.RunPhase phase = 2;
+   */
+  phase: RunPhase;
+
+  /**
+   * Run revision (for ResolveOutcome's expected_revision).
+   *
+   * @generated from field: int64 revision = 3;
+   */
+  revision: bigint;
+
+  /**
+   * Seq of the last event in the log.
+   *
+   * @generated from field: int64 last_seq = 4;
+   */
+  lastSeq: bigint;
+
+  /**
+   * Replica id (worker id) holding the run's lease; empty when no replica holds it.
+   *
+   * @generated from field: string lease_owner = 5;
+   */
+  leaseOwner: string;
+
+  /**
+   * When the lease expires unless renewed; unset when no replica holds it.
+   *
+   * @generated from field: google.protobuf.Timestamp lease_expire_time = 6;
+   */
+  leaseExpireTime?: Timestamp | undefined;
+
+  /**
+   * Fencing generation: one more per claim of the run; a commit under an older one is refused.
+   *
+   * @generated from field: int64 fencing_generation = 7;
+   */
+  fencingGeneration: bigint;
+
+  /**
+   * run.fault events so far.
+   *
+   * @generated from field: int32 fault_count = 8;
+   */
+  faultCount: number;
+
+  /**
+   * Faults after which the run ends (or, with a write in doubt, waits in UNKNOWN_OUTCOME).
+   *
+   * @generated from field: int32 max_faults = 9;
+   */
+  maxFaults: number;
+
+  /**
+   * The most recent error of the log (a run.fault, a tool.failed, a failed attempt that is
+   * retried, an outcome found unknown); unset when there is none.
+   *
+   * @generated from field: agentrt.runtime.v1.RunError last_error = 10;
+   */
+  lastError?: RunError | undefined;
+
+  /**
+   * Calls of the current step that have not finished, in the order the model asked for them.
+   *
+   * @generated from field: repeated agentrt.runtime.v1.PendingCall pending_calls = 11;
+   */
+  pendingCalls: PendingCall[];
+
+  /**
+   * Set while the run waits in UNKNOWN_OUTCOME: when the outcome is queried next, and how often it was.
+   *
+   * @generated from field: agentrt.runtime.v1.ReconcileSchedule reconcile = 12;
+   */
+  reconcile?: ReconcileSchedule | undefined;
+
+  /**
+   * When a parked run (retry backoff, reconcile, approval expiry) is claimed next; unset when not parked.
+   *
+   * @generated from field: google.protobuf.Timestamp wake_time = 13;
+   */
+  wakeTime?: Timestamp | undefined;
+
+  /**
+   * The run waits for a person (an escalated wait).
+   *
+   * @generated from field: bool needs_attention = 14;
+   */
+  needsAttention: boolean;
+
+  /**
+   * Why the wait was escalated (an escalation reason, e.g. unknown_outcome_past_deadline).
+   *
+   * @generated from field: string attention_reason = 15;
+   */
+  attentionReason: string;
+
+  /**
+   * How the run's cleanups stand; UNSPECIFIED when it registered none.
+   *
+   * @generated from field: agentrt.runtime.v1.CleanupStatus cleanup_status = 16;
+   */
+  cleanupStatus: CleanupStatus;
+
+  /**
+   * Cleanups whose resource may still exist.
+   *
+   * @generated from field: int32 cleanups_unknown = 17;
+   */
+  cleanupsUnknown: number;
+
+  /**
+   * When the cleanup job retries them next; unset when none is due.
+   *
+   * @generated from field: google.protobuf.Timestamp cleanup_due_time = 18;
+   */
+  cleanupDueTime?: Timestamp | undefined;
+
+  /**
+   * Passes of the cleanup job over the run so far.
+   *
+   * @generated from field: int32 cleanup_retries = 19;
+   */
+  cleanupRetries: number;
+
+  /**
+   * W3C trace id (32 lowercase hex digits) of the run's trace; empty when none is stored.
+   *
+   * @generated from field: string trace_id = 20;
+   */
+  traceId: string;
+
+  /**
+   * When the cancel was asked for; unset when it was not.
+   *
+   * @generated from field: google.protobuf.Timestamp cancel_request_time = 21;
+   */
+  cancelRequestTime?: Timestamp | undefined;
+
+  /**
+   * When the row last changed.
+   *
+   * @generated from field: google.protobuf.Timestamp update_time = 22;
+   */
+  updateTime?: Timestamp | undefined;
+
+  /**
+   * Set when the log could not be folded by this runtime (pending_calls and last_error are then
+   * missing): why.
+   *
+   * @generated from field: string log_note = 23;
+   */
+  logNote: string;
+
+  /**
+   * What the run waits for outside itself (a person's approval or budget grant, an unknown
+   * outcome, an earlier run of its session, the cleanup job), as a RunAgent stream's
+   * run.waiting says it; unset while the run can go on by itself.
+   *
+   * @generated from field: agentrt.runtime.v1.RunWaiting waiting = 24;
+   */
+  waiting?: RunWaiting | undefined;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.RunDiagnostics.
+ * Use `create(RunDiagnosticsSchema)` to create a new message.
+ */
+export const RunDiagnosticsSchema: GenMessage<RunDiagnostics> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_runtime_service, 20);
+
+/**
+ * The latest error a run recorded.
+ *
+ * @generated from message agentrt.runtime.v1.RunError
+ */
+export type RunError = Message<"agentrt.runtime.v1.RunError"> & {
+  /**
+   * The event that recorded it: "run.fault", "tool.failed", "retry.scheduled" or
+   * "tool.outcome.unknown".
+   *
+   * @generated from field: string event_type = 1;
+   */
+  eventType: string;
+
+  /**
+   * Its seq in the run's log.
+   *
+   * @generated from field: int64 seq = 2;
+   */
+  seq: bigint;
+
+  /**
+   * When it was recorded.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 3;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * run.fault: the exception class; tool.failed: the tool error code (e.g.
+   * TOOL_ERROR_CODE_TRANSIENT); empty for the others (their message says it).
+   *
+   * @generated from field: string code = 4;
+   */
+  code: string;
+
+  /**
+   * The message, redacted as the event stores it.
+   *
+   * @generated from field: string message = 5;
+   */
+  message: string;
+
+  /**
+   * Step it happened in.
+   *
+   * @generated from field: int32 step = 6;
+   */
+  step: number;
+
+  /**
+   * The call, for a call's error.
+   *
+   * @generated from field: string call_id = 7;
+   */
+  callId: string;
+
+  /**
+   * The tool, when the event names it.
+   *
+   * @generated from field: string tool = 8;
+   */
+  tool: string;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.RunError.
+ * Use `create(RunErrorSchema)` to create a new message.
+ */
+export const RunErrorSchema: GenMessage<RunError> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_runtime_service, 21);
+
+/**
+ * One call of the current step that has not finished.
+ *
+ * @generated from message agentrt.runtime.v1.PendingCall
+ */
+export type PendingCall = Message<"agentrt.runtime.v1.PendingCall"> & {
+  /**
+   * Call id.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * Tool name.
+   *
+   * @generated from field: string tool = 2;
+   */
+  tool: string;
+
+  /**
+   * Step it belongs to.
+   *
+   * @generated from field: int32 step = 3;
+   */
+  step: number;
+
+  /**
+   * Where it stands.
+   *
+   * @generated from field: agentrt.runtime.v1.PendingCallState state = 4;
+   */
+  state: PendingCallState;
+
+  /**
+   * Attempts sent so far.
+   *
+   * @generated from field: int32 attempts = 5;
+   */
+  attempts: number;
+
+  /**
+   * The attempt a scheduled retry will make; 0 when none is scheduled.
+   *
+   * @generated from field: int32 next_attempt = 6;
+   */
+  nextAttempt: number;
+
+  /**
+   * When the scheduled retry is due; unset when none is.
+   *
+   * @generated from field: google.protobuf.Timestamp next_retry_time = 7;
+   */
+  nextRetryTime?: Timestamp | undefined;
+
+  /**
+   * The tool host's id of the call's operation in its ledger (GetOperation on the tool host
+   * takes it): the call's idempotency key. Empty before the call was sent.
+   *
+   * @generated from field: string remote_operation_id = 8;
+   */
+  remoteOperationId: string;
+
+  /**
+   * Deadline of the attempt whose outcome is unknown; unset otherwise.
+   *
+   * @generated from field: google.protobuf.Timestamp call_deadline = 9;
+   */
+  callDeadline?: Timestamp | undefined;
+
+  /**
+   * When its outcome was found unknown; unset otherwise.
+   *
+   * @generated from field: google.protobuf.Timestamp unknown_since = 10;
+   */
+  unknownSince?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.PendingCall.
+ * Use `create(PendingCallSchema)` to create a new message.
+ */
+export const PendingCallSchema: GenMessage<PendingCall> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_runtime_service, 22);
+
+/**
+ * When an unknown outcome is queried next.
+ *
+ * @generated from message agentrt.runtime.v1.ReconcileSchedule
+ */
+export type ReconcileSchedule = Message<"agentrt.runtime.v1.ReconcileSchedule"> & {
+  /**
+   * The call whose outcome is not known.
+   *
+   * @generated from field: string call_id = 1;
+   */
+  callId: string;
+
+  /**
+   * When the runtime next asks the tool host's ledger (the run's wake time); unset when the
+   * run is not parked (a replica holds it now, or it waits for a person alone).
+   *
+   * @generated from field: google.protobuf.Timestamp next_attempt_time = 2;
+   */
+  nextAttemptTime?: Timestamp | undefined;
+
+  /**
+   * Ledger queries of this unknown outcome so far.
+   *
+   * @generated from field: int32 attempts = 3;
+   */
+  attempts: number;
+
+  /**
+   * When the outcome was found unknown.
+   *
+   * @generated from field: google.protobuf.Timestamp unknown_since = 4;
+   */
+  unknownSince?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message agentrt.runtime.v1.ReconcileSchedule.
+ * Use `create(ReconcileScheduleSchema)` to create a new message.
+ */
+export const ReconcileScheduleSchema: GenMessage<ReconcileSchedule> = /*@__PURE__*/
+  messageDesc(file_agentrt_runtime_v1_runtime_service, 23);
+
+/**
  * What a person decided about a write whose outcome is not known.
  *
  * @generated from enum agentrt.runtime.v1.OutcomeDecision
@@ -742,6 +1172,61 @@ export enum SessionPolicy {
  */
 export const SessionPolicySchema: GenEnum<SessionPolicy> = /*@__PURE__*/
   enumDesc(file_agentrt_runtime_v1_runtime_service, 1);
+
+/**
+ * Where a pending call stands.
+ *
+ * @generated from enum agentrt.runtime.v1.PendingCallState
+ */
+export enum PendingCallState {
+  /**
+   * Not a valid state.
+   *
+   * @generated from enum value: PENDING_CALL_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The model asked for it; it has not been sent.
+   *
+   * @generated from enum value: PENDING_CALL_STATE_NOT_STARTED = 1;
+   */
+  NOT_STARTED = 1,
+
+  /**
+   * Sent; no outcome recorded yet (in flight, or its replica died).
+   *
+   * @generated from enum value: PENDING_CALL_STATE_IN_FLIGHT = 2;
+   */
+  IN_FLIGHT = 2,
+
+  /**
+   * Failed an attempt; the next one is scheduled (next_retry_time).
+   *
+   * @generated from enum value: PENDING_CALL_STATE_RETRY_SCHEDULED = 3;
+   */
+  RETRY_SCHEDULED = 3,
+
+  /**
+   * Its latest attempt's outcome is not known (the run waits in UNKNOWN_OUTCOME).
+   *
+   * @generated from enum value: PENDING_CALL_STATE_OUTCOME_UNKNOWN = 4;
+   */
+  OUTCOME_UNKNOWN = 4,
+
+  /**
+   * Waiting for a person's approval.
+   *
+   * @generated from enum value: PENDING_CALL_STATE_WAITING_APPROVAL = 5;
+   */
+  WAITING_APPROVAL = 5,
+}
+
+/**
+ * Describes the enum agentrt.runtime.v1.PendingCallState.
+ */
+export const PendingCallStateSchema: GenEnum<PendingCallState> = /*@__PURE__*/
+  enumDesc(file_agentrt_runtime_v1_runtime_service, 2);
 
 /**
  * The agentrt runtime: starts runs, drives their state machines and streams their events.
@@ -843,6 +1328,18 @@ export const AgentRuntimeService: GenService<{
     methodKind: "server_streaming";
     input: typeof GetPayloadRequestSchema;
     output: typeof GetPayloadResponseSchema;
+  },
+  /**
+   * Says why a run is where it is (the operator's "why is this run stuck"): its lease owner and
+   * expiry, fencing generation, faults and last error, pending calls with their attempts, the
+   * reconcile schedule of an unknown outcome, cleanup status and trace id. Operator role.
+   *
+   * @generated from rpc agentrt.runtime.v1.AgentRuntimeService.GetRunDiagnostics
+   */
+  getRunDiagnostics: {
+    methodKind: "unary";
+    input: typeof GetRunDiagnosticsRequestSchema;
+    output: typeof GetRunDiagnosticsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_agentrt_runtime_v1_runtime_service, 0);
