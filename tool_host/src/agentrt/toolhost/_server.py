@@ -117,11 +117,14 @@ def _call_span(tool: str, run_id: str, traceparent: str | None) -> contextlib.Ab
         traceparent is None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     ):
         return contextlib.nullcontext()
+    # Under the host's InvokeTool span (TraceContextInterceptor) when there is one; else straight
+    # under the caller's traceparent (a host embedded without the interceptor).
+    current = trace.get_current_span().get_span_context().is_valid
     return trace.get_tracer("agentrt.toolhost").start_as_current_span(
         f"agentrt.tool {tool}",
-        context=propagate.extract({TRACEPARENT: traceparent} if traceparent else {}),
-        kind=trace.SpanKind.SERVER,
-        attributes={"agentrt.tool": tool, "agentrt.run_id": run_id},
+        context=None if current else propagate.extract({TRACEPARENT: traceparent} if traceparent else {}),
+        kind=trace.SpanKind.INTERNAL if current else trace.SpanKind.SERVER,
+        attributes={"agentrt.tool": tool, "agentrt.run_id": run_id, "gen_ai.tool.name": tool},
     )
 
 
