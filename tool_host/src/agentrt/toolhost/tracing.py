@@ -41,6 +41,7 @@ __all__ = [
     "TraceContextInterceptor",
     "TracingError",
     "TracingOptions",
+    "build_provider",
     "install_tracing",
     "options_from_env",
     "shutdown_tracing",
@@ -152,6 +153,18 @@ def install_tracing(options: TracingOptions, *, default_service_name: str) -> Tr
     Raises:
         TracingError: an exporter is asked for but the OpenTelemetry SDK or exporter is missing.
     """
+    provider = build_provider(options, default_service_name=default_service_name)
+    if provider is not None:
+        trace.set_tracer_provider(provider)
+    return provider
+
+
+def build_provider(options: TracingOptions, *, default_service_name: str) -> TracerProvider | None:
+    """The TracerProvider ``options`` describe, not installed; None when tracing is off.
+
+    Raises:
+        TracingError: an exporter is asked for but the OpenTelemetry SDK or exporter is missing.
+    """
     if options.exporter == "none":
         return None
     try:
@@ -180,7 +193,6 @@ def install_tracing(options: TracingOptions, *, default_service_name: str) -> Tr
     resource = Resource.create({SERVICE_NAME: options.service_name or default_service_name})
     provider = TracerProvider(resource=resource, sampler=_sampler(options))
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
     return provider
 
 
@@ -207,9 +219,12 @@ class TraceContextInterceptor(_Interceptor):
     and what the handler does. Health checks and reflection are not traced.
     """
 
-    def __init__(self, *, tracer_name: str, skip_prefixes: tuple[str, ...] = ()) -> None:
-        self._tracer_name = tracer_name
+    def __init__(
+        self, *, tracer_name: str, skip_prefixes: tuple[str, ...] = (), tracer_provider: Any = None
+    ) -> None:
         self._skip = ("/grpc.health.", "/grpc.reflection.", *skip_prefixes)
+        # None: the global provider; a proxy until one is installed, so built once is enough.
+        self._tracer = trace.get_tracer(tracer_name, tracer_provider=tracer_provider) if _HAVE_OTEL else None
 
     async def intercept_service(
         self,
@@ -218,32 +233,30 @@ class TraceContextInterceptor(_Interceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if not _HAVE_OTEL or handler is None or method.startswith(self._skip):
+        if self._tracer is None or handler is None or method.startswith(self._skip):
             return handler
-        wrapped: grpc.RpcMethodHandler[Any, Any] = _wrap(handler, self._tracer_name, method)
+        wrapped: grpc.RpcMethodHandler[Any, Any] = _wrap(handler, self._tracer, method)
         return wrapped
 
 
-def _wrap(handler: grpc.RpcMethodHandler[Any, Any], tracer_name: str, method: str) -> Any:
+def _wrap(handler: grpc.RpcMethodHandler[Any, Any], tracer: Any, method: str) -> Any:
     serializers = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
     if handler.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(
-            _unary(handler.unary_unary, tracer_name, method), **serializers
-        )
+        return grpc.unary_unary_rpc_method_handler(_unary(handler.unary_unary, tracer, method), **serializers)
     if handler.unary_stream is not None:
         return grpc.unary_stream_rpc_method_handler(
-            _streaming(handler.unary_stream, tracer_name, method), **serializers
+            _streaming(handler.unary_stream, tracer, method), **serializers
         )
     if handler.stream_unary is not None:
         return grpc.stream_unary_rpc_method_handler(
-            _unary(handler.stream_unary, tracer_name, method), **serializers
+            _unary(handler.stream_unary, tracer, method), **serializers
         )
     assert handler.stream_stream is not None
     return grpc.stream_stream_rpc_method_handler(
-        _streaming(handler.stream_stream, tracer_name, method), **serializers
+        _streaming(handler.stream_stream, tracer, method), **serializers
     )
 
 
@@ -255,9 +268,9 @@ def _carrier(context: Context) -> dict[str, str]:
     }
 
 
-def _start(tracer_name: str, method: str, context: Context) -> Any:
+def _start(tracer: Any, method: str, context: Context) -> Any:
     service, _, name = method.lstrip("/").partition("/")
-    return trace.get_tracer(tracer_name).start_as_current_span(
+    return tracer.start_as_current_span(
         method.lstrip("/"),
         context=propagate.extract(_carrier(context), context=otel_context.Context()),
         kind=trace.SpanKind.SERVER,
@@ -278,9 +291,9 @@ def _status(span: Any, context: Context) -> None:
         span.set_attribute("rpc.grpc.status_code", 0)
 
 
-def _unary(behavior: Callable[..., Any], tracer_name: str, method: str) -> Callable[..., Any]:
+def _unary(behavior: Callable[..., Any], tracer: Any, method: str) -> Callable[..., Any]:
     async def wrapped(request: Any, context: Context) -> Any:
-        with _start(tracer_name, method, context) as span:
+        with _start(tracer, method, context) as span:
             try:
                 return await behavior(request, context)
             finally:
@@ -289,12 +302,12 @@ def _unary(behavior: Callable[..., Any], tracer_name: str, method: str) -> Calla
     return wrapped
 
 
-def _streaming(behavior: Callable[..., Any], tracer_name: str, method: str) -> Callable[..., Any]:
+def _streaming(behavior: Callable[..., Any], tracer: Any, method: str) -> Callable[..., Any]:
     if not inspect.isasyncgenfunction(behavior):
-        return _unary(behavior, tracer_name, method)
+        return _unary(behavior, tracer, method)
 
     async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
-        with _start(tracer_name, method, context) as span:
+        with _start(tracer, method, context) as span:
             try:
                 async for response in behavior(request, context):
                     yield response
