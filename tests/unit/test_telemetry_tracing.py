@@ -6,16 +6,27 @@ be set once per process, and other tests in this process must stay untraced.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
 from agentrt.server import telemetry
 from agentrt.server.config import Settings, TracingConfig
-from agentrt.server.core import redact_secrets
+from agentrt.server.core import CallState, ToolOutcome, redact_secrets
+from agentrt.server.models import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ModelSpecData,
+    ModelToolCall,
+    ModelTransientError,
+)
 from agentrt.server.telemetry import _tracing
 from agentrt.testing.otlp import OtlpReceiver
 from agentrt.toolhost.tracing import TracingError, TracingOptions, build_provider, options_from_env
@@ -183,3 +194,171 @@ def test_a_stored_context_that_is_not_a_traceparent_starts_a_new_trace() -> None
         trace_context="not-a-traceparent", agent="a", run_id="r", tenant_id="t", session_id="", resumed=True
     ):
         assert telemetry.current_traceparent() == ""  # no-op root: nothing to continue, no error
+
+
+# -- the span helpers, recorded by a real SDK provider of this test's own ---------------------------
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """The helpers' tracer from a provider of the test's (the global one stays unset)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(_tracing, "_tracer", lambda: provider.get_tracer("agentrt.runtime"))
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+        telemetry.setup_tracing(TracingConfig(), env={})  # content capture off again
+
+
+SECRET = "sk-abcdefghijklmnopqrstuvwx"
+PROFILE_SECRET = "https://gateway.internal/v1?token=s3cret"
+
+
+def _request() -> ModelRequest:
+    return ModelRequest(
+        run_id="r1",
+        step=2,
+        spec=ModelSpecData(provider="openai", name="gpt-x", options={}),
+        messages=(
+            Message(role="system", content="be brief"),
+            Message(role="user", content=f"my key is {SECRET} at {PROFILE_SECRET}"),
+        ),
+        tools=(),
+        timeout_s=5.0,
+    )
+
+
+def _response() -> ModelResponse:
+    return ModelResponse(
+        text=f"noted {SECRET}",
+        tool_calls=(ModelToolCall(call_id="c1", tool="orders.lookup", arguments_json='{"id": 1}'),),
+        input_tokens=12,
+        output_tokens=3,
+        finish_reason="tool_calls",
+        response_id="chatcmpl-7",
+    )
+
+
+async def _answer() -> ModelResponse:
+    return _response()
+
+
+async def test_a_chat_span_carries_the_genai_attributes_and_no_content_by_default(
+    recorded: InMemorySpanExporter,
+) -> None:
+    response = await telemetry.traced_chat(_request(), _answer, conversation_id="s1")
+    assert response == _response()
+    (span,) = recorded.get_finished_spans()
+    assert (span.name, span.kind) == ("chat gpt-x", trace.SpanKind.CLIENT)
+    assert dict(span.attributes or {}) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-x",
+        "gen_ai.conversation.id": "s1",
+        "agentrt.run_id": "r1",
+        "agentrt.step": 2,
+        "gen_ai.response.model": "gpt-x",
+        "gen_ai.response.id": "chatcmpl-7",
+        "gen_ai.response.finish_reasons": ("tool_calls",),
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 3,
+    }
+
+
+async def test_opted_in_contents_are_redacted(recorded: InMemorySpanExporter) -> None:
+    telemetry.setup_tracing(TracingConfig(capture_content=True), env={telemetry.CAPTURE_CONTENT_ENV: "true"})
+    await telemetry.traced_chat(_request(), _answer, conversation_id="s1", secrets=(PROFILE_SECRET,))
+    (span,) = recorded.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    sent = json.loads(str(attributes["gen_ai.input.messages"]))
+    assert [m["role"] for m in sent] == ["system", "user"]
+    said = json.loads(str(attributes["gen_ai.output.messages"]))
+    assert said[0]["parts"][1] == {
+        "type": "tool_call",
+        "id": "c1",
+        "name": "orders.lookup",
+        "arguments": '{"id": 1}',
+    }
+    text = json.dumps(attributes)
+    assert SECRET not in text and "s3cret" not in text and "[redacted]" in text
+
+
+async def test_a_failed_model_attempt_names_its_reason_and_never_its_message(
+    recorded: InMemorySpanExporter,
+) -> None:
+    async def fail() -> ModelResponse:
+        raise ModelTransientError(f"upstream said {SECRET}", reason="rate_limited")
+
+    with pytest.raises(ModelTransientError):
+        await telemetry.traced_chat(_request(), fail, conversation_id="s1")
+    (span,) = recorded.get_finished_spans()
+    assert span.attributes is not None and span.attributes["error.type"] == "rate_limited"
+    assert span.status.status_code is trace.StatusCode.ERROR and span.status.description == "rate_limited"
+    assert not span.events
+
+
+async def test_a_tool_span_names_the_call_and_its_error_code(recorded: InMemorySpanExporter) -> None:
+    call = CallState(
+        call_id="c9", tool="refund.issue", arguments_json=f'{{"key": "{SECRET}"}}', index=0, step=3
+    )
+    call.attempts = 2
+
+    async def refused() -> ToolOutcome:
+        return ToolOutcome.failure("UNAUTHORIZED", f"bad token {SECRET}")
+
+    outcome = await telemetry.traced_tool(call, refused)
+    assert outcome.error is not None
+    (span,) = recorded.get_finished_spans()
+    assert span.name == "execute_tool refund.issue"
+    assert dict(span.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "refund.issue",
+        "gen_ai.tool.call.id": "c9",
+        "agentrt.attempt": 2,
+        "error.type": "TOOL_ERROR_CODE_UNAUTHORIZED",
+    }
+    assert span.status.description == "TOOL_ERROR_CODE_UNAUTHORIZED"
+    telemetry.setup_tracing(TracingConfig(capture_content=True), env={telemetry.CAPTURE_CONTENT_ENV: "true"})
+
+    async def answered() -> ToolOutcome:
+        return ToolOutcome(f'{{"echo": "{SECRET}"}}', None)
+
+    await telemetry.traced_tool(call, answered)
+    attributes = dict(recorded.get_finished_spans()[-1].attributes or {})
+    assert "gen_ai.tool.call.arguments" in attributes and "gen_ai.tool.call.result" in attributes
+    assert SECRET not in json.dumps(attributes)
+
+
+async def test_an_exception_through_the_run_span_is_recorded_by_its_type_alone(
+    recorded: InMemorySpanExporter,
+) -> None:
+    with (
+        pytest.raises(RuntimeError),
+        telemetry.run_span(
+            trace_context="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            agent="support",
+            run_id="r1",
+            tenant_id="acme",
+            session_id="",
+            resumed=True,
+        ),
+        telemetry.step_span(run_id="r1", step=1, kind="model") as step,
+    ):
+        assert telemetry.current_traceparent().split("-")[2] == format(
+            step.get_span_context().span_id, "016x"
+        )
+        telemetry.span_event("retry_scheduled", attempt=2, delay_s=0.5)
+        raise RuntimeError(f"boom with {SECRET}")
+    step_span, run = recorded.get_finished_spans()
+    assert run.name == "invoke_agent support" and run.parent is not None
+    assert run.parent.span_id == 0xB7AD6B7169203331  # under the run's stored root context
+    assert run.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert step_span.parent is not None and step_span.parent.span_id == run.context.span_id
+    assert [e.name for e in step_span.events] == ["agentrt.retry_scheduled"]
+    for span in (step_span, run):
+        assert span.status.description == "RuntimeError"
+        assert span.attributes is not None and span.attributes["error.type"] == "RuntimeError"
+        assert SECRET not in repr(span.to_json())

@@ -125,6 +125,9 @@ def _call_span(tool: str, run_id: str, traceparent: str | None) -> contextlib.Ab
         context=None if current else propagate.extract({TRACEPARENT: traceparent} if traceparent else {}),
         kind=trace.SpanKind.INTERNAL if current else trace.SpanKind.SERVER,
         attributes={"agentrt.tool": tool, "agentrt.run_id": run_id, "gen_ai.tool.name": tool},
+        # A tool's exception text may quote what it handles: never copied into the span.
+        record_exception=False,
+        set_status_on_exception=False,
     )
 
 

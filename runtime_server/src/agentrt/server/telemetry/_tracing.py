@@ -90,6 +90,37 @@ def _tracer() -> trace.Tracer:
     return trace.get_tracer(_TRACER)
 
 
+@contextlib.contextmanager
+def _span(
+    name: str,
+    *,
+    attributes: Mapping[str, Any],
+    kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+    context: otel_context.Context | None = None,
+) -> Iterator[trace.Span]:
+    """A current span that records an escaping exception by its type only.
+
+    An exception's text may quote a secret (a fault's message is redacted before it enters an
+    event; the SDK's default would copy it and the stack into the span).
+    """
+    with _tracer().start_as_current_span(
+        name,
+        context=context,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:  # not CancelledError: a shutdown or a cut call is no error here
+            # A helper that named the error (a model's reason) keeps its word.
+            if span.is_recording() and not (getattr(span, "attributes", None) or {}).get("error.type"):
+                span.set_attribute("error.type", type(exc).__name__)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
 def current_traceparent() -> str:
     """The W3C ``traceparent`` of the current span ("" without a valid one)."""
     carrier: dict[str, str] = {}
@@ -123,9 +154,7 @@ def run_span(
         "agentrt.tenant_id": tenant_id,
         "agentrt.resumed": resumed,
     }
-    with _tracer().start_as_current_span(
-        f"invoke_agent {agent}", context=parent, attributes=attributes
-    ) as span:
+    with _span(f"invoke_agent {agent}", context=parent, attributes=attributes) as span:
         yield span
 
 
@@ -133,7 +162,7 @@ def run_span(
 def step_span(*, run_id: str, step: int, kind: str) -> Iterator[trace.Span]:
     """One step of the run (a model step, a tool call or a batch of them), current while it runs."""
     attributes: dict[str, Any] = {"agentrt.run_id": run_id, "agentrt.step": step, "agentrt.step.kind": kind}
-    with _tracer().start_as_current_span(f"agentrt.step {kind}", attributes=attributes) as span:
+    with _span(f"agentrt.step {kind}", attributes=attributes) as span:
         yield span
 
 
@@ -194,10 +223,7 @@ async def traced_chat(
     }
     if request.purpose != "step":
         attributes["agentrt.purpose"] = request.purpose
-    tracer = _tracer()
-    with tracer.start_as_current_span(
-        f"chat {spec.name}", kind=trace.SpanKind.CLIENT, attributes=attributes, record_exception=False
-    ) as span:
+    with _span(f"chat {spec.name}", kind=trace.SpanKind.CLIENT, attributes=attributes) as span:
         recording = span.is_recording()
         if recording and _capture:
             span.set_attribute(
@@ -239,7 +265,7 @@ async def traced_tool(call: CallState, send: Callable[[], Awaitable[ToolOutcome]
         "gen_ai.tool.call.id": call.call_id,
         "agentrt.attempt": call.attempts,
     }
-    with _tracer().start_as_current_span(f"execute_tool {call.tool}", attributes=attributes) as span:
+    with _span(f"execute_tool {call.tool}", attributes=attributes) as span:
         if span.is_recording() and _capture:
             span.set_attribute("gen_ai.tool.call.arguments", _clip(redact_secrets(call.arguments_json)))
         outcome = await send()
