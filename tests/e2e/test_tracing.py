@@ -264,3 +264,46 @@ def test_a_run_resumed_after_a_sigkill_goes_on_in_the_same_trace(
     # The spans the killed owner exported before the kill are in the same trace too.
     before = [s for s in spans if s.resource.get("agentrt.replica") == "first" and s.kind != "SERVER"]
     assert before and {s.trace_id for s in before} == {trace_id}
+
+
+def test_untraced_processes_still_pass_the_callers_trace_on_and_start_none_of_their_own(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    model = TracedModel(ECHO_THEN_DONE)
+    tracer, provider = client_tracer(receiver)
+    plugins = ["agentrt.plugins.traced_tools", "agentrt.plugins.demo_tools"]
+    with (
+        spawn_tool_host(tmp_path / "toolhost", plugins=plugins) as host,
+        FakeModelServer(default=model) as server,
+    ):
+        env = traced_env(tmp_path, receiver, host, f"{server.url}/v1")
+        env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}  # tracing off: the default
+        runtime = start_runtime(tmp_path, env)
+        try:
+            run_id, caller = start_traced_run(runtime.address, tracer, "Echo hello")
+            events = follow(runtime.address, run_id)
+            with Client(runtime.address) as client:
+                untraced = client.start_run("traced", "Echo hello").run_id
+                assert client.get_run(run_id).trace_id == format(caller.trace_id, "032x")
+            quiet = follow(runtime.address, untraced)
+            with Client(runtime.address) as client:
+                assert client.get_run(untraced).trace_id == ""
+            assert runtime.stop() == 0
+        finally:
+            runtime.close()
+        provider.shutdown()
+    trace_id = format(caller.trace_id, "032x")
+    assert events[0].run_started.trace_id == trace_id
+    assert not quiet[0].run_started.trace_id
+    # The plugin ran in the caller's trace (its span a no-op, its context the caller's span).
+    (result,) = [json.loads(e.tool_completed.result_json) for e in events if e.HasField("tool_completed")]
+    assert (result["trace_id"], result["span_id"]) == (trace_id, format(caller.span_id, "016x"))
+    (untraced_result,) = [
+        json.loads(e.tool_completed.result_json) for e in quiet if e.HasField("tool_completed")
+    ]
+    assert untraced_result["trace_id"] == "0" * 32  # no trace was made up for an untraced caller
+    # The model requests of the traced run carried the caller's context; the untraced run's none.
+    assert [t.split("-")[1] for t in model.traceparents if t] == [trace_id, trace_id]
+    assert model.traceparents.count("") == 2
+    # Neither process exported anything: only the caller's own span reached the receiver.
+    assert {s.service_name for s in receiver.spans} == {"caller"}

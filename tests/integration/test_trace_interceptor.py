@@ -3,6 +3,7 @@ traceparent, current in the handler, with the call's status; health checks are n
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,6 +34,17 @@ async def count(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> 
     for i in range(3):
         seen.append(trace.get_current_span().get_span_context())
         yield b"%d" % i
+
+
+async def finished(exporter: InMemorySpanExporter, n: int = 1) -> tuple[Any, ...]:
+    """The finished spans once there are ``n``: the caller may hear the status before the server's
+    handler (and its span) has ended."""
+    for _ in range(500):
+        spans = exporter.get_finished_spans()
+        if len(spans) >= n:
+            return tuple(spans)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{n} spans never finished: {exporter.get_finished_spans()}")
 
 
 @pytest.fixture
@@ -68,7 +80,7 @@ async def test_a_unary_call_continues_the_callers_trace(
     channel, exporter = served
     echo_call = channel.unary_unary("/test.v1.Probe/Echo")
     assert await echo_call(b"hi", metadata=[("traceparent", PARENT)], timeout=5) == b"hi"
-    (span,) = exporter.get_finished_spans()
+    (span,) = await finished(exporter)
     assert span.name == "test.v1.Probe/Echo"
     assert span.kind is trace.SpanKind.SERVER
     assert span.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
@@ -87,7 +99,7 @@ async def test_without_a_traceparent_the_call_starts_a_trace(
 ) -> None:
     channel, exporter = served
     await channel.unary_unary("/test.v1.Probe/Echo")(b"x", timeout=5)
-    (span,) = exporter.get_finished_spans()
+    (span,) = await finished(exporter)
     assert span.parent is None and span.context.is_valid
 
 
@@ -99,7 +111,7 @@ async def test_a_malformed_traceparent_is_ignored_not_refused(
         b"x", metadata=[("traceparent", "00-zz-not-a-trace")], timeout=5
     )
     assert answer == b"x"
-    (span,) = exporter.get_finished_spans()
+    (span,) = await finished(exporter)
     assert span.parent is None
 
 
@@ -112,7 +124,7 @@ async def test_an_aborted_call_marks_its_span_with_the_status(
             b"bad", metadata=[("traceparent", PARENT)], timeout=5
         )
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    (span,) = exporter.get_finished_spans()
+    (span,) = await finished(exporter)
     assert span.attributes is not None and span.attributes["rpc.grpc.status_code"] == 3
     assert span.status.status_code is trace.StatusCode.ERROR
     assert not span.events  # no exception text (a message may quote what the caller sent)
@@ -124,7 +136,7 @@ async def test_a_stream_is_one_span_current_for_every_message(
     channel, exporter = served
     call = channel.unary_stream("/test.v1.Probe/Count")(b"", metadata=[("traceparent", PARENT)], timeout=5)
     assert [m async for m in call] == [b"0", b"1", b"2"]
-    (span,) = exporter.get_finished_spans()
+    (span,) = await finished(exporter)
     assert span.name == "test.v1.Probe/Count"
     assert seen == [span.context] * 3
 
@@ -133,4 +145,6 @@ async def test_health_checks_are_not_traced(served: tuple[grpc.aio.Channel, InMe
     channel, exporter = served
     stub = health_pb2_grpc.HealthStub(channel)
     await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
-    assert exporter.get_finished_spans() == ()
+    await channel.unary_unary("/test.v1.Probe/Echo")(b"after", timeout=5)
+    (span,) = await finished(exporter)  # the one traced call after it, and nothing else
+    assert span.name == "test.v1.Probe/Echo"

@@ -12,10 +12,11 @@ interceptor is a pass-through and asking for an exporter is a :class:`TracingErr
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -225,6 +226,7 @@ class TraceContextInterceptor(_Interceptor):
         self._skip = ("/grpc.health.", "/grpc.reflection.", *skip_prefixes)
         # None: the global provider; a proxy until one is installed, so built once is enough.
         self._tracer = trace.get_tracer(tracer_name, tracer_provider=tracer_provider) if _HAVE_OTEL else None
+        self._own_provider = tracer_provider is not None
 
     async def intercept_service(
         self,
@@ -235,7 +237,10 @@ class TraceContextInterceptor(_Interceptor):
         method = handler_call_details.method
         if self._tracer is None or handler is None or method.startswith(self._skip):
             return handler
-        wrapped: grpc.RpcMethodHandler[Any, Any] = _wrap(handler, self._tracer, method)
+        # Nothing can be recorded while no provider is installed: the call then makes no span, and
+        # only the caller's context is made current (what the handler sends on still carries it).
+        record = self._own_provider or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        wrapped: grpc.RpcMethodHandler[Any, Any] = _wrap(handler, self._tracer if record else None, method)
         return wrapped
 
 
@@ -268,7 +273,18 @@ def _carrier(context: Context) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def _continued(context: Context) -> Iterator[Any]:
+    token = otel_context.attach(propagate.extract(_carrier(context), context=otel_context.Context()))
+    try:
+        yield trace.get_current_span()
+    finally:
+        otel_context.detach(token)
+
+
 def _start(tracer: Any, method: str, context: Context) -> Any:
+    if tracer is None:
+        return _continued(context)
     service, _, name = method.lstrip("/").partition("/")
     return tracer.start_as_current_span(
         method.lstrip("/"),
