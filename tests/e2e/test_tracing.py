@@ -307,3 +307,38 @@ def test_untraced_processes_still_pass_the_callers_trace_on_and_start_none_of_th
     assert model.traceparents.count("") == 2
     # Neither process exported anything: only the caller's own span reached the receiver.
     assert {s.service_name for s in receiver.spans} == {"caller"}
+
+
+def test_sigterm_exports_what_both_processes_still_hold(
+    tmp_path: Path, receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Spans would leave only after 10 minutes (or 512 of them): SIGTERM's flush alone sends them.
+    hold = {"OTEL_BSP_SCHEDULE_DELAY": "600000"}
+    for key, value in (otel_env(receiver.grpc_endpoint, "toolhost") | hold).items():
+        monkeypatch.setenv(key, value)
+    model = TracedModel(ECHO_THEN_DONE)
+    plugins = ["agentrt.plugins.traced_tools", "agentrt.plugins.demo_tools"]
+    with (
+        spawn_tool_host(tmp_path / "toolhost", plugins=plugins) as host,
+        FakeModelServer(default=model) as server,
+    ):
+        runtime = start_runtime(tmp_path, traced_env(tmp_path, receiver, host, f"{server.url}/v1", **hold))
+        try:
+            with Client(runtime.address) as client:
+                run_id = client.start_run("traced", "Echo hello").run_id
+            assert follow(runtime.address, run_id)[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+            assert receiver.spans == []  # all still held in both processes
+            assert runtime.stop() == 0
+        finally:
+            runtime.close()
+        spans = receiver.wait_for_spans(
+            lambda got: any(s.name == "invoke_agent traced" for s in got), timeout=10
+        )
+        assert {s.service_name for s in spans} == {"runtime"}
+        assert host.stop() == 0
+        spans = receiver.wait_for_spans(
+            lambda got: any(s.name == "traced.echo work" for s in got), timeout=10
+        )
+    execute = one(spans, name="execute_tool traced.echo")
+    host_rpc = child_of(spans, execute, "agentrt.toolhost.v1.ToolHostService/InvokeTool")
+    child_of(spans, child_of(spans, host_rpc, "agentrt.tool traced.echo"), "traced.echo work")
