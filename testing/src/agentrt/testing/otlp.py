@@ -13,7 +13,8 @@ and every metrics request as it came, for assertions::
         ...  # run processes that export to it
         spans = receiver.wait_for_spans(lambda spans: any(s.name == "chat gpt" for s in spans), timeout=10)
 
-Or ``await OtlpReceiver().start()`` / ``await receiver.stop()`` inside an asyncio test.
+Or ``await OtlpReceiver().start()`` / ``await receiver.stop()`` inside an asyncio test. Needs the
+``otlp`` extra (``agentrt-testing[otlp]``: ``opentelemetry-proto``).
 """
 
 from __future__ import annotations

@@ -309,9 +309,9 @@ class ModelStep:
         )
         sent_s = ports.clock()
         try:
-            response = await ctx.io(
-                partial(ports.models.complete, bound.spec, request, on_text_delta=_ignore)
-            )
+            complete = partial(ports.models.complete, bound.spec, request, on_text_delta=_ignore)
+            chat = partial(traced_chat, conversation_id=self._conversation, secrets=bound.hidden)
+            response = await ctx.io(partial(chat, request, complete))  # agentrt.purpose=summary
         except Cancelled:
             return None
         except ModelError as exc:
