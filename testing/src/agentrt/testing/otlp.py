@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
@@ -109,6 +110,7 @@ class OtlpReceiver(
         self.grpc_endpoint = ""  # http://127.0.0.1:PORT, for OTEL_EXPORTER_OTLP_ENDPOINT with grpc
         self.http_endpoint = ""  # http://127.0.0.1:PORT, for it with http/protobuf
         self.http_paths: list[str] = []  # the path of every HTTP request, in order
+        self._connections: set[asyncio.Task[None]] = set()  # open HTTP keep-alive connections
 
     # -- what was received -------------------------------------------------------------------------
 
@@ -175,6 +177,10 @@ class OtlpReceiver(
             self._server = None
         if self._http is not None:
             self._http.close()
+            # Keep-alive connections idle in a read: end them, or their sockets outlive the loop.
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self._http.wait_closed()
             self._http = None
@@ -200,6 +206,9 @@ class OtlpReceiver(
     # -- HTTP/protobuf ------------------------------------------------------------------------------
 
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
         try:
             while True:
                 line = await reader.readline()
@@ -216,12 +225,19 @@ class OtlpReceiver(
                     return
                 body = await reader.readexactly(length)
                 self.http_paths.append(path)
-                status, answer = self._http_export(path, body, headers.get("content-encoding", ""))
+                try:
+                    status, answer = self._http_export(path, body, headers.get("content-encoding", ""))
+                except (DecodeError, OSError, EOFError):  # not OTLP protobuf (or bad gzip): refused
+                    status, answer = 400, b""
                 await self._reply(writer, status, answer)
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             return
         finally:
             writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer.wait_closed()
+            if task is not None:
+                self._connections.discard(task)
 
     def _http_export(self, path: str, body: bytes, encoding: str) -> tuple[int, bytes]:
         if encoding == "gzip":
