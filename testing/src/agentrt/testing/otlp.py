@@ -34,7 +34,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metric
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
 
-__all__ = ["OtlpReceiver", "Span"]
+__all__ = ["OtlpReceiver", "Span", "spans_of"]
 
 _KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 _MAX_BODY = 64 * 1024 * 1024
