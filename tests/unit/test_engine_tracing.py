@@ -127,3 +127,22 @@ async def test_a_run_without_a_stored_context_starts_its_own_trace(spans: InMemo
     (agent,) = by_name(spans.get_finished_spans(), "invoke_agent agent")
     assert agent.parent is None  # a root of its own, not a stray parent
     assert all(m.traceparent.split("-")[1] == f"{agent.context.trace_id:032x}" for m in seen)
+
+
+async def test_an_approval_wait_is_an_event_of_the_run_span(spans: InMemorySpanExporter) -> None:
+    async def issue(arguments_json: str, metadata: CallMetadata) -> ToolOutcome:
+        return ToolOutcome('{"refunded": true}', None)
+
+    world = EngineWorld(agent=AgentConfig(tools=["refund.issue"]))
+    world.tools.add("refund.issue", issue, side_effect="write", requires_approval=True)
+    world.models.answer(tool_calls=[("c1", "refund.issue", '{"order_id": "A1"}')])
+    run_id = world.create_run()
+    stored_root(world, run_id)
+    await world.drive(run_id)
+    assert world.log.phase(run_id) == "WAITING_APPROVAL"
+    (agent,) = by_name(spans.get_finished_spans(), "invoke_agent agent")
+    names = [e.name for e in agent.events]
+    assert names[-2:] == ["agentrt.approval_requested", "agentrt.parked"]
+    requested = agent.events[-2].attributes
+    assert requested is not None and dict(requested) == {"tool": "refund.issue", "call_id": "c1"}
+    assert not by_name(spans.get_finished_spans(), "execute_tool refund.issue")  # nothing was sent
