@@ -27,6 +27,8 @@ async def echo(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> b
     seen.append(trace.get_current_span().get_span_context())
     if request == b"bad":
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad request")
+    if request == b"boom":
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
     return request
 
 
@@ -126,8 +128,14 @@ async def test_an_aborted_call_marks_its_span_with_the_status(
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     (span,) = await finished(exporter)
     assert span.attributes is not None and span.attributes["rpc.grpc.status_code"] == 3
-    assert span.status.status_code is trace.StatusCode.ERROR
+    assert span.status.status_code is trace.StatusCode.UNSET  # the caller's fault, not the server's
     assert not span.events  # no exception text (a message may quote what the caller sent)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await channel.unary_unary("/test.v1.Probe/Echo")(b"boom", timeout=5)
+    _, failed = await finished(exporter, 2)
+    assert failed.attributes is not None and failed.attributes["rpc.grpc.status_code"] == 13
+    assert failed.status.status_code is trace.StatusCode.ERROR and failed.status.description == "INTERNAL"
+    assert not failed.events
 
 
 async def test_a_stream_is_one_span_current_for_every_message(

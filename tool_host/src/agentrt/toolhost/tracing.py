@@ -297,11 +297,25 @@ def _start(tracer: Any, method: str, context: Context) -> Any:
     )
 
 
+# The codes a server span marks as its own error (RPC semantic conventions): the others say
+# what the caller asked for was refused (INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED...).
+_SERVER_ERRORS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+
 def _status(span: Any, context: Context) -> None:
     code = context.code() if hasattr(context, "code") else None
     if isinstance(code, grpc.StatusCode):
         span.set_attribute("rpc.grpc.status_code", code.value[0])
-        if code not in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.CANCELLED):
+        if code in _SERVER_ERRORS:
             span.set_status(trace.Status(trace.StatusCode.ERROR, code.name))
     else:
         span.set_attribute("rpc.grpc.status_code", 0)
