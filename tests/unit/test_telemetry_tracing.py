@@ -65,6 +65,11 @@ def test_otel_variables_alone_turn_it_on_and_win_over_the_section() -> None:
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
     }
     assert options_from_env(traces_only).protocol == "http/protobuf"
+    # The signal's own endpoint variable wins over a configured endpoint too.
+    configured = TracingConfig(exporter="otlp", endpoint="http://from-file:4318")
+    assert telemetry.tracing_options(configured, env={}).endpoint == "http://from-file:4318"
+    signal_env = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://from-env:4318/v1/traces"}
+    assert telemetry.tracing_options(configured, env=signal_env).endpoint == ""
     # Without variables, the section stands.
     assert telemetry.tracing_options(section, env={}).exporter == "console"
     assert telemetry.tracing_options(section, env={}).service_name == "from-file"

@@ -98,8 +98,9 @@ def options_from_env(
     """``base`` (defaults when None) with the standard ``OTEL_*`` variables set in ``env`` on top.
 
     Read: OTEL_SDK_DISABLED, OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (else
-    OTEL_EXPORTER_OTLP_PROTOCOL), OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is left to the exporter,
-    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG.
+    OTEL_EXPORTER_OTLP_PROTOCOL), OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG;
+    with OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set, the exporter reads
+    its address itself (a configured ``endpoint`` is not passed, so it cannot override them).
 
     Raises:
         TracingError: a value not allowed (an unknown exporter, protocol or sampler, a bad ratio).
@@ -127,7 +128,9 @@ def options_from_env(
         exporter=exporter,
         protocol=protocol,
         # The exporters read OTEL_EXPORTER_OTLP_* themselves; only a configured endpoint is passed.
-        endpoint="" if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") else base.endpoint,
+        endpoint=""
+        if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        else base.endpoint,
         service_name=env.get("OTEL_SERVICE_NAME", "").strip() or base.service_name,
         sampler=env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or base.sampler,
         sampler_arg=sampler_arg,
