@@ -136,6 +136,9 @@ def test_traceparent_and_trace_id_helpers() -> None:
     )
     assert telemetry.trace_id_of("") == ""
     assert telemetry.trace_id_of("garbage") == ""
+    assert telemetry.trace_id_of("00-" + "0" * 32 + "-b7ad6b7169203331-01") == ""  # the invalid id
+    assert telemetry.trace_id_of("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01") == ""
+    assert telemetry.trace_id_of("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n") == ""
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -146,10 +147,13 @@ def current_traceparent() -> str:
     return carrier.get("traceparent", "")
 
 
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
 def trace_id_of(traceparent: str) -> str:
-    """The 32 hex digits of a ``traceparent``'s trace id ("" when it is not one)."""
-    parts = traceparent.split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else ""
+    """The 32 hex digits of a ``traceparent``'s trace id ("" when it is not a valid one)."""
+    match = _TRACEPARENT.fullmatch(traceparent)
+    return match.group(1) if match and match.group(1) != "0" * 32 else ""
 
 
 def _clip(text: str) -> str:
