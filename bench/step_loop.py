@@ -11,6 +11,9 @@ synchronous=FULL) and PostgreSQL it prints:
 
 Run: ``make bench`` (or ``python bench/step_loop.py --runs 200 --concurrent 100 --bursts 5``).
 ``--encrypt`` turns on payload encryption at rest (a fresh key file, ``[encryption] key_file``).
+``--tracing`` runs each backend again with tracing on in the runtime and the tool host (100%
+sampling, OTLP/gRPC to agentrt.testing's receiver in this process, set by OTEL_* variables
+alone) and prints the per-step time with tracing off against on (issue 17 targets <= +10%).
 Prints figures; asserts nothing.
 """
 
@@ -35,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentrt.client import AsyncClient  # noqa: E402
 from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
+from agentrt.testing.otlp import OtlpReceiver  # noqa: E402
 from agentrt.toolhost.security import write_key_file  # noqa: E402
 
 K = 5
@@ -118,18 +122,39 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def bench_backend(name: str, db_url: str, floor_s: float, work: Path, args: argparse.Namespace) -> None:
+def bench_backend(
+    name: str,
+    db_url: str,
+    floor_s: float,
+    work: Path,
+    args: argparse.Namespace,
+    *,
+    otel: dict[str, str] | None = None,
+) -> float:
+    """Print the backend's figures; returns its mean seconds per step (sequential runs)."""
     key_file = None
     if args.encrypt:
         key_file = work / "keys.json"
         write_key_file(key_file)
-    with spawn_tool_host(work / f"host-{name}", plugins=["agentrt.plugins.demo_tools"]) as host:
-        env = runtime_env(db_url, host.address, key_file=key_file)
-        with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
-            sequential, bursts = asyncio.run(
-                measure(runtime.address, args.runs, args.concurrent, args.bursts)
-            )
-            rss = peak_rss_mb(runtime.process.pid)
+    # The tool host inherits this process's environment: OTEL_* reach it (and the runtime) so.
+    saved = {key: os.environ.get(key) for key in otel or {}}
+    os.environ.update(otel or {})
+    try:
+        with spawn_tool_host(
+            work / f"host-{uuid.uuid4().hex[:8]}", plugins=["agentrt.plugins.demo_tools"]
+        ) as host:
+            env = runtime_env(db_url, host.address, key_file=key_file)
+            with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
+                sequential, bursts = asyncio.run(
+                    measure(runtime.address, args.runs, args.concurrent, args.bursts)
+                )
+                rss = peak_rss_mb(runtime.process.pid)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     ordered = sorted(sequential)
     p50 = statistics.median(ordered)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -147,6 +172,30 @@ def bench_backend(name: str, db_url: str, floor_s: float, work: Path, args: argp
     spread = spread or f"{bursts[0]:.2f} s"
     print(f"concurrent {args.concurrent} runs:            {rate:8.0f} steps/s  ({spread})")
     print(f"runtime peak RSS:                  {rss:8.1f} MB")
+    return per_step
+
+
+def bench_with_tracing(
+    name: str, db_urls: tuple[str, str], floor_s: float, work: Path, args: argparse.Namespace
+) -> None:
+    """The backend untraced, then (with ``--tracing``) traced; the second URL is for the traced pass."""
+    off = bench_backend(name, db_urls[0], floor_s, work, args)
+    if not args.tracing:
+        return
+    with OtlpReceiver.running() as receiver:
+        otel = {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint,
+            "OTEL_TRACES_SAMPLER": "always_on",
+        }
+        traced = f"{name}, tracing on (100% sampled, OTLP/gRPC to a local receiver)"
+        on = bench_backend(traced, db_urls[1], floor_s, work, args, otel=otel)
+        spans = len(receiver.spans)
+    print(
+        f"tracing overhead per step: {off * 1000:.3f} ms off, {on * 1000:.3f} ms on "
+        f"({(on / off - 1) * 100:+.1f}%; target <= +10%), {spans} spans received"
+    )
 
 
 def main() -> None:
@@ -162,6 +211,9 @@ def main() -> None:
     parser.add_argument("--skip-postgres", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
     parser.add_argument("--encrypt", action="store_true", help="encrypt payloads at rest (AES-256-GCM)")
+    parser.add_argument(
+        "--tracing", action="store_true", help="also run traced (100%% sampling, OTLP) and print the overhead"
+    )
     args = parser.parse_args()
     print(
         f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "
@@ -171,9 +223,8 @@ def main() -> None:
         work = Path(tmp)
         if not args.skip_sqlite:
             floor = floor_sqlite(work / "floor.sqlite", args.floor_commits)
-            bench_backend(
-                "sqlite (WAL, synchronous=FULL)", f"sqlite:///{work / 'bench.sqlite'}", floor, work, args
-            )
+            urls = (f"sqlite:///{work / 'bench.sqlite'}", f"sqlite:///{work / 'bench-traced.sqlite'}")
+            bench_with_tracing("sqlite (WAL, synchronous=FULL)", urls, floor, work, args)
         if args.skip_postgres:
             return
         name = f"agentrt_bench_{uuid.uuid4().hex[:8]}"
@@ -182,7 +233,7 @@ def main() -> None:
         url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
         try:
             floor = floor_postgres(url, args.floor_commits)
-            bench_backend("postgresql (local)", url, floor, work, args)
+            bench_with_tracing("postgresql (local)", (url, url), floor, work, args)
         finally:
             with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -110,6 +110,12 @@ WRITTEN: list[tuple[str, str]] = [
         '"session_history": [{"run_id": "r0", "input": "before", "output": "answer"}], '
         f'"input_ref": {_REF}}}',
     ),
+    (  # a traced run names its trace (issue 17); an untraced one writes what it always wrote
+        ev.RUN_STARTED,
+        '{"agent_name": "a", "input": "x", "budgets": {"max_model_steps": 3, "max_tool_calls": 5, '
+        '"timeout": "30.000s", "max_parallel_tool_calls": 1}, "deadline": "2026-05-01T12:05:00.000Z", '
+        '"started_by": "", "trace_id": "0af7651916cd43dd8448eb211c80319c"}',
+    ),
     (ev.STEP_STARTED, f'{{"step": 1, "kind": "model", "usage": {_U0}}}'),
     (ev.STEP_STARTED, f'{{"step": 4, "kind": "diagnostic", "reason": "identical_call: t", "usage": {_U1}}}'),
     (ev.STEP_STARTED, f'{{"step": 5, "kind": "corrective", "reason": "output_invalid: x", "usage": {_U1}}}'),

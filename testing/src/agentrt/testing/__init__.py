@@ -9,6 +9,8 @@ Nothing in the product imports this package (a test walks the production modules
   ports (an in-memory run log with the store's fencing, fake tools with a ledger, a scripted
   model, a manual clock) and :class:`~agentrt.testing.engine.EngineWorld`, which drives runs
   through the real step loop, crashes them and hands them to a new owner, without a process.
+- :mod:`agentrt.testing.otlp`: :class:`~agentrt.testing.otlp.OtlpReceiver`, a real OTLP receiver
+  (the collector's TraceService and MetricsService over gRPC, and OTLP/HTTP) keeping what it got.
 - :class:`FakeModelServer`: an OpenAI- and Anthropic-compatible HTTP server speaking the real wire
   protocol from queued answers, and :class:`Exchange`, recorded exchanges loaded from JSON.
 

@@ -24,6 +24,7 @@ from agentrt.toolhost._ledger_schema import LedgerVersionError
 from agentrt.toolhost._logging import configure_logging, parse_level_spec, resolve_format
 from agentrt.toolhost._plugins import ENTRYPOINT_GROUP, collect_tools, get_plugin_manager
 from agentrt.toolhost._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
+from agentrt.toolhost.tracing import TracingError, install_tracing, options_from_env, shutdown_tracing
 
 __all__ = ["LISTENING_PREFIX", "main"]
 
@@ -307,9 +308,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         config=config,
     )
     try:
+        # Off unless OTEL_TRACES_EXPORTER names an exporter (agentrt.toolhost.tracing).
+        provider = install_tracing(options_from_env(), default_service_name="agentrt-toolhost")
+    except TracingError as exc:
+        return _usage_error(str(exc))
+    try:
         return asyncio.run(_serve(host, listen=args.listen, grace=args.grace))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return EXIT_ERROR
+    finally:
+        shutdown_tracing(provider)  # after the graceful stop: the last calls' spans are exported
 
 
 async def _serve(host: ToolHost, *, listen: str, grace: float) -> int:

@@ -29,6 +29,7 @@ from agentrt.toolhost._plugins import get_plugin_manager
 from agentrt.toolhost._sdk import Tool
 from agentrt.toolhost._server import ToolHostServicer
 from agentrt.toolhost._tls import ReloadingServerCredentials
+from agentrt.toolhost.tracing import TraceContextInterceptor
 
 __all__ = ["LEDGER_FILE", "SERVICE_NAME", "ToolHost", "parse_listen"]
 
@@ -127,7 +128,8 @@ class ToolHost:
         if self._server is not None:
             raise RuntimeError("the tool host is already started")
         host, _ = parse_listen(listen)
-        server = grpc.aio.server()
+        # First: the call's span covers everything the host does for it, continuing the caller's trace.
+        server = grpc.aio.server(interceptors=[TraceContextInterceptor(tracer_name="agentrt.toolhost")])
         try:
             if self._credentials is None:
                 port = server.add_insecure_port(listen)

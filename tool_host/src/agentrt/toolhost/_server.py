@@ -112,17 +112,28 @@ def call_budget(
 
 def _call_span(tool: str, run_id: str, traceparent: str | None) -> contextlib.AbstractContextManager[object]:
     """The span of one tool call, or nothing when no span would be recorded nor a trace continued."""
+    if not _HAVE_OTEL:
+        return contextlib.nullcontext()
+    attributes = {"agentrt.tool": tool, "agentrt.run_id": run_id, "gen_ai.tool.name": tool}
+    current = trace.get_current_span()
+    if current.get_span_context().is_valid:
+        # The host's InvokeTool span (TraceContextInterceptor) is the call's span: one span per
+        # call, not two; a plugin's own spans nest right under it.
+        current.set_attributes(attributes)
+        return contextlib.nullcontext()
     # Until a provider is set (by code or OTEL_PYTHON_TRACER_PROVIDER), spans are no-ops: skip
     # their cost. A tool sees the same (invalid) current span either way.
-    if not _HAVE_OTEL or (
-        traceparent is None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    ):
+    if traceparent is None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return contextlib.nullcontext()
+    # A host embedded without the interceptor: a span of its own, under the caller's traceparent.
     return trace.get_tracer("agentrt.toolhost").start_as_current_span(
         f"agentrt.tool {tool}",
         context=propagate.extract({TRACEPARENT: traceparent} if traceparent else {}),
         kind=trace.SpanKind.SERVER,
-        attributes={"agentrt.tool": tool, "agentrt.run_id": run_id},
+        attributes=attributes,
+        # A tool's exception text may quote what it handles: never copied into the span.
+        record_exception=False,
+        set_status_on_exception=False,
     )
 
 

@@ -33,6 +33,7 @@ from agentrt.server.core import (
 )
 from agentrt.server.core import events as ev
 from agentrt.server.store import RunRecord, StoredEvent
+from agentrt.server.telemetry import trace_id_of
 
 # Tool arguments and results are also sent as a structured Value when their JSON text is within
 # these bounds. Each JSON level is two protobuf levels (Value, Struct/ListValue): 32 keeps a
@@ -268,6 +269,7 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
         status = run_pb2.CleanupStatus.Value(f"CLEANUP_STATUS_{record.cleanup_status}")
         run.cleanup_status = cast("run_pb2.CleanupStatus", status)
     run.cleanups_unknown = record.cleanups_unknown or 0
+    run.trace_id = trace_id_of(record.trace_context or "")
     if record.call_summary:
         json_format.ParseDict(json.loads(record.call_summary), run, ignore_unknown_fields=True)
     return run

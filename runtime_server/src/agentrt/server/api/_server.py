@@ -26,10 +26,11 @@ from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensi
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from agentrt.server.store import Store, load_cipher
-from agentrt.server.telemetry import Counters
+from agentrt.server.telemetry import Counters, setup_tracing, shutdown_tracing
 from agentrt.server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter, ToolSlots
 from agentrt.toolhost import LedgerRetention
 from agentrt.toolhost.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
+from agentrt.toolhost.tracing import TraceContextInterceptor, TracingError
 
 log = logging.getLogger("agentrt.server")
 SERVICE_NAME = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name
@@ -130,7 +131,11 @@ class RuntimeServer:
             counters=self.counters,
         )
         self.server = grpc.aio.server(
-            interceptors=[AuthInterceptor(authentication)],
+            # Tracing first: the RPC's span (under the caller's traceparent) covers its authentication.
+            interceptors=[
+                TraceContextInterceptor(tracer_name="agentrt.runtime"),
+                AuthInterceptor(authentication),
+            ],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -346,6 +351,10 @@ def _host_tls(settings: Settings, host: ToolHostConfig) -> HostTls | None:
 
 async def serve(settings: Settings, *, announce: Callable[[str], None] = print) -> None:
     """Run until SIGTERM or SIGINT."""
+    try:
+        provider = setup_tracing(settings.tracing)  # off unless an exporter is configured
+    except TracingError as exc:
+        raise ConfigError(f"tracing: {exc}") from exc
     server = RuntimeServer(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -357,3 +366,4 @@ async def serve(settings: Settings, *, announce: Callable[[str], None] = print) 
         await stop.wait()
     finally:
         await server.stop()
+        shutdown_tracing(provider)  # SIGTERM: the spans of the drained runs are exported first

@@ -53,6 +53,9 @@ from agentrt.server.config._settings import (
 from agentrt.server.config._timeouts import (
     TimeoutsConfig,
 )
+from agentrt.server.config._tracing import (
+    TracingConfig,
+)
 from agentrt.server.config._waits import (
     EscalationConfig,
     ReconcileConfig,
@@ -97,6 +100,7 @@ __all__ = [
     "TlsConfig",
     "ToolHostConfig",
     "ToolLimitsConfig",
+    "TracingConfig",
     "load_settings",
     "wait_policy",
 ]

@@ -38,6 +38,7 @@ from agentrt.server.config._security import (
     TlsConfig,
 )
 from agentrt.server.config._timeouts import TimeoutsConfig
+from agentrt.server.config._tracing import TracingConfig
 from agentrt.server.config._waits import EscalationConfig, ReconcileConfig
 from agentrt.server.core import Budgets, LoopPolicy, price_micros, usd_to_micros
 
@@ -243,6 +244,7 @@ class Settings(_Strict):
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

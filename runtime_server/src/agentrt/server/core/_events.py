@@ -281,6 +281,7 @@ class RunStarted:
     started_by: str = ""
     session_history: tuple[SessionTurn, ...] = ()
     input_ref: PayloadRef | None = None  # ``input`` is then a view of this payload
+    trace_id: str = ""  # the OpenTelemetry trace the run's spans are in (32 hex digits); "": none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

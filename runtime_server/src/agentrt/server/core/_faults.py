@@ -212,13 +212,18 @@ def decide_environmental(
     return EnvironmentalRetry(retry=True, delay_s=min(full * (0.5 + 0.5 * rand), bound_s - elapsed))
 
 
+def redact_secrets(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with known secrets, URL credentials and key-shaped words replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _KEYLIKE.sub("[redacted]", _CREDENTIALS.sub("[redacted]@", text))
+
+
 def fault_message(error_class: str, text: str, where: str = "", secrets: tuple[str, ...] = ()) -> str:
     """A bounded description of an exception with credentials and known secrets taken out."""
     first_line = text.strip().splitlines()[0] if text.strip() else ""
-    for secret in secrets:
-        if secret:
-            first_line = first_line.replace(secret, "[redacted]")
-    first_line = _KEYLIKE.sub("[redacted]", _CREDENTIALS.sub("[redacted]@", first_line))
+    first_line = redact_secrets(first_line, secrets)
     message = f"{error_class} at {where}" if where else error_class
     return f"{message}: {first_line}"[:_MAX_MESSAGE] if first_line else message[:_MAX_MESSAGE]
 

@@ -40,6 +40,7 @@ from agentrt.server.core import events as ev
 from agentrt.server.engine._ports import Ports
 from agentrt.server.engine._run import RunContext
 from agentrt.server.store import CleanupColumns, RunRecord
+from agentrt.server.telemetry import current_traceparent
 from agentrt.server.tools import CallMetadata
 
 __all__ = [
@@ -232,6 +233,7 @@ async def _call_tool(
         tenant_id=tenant_id,
         max_result_bytes=ports.settings.payloads.max_tool_result_bytes,
         session_id=session_id,
+        traceparent=current_traceparent(),  # the run's span while it runs (none in the cleanup job)
     )
     outcome = await ports.tools.invoke(
         entry.target, entry.arguments_json or "{}", metadata=metadata, timeout_s=timeout_s

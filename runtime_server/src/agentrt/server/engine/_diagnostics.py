@@ -108,8 +108,7 @@ async def diagnose_run(ports: Ports, record: RunRecord) -> RunDiagnostics:
         cleanups_unknown=record.cleanups_unknown or 0,
         cleanup_due_ms=record.cleanup_due_ms or 0,
         cleanup_retries=record.cleanup_retries or 0,
-        # Another change stores the run's trace context in runs.trace_context; until then: none.
-        trace_id=trace_id_of(getattr(record, "trace_context", None)),
+        trace_id=trace_id_of(record.trace_context),
         updated_ms=record.updated_ms,
         log_note=note,
     )

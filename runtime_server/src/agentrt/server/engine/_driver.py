@@ -58,6 +58,7 @@ from agentrt.server.engine._run import RunContext, RunHandle, commit_after_row
 from agentrt.server.engine._signals import apply_cancel_request, apply_queued_signals
 from agentrt.server.engine._tool_step import ToolStep
 from agentrt.server.store import RowUpdate, RunRecord, StoredEvent, decode_event
+from agentrt.server.telemetry import run_span, span_event, step_span
 from agentrt.toolhost.logs import bind_log_fields
 
 log = logging.getLogger("agentrt.engine")
@@ -89,17 +90,26 @@ class RunDriver:
         self.ctx = ctx
         bind_log_fields(tenant=ctx.tenant_id)
         loop = StepLoop(ctx)
-        try:
-            if fresh is None:  # nobody can have queued a signal for a run created a moment ago
-                changed = changed_tool_contract(ctx)
-                if changed is not None:
-                    ctx.add(*end_events(ctx.state, Phase.FAILED, "incompatible_version", message=changed))
-                    await ctx.flush()
-                    return
-                await loop.apply_signals()
-            await loop.run()
-        except Parked:
-            return
+        with run_span(  # under the run's stored trace context: a resumed run stays in its trace
+            trace_context=ctx.trace_context,
+            agent=ctx.agent.name,
+            run_id=ctx.run_id,
+            tenant_id=ctx.tenant_id,
+            session_id=ctx.handle.session_id,
+            resumed=fresh is None,
+        ):
+            try:
+                if fresh is None:  # nobody can have queued a signal for a run created a moment ago
+                    changed = changed_tool_contract(ctx)
+                    if changed is not None:
+                        ctx.add(*end_events(ctx.state, Phase.FAILED, "incompatible_version", message=changed))
+                        await ctx.flush()
+                        return
+                    await loop.apply_signals()
+                await loop.run()
+            except Parked:
+                span_event("parked")
+                return
         if not ctx.commits.released:
             await self.ports.log.release(self.run_id, owner=self.ports.owner)
             ctx.commits.released = True
@@ -160,6 +170,7 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         reconcile_attempts=record.reconcile_attempts or 0,  # None: a record built before the column
         needs_attention=bool(record.needs_attention),
         cleanup_status=record.cleanup_status or "",
+        trace_context=record.trace_context or "",
     )
     if state.input_ref is not None:  # the model sees the whole input, not its view
         await hydrate_input(ctx)
@@ -273,27 +284,33 @@ class StepLoop:
                     await self.model.fit_window(step)  # recorded on its step.started, committed next
                     await ctx.flush()
                     ports.counters.inc("steps")
-                    await self.model.run_step(step)
+                    with step_span(run_id=ctx.run_id, step=step, kind="model"):
+                        await self.model.run_step(step)
                 case InvokeTool(call=call):
                     await ctx.flush()
                     ports.counters.inc("steps")
-                    await self.tools.run_call(call)
+                    with step_span(run_id=ctx.run_id, step=call.step, kind="tool"):
+                        await self.tools.run_call(call)
                 case InvokeTools(calls=calls):
                     await ctx.flush()
                     ports.counters.inc("steps")
-                    await self.tools.run_batch(calls)
+                    with step_span(run_id=ctx.run_id, step=calls[0].step, kind="tools"):
+                        await self.tools.run_batch(calls)
                 case WaitUntil(due_s=due_s):
                     await ctx.flush()
+                    span_event("wait", seconds=round(max(0.0, due_s - ports.clock()), 3))
                     with contextlib.suppress(Cancelled):  # the loop appends cancel.requested next
                         await ctx.sleep(max(0.0, due_s - ports.clock()))
                 case RequestApproval(call=call):
                     await ctx.flush()
+                    span_event("approval_requested", tool=call.tool, call_id=call.call_id)
                     await self.approvals.request(call)
                 case PauseForBudget(budget=budget):
                     await ctx.flush()
                     await self.approvals.request_budget(budget)
                 case Reconcile(call=call):
                     await ctx.flush()
+                    span_event("reconcile", tool=call.tool, call_id=call.call_id)
                     await self.tools.reconcile(call)
                 case Finalize(answer=answer, corrected=corrected):
                     finalize(ctx, answer, corrected=corrected)

@@ -49,7 +49,7 @@ from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
 from agentrt.server.store import Admission, RunRecord, Store, StoredEvent, encode_event, signal_target
-from agentrt.server.telemetry import Counters, log_failure, transition
+from agentrt.server.telemetry import Counters, current_traceparent, log_failure, trace_id_of, transition
 from agentrt.server.tools import ToolRouter
 from agentrt.toolhost.logs import log_fields
 
@@ -259,6 +259,9 @@ class Engine:
         shown, input_ref = await store_input(
             self.payloads, self.settings.payloads, run_id, request.tenant_id, request.input, now_ms
         )
+        # The caller's trace (the RunAgent span, or the parent run's tool call): every owner's
+        # spans of this run go under it, whichever replica and however many resumes.
+        traceparent = current_traceparent()
         values = {
             "run_id": run_id,
             "tenant_id": request.tenant_id,
@@ -287,6 +290,7 @@ class Engine:
             "agent_config_hash": request.agent.config_hash(),
             "reconcile_attempts": 0,
             "needs_attention": False,
+            "trace_context": traceparent or None,
         }
         started = encode_event(
             RunStarted(
@@ -297,6 +301,7 @@ class Engine:
                 started_by=request.created_by,
                 session_history=tuple(history),
                 input_ref=PayloadRef.from_json(input_ref) if input_ref is not None else None,
+                trace_id=trace_id_of(traceparent),
             )
         )
         record, created = await self.store.create_run(values, [started], now_ms, admission=admission)

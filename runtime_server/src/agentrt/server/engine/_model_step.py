@@ -62,7 +62,7 @@ from agentrt.server.models import (
     ModelTransientError,
     ToolDef,
 )
-from agentrt.server.telemetry import decision
+from agentrt.server.telemetry import decision, span_event, traced_chat
 
 # Model options that shape sampling: a model step records those its request carried (S004 §12).
 SAMPLING_OPTIONS = frozenset(
@@ -134,6 +134,7 @@ class ModelStep:
         self.ctx = ctx
         self._bound: tuple[ModelConfig, BoundModel] | None = None
         self._expected_s = 0.0  # the latest model call's time: a retry must leave room for another
+        self._conversation = ctx.handle.session_id or ctx.run_id  # gen_ai.conversation.id of chat spans
 
     def _model(self) -> BoundModel:
         """The active agent's model through its profile, bound once per agent config.
@@ -308,9 +309,9 @@ class ModelStep:
         )
         sent_s = ports.clock()
         try:
-            response = await ctx.io(
-                partial(ports.models.complete, bound.spec, request, on_text_delta=_ignore)
-            )
+            complete = partial(ports.models.complete, bound.spec, request, on_text_delta=_ignore)
+            chat = partial(traced_chat, conversation_id=self._conversation, secrets=bound.hidden)
+            response = await ctx.io(partial(chat, request, complete))  # agentrt.purpose=summary
         except Cancelled:
             return None
         except ModelError as exc:
@@ -359,9 +360,11 @@ class ModelStep:
                 return
             sink = self._delta_sink(step, attempt)
             began = ports.clock()
-            complete = partial(ports.models.complete, bound.spec, self._request(plan.timeout_s, bound))
+            request = self._request(plan.timeout_s, bound)
+            complete = partial(ports.models.complete, bound.spec, request, on_text_delta=sink)
             try:
-                response = await ctx.io(partial(complete, on_text_delta=sink))
+                chat = partial(traced_chat, conversation_id=self._conversation, secrets=bound.hidden)
+                response = await ctx.io(partial(chat, request, complete))
                 break
             except Cancelled:
                 return
@@ -436,6 +439,7 @@ class ModelStep:
                 )
                 ctx.add(retry)
                 await ctx.flush()
+                span_event("retry_scheduled", attempt=attempt + 1, delay_s=delay, reason=exc.reason)
                 try:
                     await ctx.sleep(delay)
                 except Cancelled:

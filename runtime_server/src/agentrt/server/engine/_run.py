@@ -39,7 +39,7 @@ from agentrt.server.engine._control import AGENT_TOOL_PREFIX, HANDOFF_PREFIX, Ca
 from agentrt.server.engine._details import RunDetails
 from agentrt.server.engine._ports import Ports, ToolPort
 from agentrt.server.store import RowUpdate, RunRecord, StoredEvent, encode_event
-from agentrt.server.telemetry import RunStory
+from agentrt.server.telemetry import RunStory, current_traceparent
 from agentrt.server.tools import CallMetadata
 
 T = TypeVar("T")
@@ -118,8 +118,10 @@ class RunContext:
         reconcile_attempts: int = 0,
         needs_attention: bool = False,
         cleanup_status: str = "",
+        trace_context: str = "",
     ):
         self.ports = ports
+        self.trace_context = trace_context  # traceparent of the run's root (runs.trace_context)
         # Frozen for this ownership: who the run is, and only the settings its steps use.
         self.details = RunDetails(
             run_id=handle.run_id,
@@ -180,6 +182,7 @@ class RunContext:
             max_result_bytes=self.settings.payloads.max_tool_result_bytes,
             session_id=self.handle.session_id,
             intent_override=call.approved and call.override_intent,
+            traceparent=current_traceparent(),  # the tool host's span joins the run's trace
         )
 
     # -- committing ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import uuid
+from functools import partial
 from typing import Any
 
 from agentrt.proto.toolhost.v1 import tool_pb2
@@ -65,7 +66,7 @@ from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import StartRequest
 from agentrt.server.engine._run import RunContext
 from agentrt.server.store import RowUpdate
-from agentrt.server.telemetry import decision, logs_call
+from agentrt.server.telemetry import decision, logs_call, span_event, traced_tool
 
 # The settled verdicts of a recorded outcome, and those that end or retry it.
 _Settled = attempts.Fenced | attempts.Fail | attempts.Pause | attempts.Done
@@ -164,6 +165,7 @@ class ToolStep:
         if isinstance(verdict, attempts.Retry):
             counters.inc("retry_count")
             ctx.add(self._retry_event(call, call.attempts + 1, verdict.delay_s, outcome))
+            span_event("retry_scheduled", call_id=call.call_id, delay_s=verdict.delay_s)
             return
         self._step_began.pop(call.call_id, None)
         if isinstance(verdict, attempts.StepTimeout):
@@ -331,11 +333,9 @@ class ToolStep:
     async def _send(self, call: CallState, *, timeout_s: float) -> ToolOutcome:
         ctx, ports = self.ctx, self.ctx.ports
         ports.faults.hit("tool_before_send")
-        sending = asyncio.ensure_future(
-            ports.tools.invoke(
-                call.tool, call.arguments_json, metadata=ctx.call_metadata(call), timeout_s=timeout_s
-            )
-        )
+        # The metadata is built inside the call's execute_tool span: the host continues that span.
+        invoke = partial(ports.tools.invoke, call.tool, call.arguments_json, timeout_s=timeout_s)
+        sending = asyncio.ensure_future(traced_tool(call, lambda: invoke(metadata=ctx.call_metadata(call))))
         sent_ms = ports.now_ms()
         if ports.faults.armed:
             # Let the request leave before crashing "between sent and recorded".
@@ -484,6 +484,7 @@ class ToolStep:
 
     def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
         self.ctx.ports.counters.inc("unknown_result_count")
+        span_event("unknown_outcome", tool=call.tool, call_id=call.call_id)
         unknown = ToolOutcomeUnknown(
             step=call.step,
             call_id=call.call_id,

@@ -35,6 +35,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import httpx
 import pydantic
+from opentelemetry import propagate
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrt.server.core import connect_timeout_s
@@ -316,7 +317,12 @@ class Endpoint:
         on_headers: Callable[[Mapping[str, str]], None] | None = None,
     ) -> Any:
         try:
-            async with self._client.stream("POST", path, json=body, timeout=phases) as response:
+            # The chat span's context: a traced provider (or gateway) joins the run's trace.
+            trace_headers: dict[str, str] = {}
+            propagate.inject(trace_headers)
+            async with self._client.stream(
+                "POST", path, json=body, timeout=phases, headers=trace_headers
+            ) as response:
                 if not response.is_success:
                     content = await response.aread()
                     raise self._error_from_response(

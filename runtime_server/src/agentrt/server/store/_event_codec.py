@@ -84,7 +84,7 @@ ENUMS: Mapping[type[Enum], EnumWire] = {
 
 # Fields written otherwise than "always, and X | None left out when None", by class.
 RULES: Mapping[type[Any], Mapping[str, Rule]] = {
-    ev.RunStarted: {"session_history": OMIT_DEFAULT},
+    ev.RunStarted: {"session_history": OMIT_DEFAULT, "trace_id": OMIT_DEFAULT},  # untraced: as before
     # An attempt's fragment always has its text; a superseded mark has only the flag.
     ev.ModelTextDelta: {"text": Rule(omitted_with="superseded"), "superseded": OMIT_DEFAULT},
     ev.ModelCompleted: {

@@ -54,6 +54,7 @@ class RunRecord:
     cleanup_due_ms: int | None = None  # when the cleanup job retries them next
     cleanup_retries: int = 0  # passes of the cleanup job so far
     unknown_call_id: str | None = None  # while UNKNOWN_OUTCOME: the call whose outcome is unknown
+    trace_context: str | None = None  # W3C traceparent of the run's root span; None: not traced
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

@@ -88,6 +88,7 @@ runs = Table(
     # While UNKNOWN_OUTCOME: the call whose outcome is unknown (a model's id, of any length), so
     # ResolveOutcome is answered from the row (NULL from an earlier runtime: the owner checks it).
     Column("unknown_call_id", Text, nullable=True),
+    Column("trace_context", Text, nullable=True),  # W3C traceparent of the run's root span
     UniqueConstraint("tenant_id", "request_key", name="uq_runs_tenant_request_key"),
     Index("ix_runs_tenant_created", "tenant_id", "created_ms"),
     Index("ix_runs_claim", "phase", "lease_expires_ms"),

@@ -1,4 +1,4 @@
-"""Telemetry: process counters and structured logs (OpenTelemetry export comes with issue 17)."""
+"""Telemetry: process counters, structured logs (``_logging``), tracing of runs (``_tracing``)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,42 @@ from agentrt.server.telemetry._logging import (
     setup_logging,
     transition,
 )
+from agentrt.server.telemetry._tracing import (
+    CAPTURE_CONTENT_ENV,
+    current_traceparent,
+    run_span,
+    setup_tracing,
+    shutdown_tracing,
+    span_event,
+    step_span,
+    trace_id_of,
+    traced_chat,
+    traced_tool,
+    tracing_options,
+)
 
 __all__ = [
+    "CAPTURE_CONTENT_ENV",
     "COUNTER_NAMES",
     "FORMAT_ENV",
     "Counters",
     "RunStory",
     "active_format",
+    "current_traceparent",
     "decision",
     "log_failure",
     "logs_call",
     "resolve_format",
     "run_log",
+    "run_span",
     "setup_logging",
+    "setup_tracing",
+    "shutdown_tracing",
+    "span_event",
+    "step_span",
+    "trace_id_of",
+    "traced_chat",
+    "traced_tool",
+    "tracing_options",
     "transition",
 ]

@@ -175,7 +175,7 @@ class AgentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables", "needs_attention", "completed_calls", "not_completed_calls", "unknown_calls", "cleanup_status", "cleanups_unknown")
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables", "needs_attention", "completed_calls", "not_completed_calls", "unknown_calls", "cleanup_status", "cleanups_unknown", "trace_id")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,7 @@ class Run(_message.Message):
     UNKNOWN_CALLS_FIELD_NUMBER: _ClassVar[int]
     CLEANUP_STATUS_FIELD_NUMBER: _ClassVar[int]
     CLEANUPS_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     tenant_id: str
     agent_name: str
@@ -250,7 +251,8 @@ class Run(_message.Message):
     unknown_calls: _containers.RepeatedCompositeFieldContainer[CallSummary]
     cleanup_status: CleanupStatus
     cleanups_unknown: int
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., needs_attention: _Optional[bool] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., cleanup_status: _Optional[_Union[CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ...) -> None: ...
+    trace_id: str
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., needs_attention: _Optional[bool] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., cleanup_status: _Optional[_Union[CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ..., trace_id: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("call_id", "tool", "arguments_json", "arguments")
@@ -275,7 +277,7 @@ class SessionTurn(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., input: _Optional[str] = ..., output: _Optional[str] = ...) -> None: ...
 
 class RunStarted(_message.Message):
-    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history", "started_by", "input_ref")
+    __slots__ = ("agent_name", "input", "budgets", "deadline", "session_history", "started_by", "input_ref", "trace_id")
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +285,7 @@ class RunStarted(_message.Message):
     SESSION_HISTORY_FIELD_NUMBER: _ClassVar[int]
     STARTED_BY_FIELD_NUMBER: _ClassVar[int]
     INPUT_REF_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     input: str
     budgets: Budgets
@@ -290,7 +293,8 @@ class RunStarted(_message.Message):
     session_history: _containers.RepeatedCompositeFieldContainer[SessionTurn]
     started_by: str
     input_ref: PayloadRef
-    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., started_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ...) -> None: ...
+    trace_id: str
+    def __init__(self, agent_name: _Optional[str] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_history: _Optional[_Iterable[_Union[SessionTurn, _Mapping]]] = ..., started_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., trace_id: _Optional[str] = ...) -> None: ...
 
 class StepStarted(_message.Message):
     __slots__ = ("step", "kind", "usage", "reason", "context")
