@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentrt.server.core import RunCompleted, StepStarted
 from agentrt.server.engine._payload_step import (
     MAX_EVENT_BYTES,
     EventTooLarge,
@@ -15,7 +16,6 @@ from agentrt.server.engine._payload_step import (
     text_view,
     utf8_size,
 )
-from agentrt.server.core import RunCompleted, StepStarted
 from agentrt.server.store import PayloadRef, RowUpdate, encode_commit
 from agentrt.toolhost._errors import ErrorCode
 from agentrt.toolhost._operations import _bounded

@@ -22,6 +22,9 @@ from agentrt.server.config._limits import (
     StreamsConfig,
     ToolLimitsConfig,
 )
+from agentrt.server.config._metrics import (
+    MetricsConfig,
+)
 from agentrt.server.config._security import (
     ROLES,
     ApproverScopeConfig,
@@ -78,6 +81,7 @@ __all__ = [
     "JwtConfig",
     "LimitsConfig",
     "LoopsConfig",
+    "MetricsConfig",
     "MiB",
     "ModelCacheConfig",
     "ModelConfig",

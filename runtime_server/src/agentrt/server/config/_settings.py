@@ -28,6 +28,7 @@ from agentrt.server.config._limits import (
     StreamsConfig,
     ToolLimitsConfig,
 )
+from agentrt.server.config._metrics import MetricsConfig
 from agentrt.server.config._security import (
     AuthConfig,
     EncryptionConfig,
@@ -241,6 +242,7 @@ class Settings(_Strict):
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

@@ -148,6 +148,10 @@ class Engine:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def owned_runs(self) -> int:
+        """Runs this process drives now (a metrics gauge)."""
+        return len(self._runs)
+
     @property
     def stopping(self) -> bool:
         """Shutting down: no new work, no further attempts after a fault."""

@@ -234,6 +234,7 @@ class RunContext:
         events = tuple(commits.events)
         types = [e.type_name for e in events]
         ports.faults.around_commit("before", types)
+        began = ports.clock()
         committed = await ports.log.commit(
             self.run_id,
             expected_revision=commits.revision,
@@ -245,6 +246,7 @@ class RunContext:
             consume_signals=commits.consumed_signals,
         )
         commits.landed(committed.revision, update)
+        ports.counters.observe("commit_duration", ports.clock() - began)
         ports.faults.around_commit("after", types)
         ports.live.publish(self.run_id, committed.events)
         if checkpoint is not None:  # after the commit: it describes committed events only

@@ -1,7 +1,25 @@
-"""Telemetry: process counters (OpenTelemetry export comes with the observability work)."""
+"""Telemetry: the engine's counters and histograms, and the process's OpenTelemetry metrics."""
 
 from __future__ import annotations
 
-from agentrt.server.telemetry._counters import COUNTER_NAMES, Counters
+from agentrt.server.telemetry._counters import (
+    COUNTER_NAMES,
+    HISTOGRAMS,
+    OTHER,
+    OTHER_CAP,
+    Counters,
+    tool_labels,
+)
+from agentrt.server.telemetry._metrics import GAUGES, GaugeCounts, RuntimeMetrics
 
-__all__ = ["COUNTER_NAMES", "Counters"]
+__all__ = [
+    "COUNTER_NAMES",
+    "GAUGES",
+    "HISTOGRAMS",
+    "OTHER",
+    "OTHER_CAP",
+    "Counters",
+    "GaugeCounts",
+    "RuntimeMetrics",
+    "tool_labels",
+]
