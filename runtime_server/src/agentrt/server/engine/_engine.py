@@ -304,7 +304,7 @@ class Engine:
         if not created:
             same_request(record, request.request_key, request.request_hash)
         if created:
-            self.counters.inc("runs_started")
+            self.counters.inc("runs_started", tenant=request.tenant_id, agent=request.agent.name)
             if not own:
                 self._unowned_waiting = True
             if own:
@@ -366,7 +366,7 @@ class Engine:
         )
         if record is None or Phase(record.phase).terminal:
             return record
-        self.counters.inc("cancel_requested_count")
+        self.counters.inc("cancel_requested_count", tenant=tenant_id)
         handle = self._runs.get(run_id)
         if handle is not None:
             signal_cancel(

@@ -202,7 +202,7 @@ class ToolStep:
             ctx.ports.counters.observe(
                 "tool_duration", ctx.ports.clock() - began, **tool_labels(call, outcome)
             )
-        if outcome.timed_out and not reconciled:
+        if (outcome.timed_out or outcome.host_timed_out) and not reconciled:
             ctx.ports.counters.inc("timeout_count", tool=call.tool)
         clock = attempts.AttemptClock(
             began_s=began,

@@ -54,8 +54,10 @@ OTHER = "other"
 OTHER_CAP = 100  # distinct agents, providers, models, error classes, outcomes, step kinds
 _MAX_VALUE_CHARS = 64
 
-# The attributes a call site may give; tenant and agent come from bind_run.
-_SITE_ATTRIBUTES = frozenset({"tool", "provider", "model", "error_class", "outcome", "kind", "token_type"})
+# The attributes a call site may give; inside a run, tenant and agent come from bind_run.
+_SITE_ATTRIBUTES = frozenset(
+    {"tenant", "agent", "tool", "provider", "model", "error_class", "outcome", "kind", "token_type"}
+)
 
 
 @dataclass(frozen=True, slots=True)
