@@ -323,7 +323,7 @@ class Store(TypedCommits):
             queued = select(func.count()).where(runs.c.phase.in_(waiting), free, due)
             attention = select(func.count()).where(in_active, runs.c.needs_attention.is_(True))
             return (
-                {str(phase): int(n) for phase, n in by_phase},
+                dict.fromkeys(active, 0) | {str(phase): int(n) for phase, n in by_phase},
                 int(conn.execute(queued).scalar_one()),
                 int(conn.execute(attention).scalar_one()),
             )

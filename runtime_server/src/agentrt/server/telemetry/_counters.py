@@ -157,6 +157,8 @@ class Counters:
         if meter is not None:
             for name in COUNTER_NAMES:
                 self._instruments[name] = meter.create_counter(f"agentrt.{name}", unit="1")
+                # A series from the first scrape on: rate() and alerts see 0, not "no data".
+                self._instruments[name].add(0)
             for key, spec in HISTOGRAMS.items():
                 self._histograms[key] = meter.create_histogram(
                     spec.name,
