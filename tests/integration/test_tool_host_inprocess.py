@@ -444,7 +444,7 @@ async def test_a_duplicate_gives_up_when_the_first_call_outlasts_its_deadline(
     await asyncio.wait_for(STATE.started.wait(), 5)
     code, message, details = _error(await _invoke(stub, "gate.write", key="dup-2", timeout=1.0))
     assert code == "TOOL_ERROR_CODE_TRANSIENT"
-    assert "still running" in message and details == {"still_running": True}
+    assert "still running" in message and details == {"still_running": True, "deadline_exceeded": True}
     STATE.release.set()
     assert not (await first).HasField("error")
 

@@ -36,6 +36,7 @@ TOKEN = "s3cret-metrics-token"
 
 
 def points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, Any], Any]]:
+    """The data points of ``name``, less the zero series every counter starts with."""
     data = reader.get_metrics_data()
     assert data is not None
     found = []
@@ -43,7 +44,11 @@ def points(reader: InMemoryMetricReader, name: str) -> list[tuple[dict[str, Any]
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
                 if metric.name == name:
-                    found += [(dict(p.attributes or {}), p) for p in metric.data.data_points]
+                    found += [
+                        (dict(p.attributes or {}), p)
+                        for p in metric.data.data_points
+                        if p.attributes or getattr(p, "value", None) != 0
+                    ]
     return found
 
 
@@ -286,3 +291,36 @@ def test_the_sample_parser_reads_the_text_format_and_refuses_garbage() -> None:
     assert samples.names() == {"x_total", "y"}
     with pytest.raises(ValueError, match="not a Prometheus sample line"):
         MetricSamples.parse("{broken\n")
+
+
+def test_the_hosts_word_that_the_deadline_stopped_a_call_is_a_typed_timeout() -> None:
+    from agentrt.proto.toolhost.v1 import tool_pb2
+    from agentrt.server.tools._router import host_failure
+
+    def failure(details: str, code: int = tool_pb2.TOOL_ERROR_CODE_TRANSIENT) -> Any:
+        return host_failure(tool_pb2.ToolError(code=code, message="timeout", details_json=details))
+
+    stopped = failure('{"effect": "unknown", "deadline_exceeded": true}')
+    assert stopped.host_timed_out and stopped.host_unsure and not stopped.timed_out
+    assert failure('{"still_running": true, "deadline_exceeded": true}').host_timed_out
+    assert not failure('{"effect": "unknown"}').host_timed_out  # a stop for another reason
+    assert not failure('{"deadline_exceeded": "yes"}').host_timed_out  # only the typed true
+    assert not failure('{"deadline_exceeded": true}', tool_pb2.TOOL_ERROR_CODE_PERMANENT).host_timed_out
+
+
+async def test_a_write_the_host_stopped_at_its_deadline_counts_one_timeout_and_stays_unknown() -> None:
+    from agentrt.server.tools import ToolOutcome
+    from tests.unit.test_engine_tool_outcomes import world_with
+
+    stopped = ToolOutcome.failure(
+        "TRANSIENT",
+        "timeout: the call overran its deadline",
+        details_json='{"effect": "unknown", "deadline_exceeded": true}',
+        host_unsure=True,
+        host_timed_out=True,
+    )
+    world, _ = world_with(answer=stopped)
+    run_id = world.create_run()
+    await world.drive(run_id)
+    assert world.log.phase(run_id) == "UNKNOWN_OUTCOME"  # the verdict is the host_unsure one
+    assert world.counters.get("timeout_count") == 1 and world.counters.get("retry_count") == 0

@@ -60,6 +60,7 @@ class ToolOutcome:
         transport_lost: bool = False,
         host_unsure: bool = False,
         still_running: bool = False,
+        host_timed_out: bool = False,
     ) -> ToolOutcome:
         """A failed attempt; ``code`` is a ToolErrorCode or its name (``"TRANSIENT"``)."""
         return cls(
@@ -71,6 +72,7 @@ class ToolOutcome:
             transport_lost=transport_lost,
             host_unsure=host_unsure,
             still_running=still_running,
+            host_timed_out=host_timed_out,
         )
 
     @property
