@@ -160,7 +160,8 @@ def get(url: str, headers: dict[str, str] | None = None, method: str = "GET") ->
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+        with exc:
+            return exc.code, exc.read().decode()
 
 
 @pytest.fixture
