@@ -105,8 +105,8 @@ def test_the_same_refund_asked_in_two_steps_is_issued_once(
         run_id = client.start_run("twice", "refund A100").run_id
         events = stored(client, run_id)
         run = client.get_run(run_id)
+    counters = runtime.counters()  # scraped while it serves
     runtime.stop()
-    counters = runtime.counters()
 
     assert run.phase == run_pb2.RUN_PHASE_COMPLETED
     assert refunds(tool_host) == 1

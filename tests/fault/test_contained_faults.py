@@ -139,8 +139,8 @@ def test_three_faults_end_the_run_failed_within_seconds_counting_every_model_cal
         events, run = _events(runtime.address, run_id)
         took = time.monotonic() - began
         assert runtime.process.poll() is None  # contained: the process lives on
+        counters = runtime.counters()  # scraped while it serves
         runtime.stop()
-        counters = runtime.counters()
     finally:
         runtime.close()
     # Each fault was recorded and retried by this worker, not left to a lease expiry and reclaim.
@@ -175,8 +175,8 @@ def test_a_single_transient_fault_is_recorded_and_the_run_completes(
     try:
         run_id, _ = _start(runtime.address)
         events, run = _events(runtime.address, run_id)
+        counters = runtime.counters()  # scraped while it serves
         runtime.stop()
-        counters = runtime.counters()
     finally:
         runtime.close()
     assert run.phase == run_pb2.RUN_PHASE_COMPLETED and run.output == "Refunded 30.00 for A100."
@@ -208,8 +208,8 @@ def test_an_exception_at_any_commit_point_is_contained_exactly_once(
         run_id, began = _start(runtime.address)
         events, run = _events(runtime.address, run_id)
         took = time.monotonic() - began
+        counters = runtime.counters()  # scraped while it serves
         runtime.stop()
-        counters = runtime.counters()
     finally:
         runtime.close()
     assert run.phase == run_pb2.RUN_PHASE_COMPLETED, [event_type(e) for e in events]

@@ -81,8 +81,8 @@ def test_crash_at_commit_point_recovers_exactly_once(
             # Live text deltas (seq 0) are best-effort and not part of the log.
             events = [e for e in client.stream_events(run_id, follow=True, timeout=60) if e.seq]
             run = client.get_run(run_id)
+        counters = healthy.counters()  # scraped while it serves
         healthy.stop()
-        counters = healthy.counters()
     finally:
         healthy.close()
 

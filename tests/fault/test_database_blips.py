@@ -132,8 +132,8 @@ def test_runs_complete_through_a_database_that_drops_its_connections(
             ended = [follow_to_end(runtime.address, run_id, timeout=30) for run_id in run_ids]
             with Client(runtime.address) as client:
                 runs = [client.get_run(run_id) for run_id in run_ids]
+            counters = runtime.counters()  # scraped while it serves
             runtime.stop()
-            counters = runtime.counters()
         finally:
             runtime.close()
     assert terminator.terminated >= terminator.rounds // 2 > 0  # the blips really cut connections

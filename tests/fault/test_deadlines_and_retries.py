@@ -64,8 +64,10 @@ def wait_phase(address: str, run_id: str, phase: int, timeout: float = 30.0) -> 
 
 
 def stopped_counters(runtime: RuntimeProcess) -> dict[str, int]:
+    """The counters, scraped while the process serves, then a graceful stop."""
+    counters = runtime.counters()
     runtime.stop()
-    return runtime.counters()
+    return counters
 
 
 def test_tool_host_down_at_call_time_is_retried_until_it_is_back(tmp_path: Path) -> None:

@@ -51,8 +51,8 @@ def test_the_fault_limit_with_a_write_in_flight_parks_it_unknown_until_its_ledge
             )
             events = [e for e in client.stream_events(run_id, follow=True, timeout=TIMEOUT_S) if e.seq]
             run = client.get_run(run_id)
+        counters = runtime.counters()  # scraped while it serves
         runtime.stop()
-        counters = runtime.counters()
     finally:
         runtime.close()
     # At the limit the run waited in UNKNOWN_OUTCOME for its ledger; it never failed.

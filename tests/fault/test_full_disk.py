@@ -116,8 +116,8 @@ def test_a_full_disk_refuses_new_runs_and_the_runs_in_flight_complete_once_space
                 (small_disk / "probe").unlink(missing_ok=True)
                 runs = _poll(lambda: _all_ended(client, run_ids), timeout_s=90)
             ended = [follow_to_end(runtime.address, run_id, timeout=30) for run_id in run_ids]
+            counters = runtime.counters()  # scraped while it serves
             runtime.stop()
-            counters = runtime.counters()
         finally:
             runtime.close()
     assert answers.total() > answers["OK"], f"no StartRun was refused, the disk never looked full: {answers}"

@@ -141,8 +141,8 @@ def test_an_unknown_outcome_outliving_the_deadline_escalates_then_ends_expired_w
                 run = client.get_run(run_id)
                 assert not run.needs_attention and list(run.completed_calls) == list(ended.completed_calls)
             assert count_refunds(host.data_dir / "refunds.sqlite") == 1
+            assert runtime.counters()["escalated_count"] == 1  # scraped while it serves
             runtime.stop()
-            assert runtime.counters()["escalated_count"] == 1
         finally:
             runtime.close()
             host.stop()

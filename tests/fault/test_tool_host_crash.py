@@ -57,8 +57,8 @@ def test_host_crash_after_the_effect_is_settled_from_the_tools_own_store(
                 len(settled) == 1 and settled[0].replayed and '"status": "issued"' in settled[0].result_json
             )
             assert count_refunds(host.data_dir / "refunds.sqlite") == 1
+            counters = runtime.counters()  # scraped while it serves
             runtime.stop()
-            counters = runtime.counters()
             assert counters["unknown_result_count"] >= 1 and counters["duplicate_suppressed_count"] == 1
         finally:
             runtime.close()

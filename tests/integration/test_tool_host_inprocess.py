@@ -444,7 +444,7 @@ async def test_a_duplicate_gives_up_when_the_first_call_outlasts_its_deadline(
     await asyncio.wait_for(STATE.started.wait(), 5)
     code, message, details = _error(await _invoke(stub, "gate.write", key="dup-2", timeout=1.0))
     assert code == "TOOL_ERROR_CODE_TRANSIENT"
-    assert "still running" in message and details == {"still_running": True}
+    assert "still running" in message and details == {"still_running": True, "deadline_exceeded": True}
     STATE.release.set()
     assert not (await first).HasField("error")
 
@@ -540,7 +540,8 @@ async def test_an_async_tool_overrunning_its_deadline_is_cancelled(stub: ToolHos
     assert time.monotonic() - started < 1.0
     code, message, details = _error(response)
     assert code == "TOOL_ERROR_CODE_TRANSIENT" and message.startswith("timeout")
-    assert details == {"effect": "unknown"}  # stopped at an await: the host cannot tell what it did
+    # Stopped at an await: the host cannot tell what it did; it says the deadline stopped it.
+    assert details == {"effect": "unknown", "deadline_exceeded": True}
     assert STATE.hard_cancelled
     operation = await _operation(stub, "overrun-1")
     assert (operation.status, operation.error.code) == (
@@ -555,7 +556,7 @@ async def test_a_sync_tool_overrunning_its_deadline_keeps_running_and_records_la
     response = await _invoke(stub, "blocking.sync", key="sync-1", timeout=1.0)
     code, message, details = _error(response)
     assert code == "TOOL_ERROR_CODE_TRANSIENT" and message.startswith("timeout")
-    assert details == {"still_running": True}
+    assert details == {"still_running": True, "deadline_exceeded": True}
     # Its thread cannot be interrupted: the entry stays RUNNING until it really ends.
     assert (await _operation(stub, "sync-1")).status == tool_pb2.OPERATION_STATUS_RUNNING
     STATE.thread_release.set()

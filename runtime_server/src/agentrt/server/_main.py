@@ -28,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
         help="allow a non-loopback listen without TLS and authentication (logged loudly; not for production)",
     )
     parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics there ([metrics] listen; port 0 picks a free one)",
+    )
+    parser.add_argument(
         "--log-level",
         help="a level (WARNING), logger=LEVEL pairs (agentrt.run=INFO,grpc=ERROR) or both; "
         "on top of [logging] level and levels",
@@ -54,6 +59,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
         overrides["db_url"] = args.db_url
     if args.insecure:
         overrides["insecure"] = True
+    if args.metrics_listen is not None:
+        overrides["metrics"] = {**settings.metrics.model_dump(), "listen": args.metrics_listen}
     if not overrides:
         return settings
     try:

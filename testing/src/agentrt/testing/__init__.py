@@ -4,7 +4,9 @@ Nothing in the product imports this package (a test walks the production modules
 
 - :func:`spawn_tool_host` / :func:`start_tool_host`: a real tool host process (optionally with
   another venv's interpreter) serving the given plugins; :class:`ToolHostProcess`.
-- :func:`spawn_runtime`: a real runtime process (needs ``agentrt-server``); :class:`RuntimeProcess`.
+- :func:`spawn_runtime`: a real runtime process (needs ``agentrt-server``); :class:`RuntimeProcess`,
+  whose ``counters()`` and ``metrics()`` scrape its ``/metrics`` over HTTP.
+- :func:`scrape_metrics` / :class:`MetricSamples`: one scrape of a ``/metrics`` endpoint, parsed.
 - :mod:`agentrt.testing.engine` (needs ``agentrt-server``): in-process fakes of the engine's
   ports (an in-memory run log with the store's fencing, fake tools with a ledger, a scripted
   model, a manual clock) and :class:`~agentrt.testing.engine.EngineWorld`, which drives runs
@@ -57,6 +59,7 @@ and the exact answer (status, headers, body bytes, piece boundaries) the server 
 from __future__ import annotations
 
 from agentrt.testing._exchanges import Exchange, ExpectedRequest
+from agentrt.testing._metrics import MetricSamples, scrape_metrics
 from agentrt.testing._model_server import FakeModelServer, FakeResponse, RecordedRequest, sse_event
 from agentrt.testing._runtime import RuntimeProcess, spawn_runtime
 from agentrt.testing._tool_host import ToolHostProcess, spawn_tool_host, start_tool_host
@@ -66,9 +69,11 @@ __all__ = [
     "ExpectedRequest",
     "FakeModelServer",
     "FakeResponse",
+    "MetricSamples",
     "RecordedRequest",
     "RuntimeProcess",
     "ToolHostProcess",
+    "scrape_metrics",
     "spawn_runtime",
     "spawn_tool_host",
     "sse_event",

@@ -9,27 +9,37 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["READY_PREFIX", "RuntimeProcess", "spawn_runtime"]
+from agentrt.testing._metrics import MetricSamples, scrape_metrics
+
+__all__ = ["METRICS_PREFIX", "READY_PREFIX", "RuntimeProcess", "spawn_runtime"]
 
 #: The line a runtime prints once it serves (``agentrt.server.api``'s; a test keeps them equal).
 #: Not imported from the server: agentrt-testing installs without it.
 READY_PREFIX = "agentrt-runtime listening on "
+#: Printed before the ready line when the process serves ``/metrics`` (``--metrics-listen``).
+METRICS_PREFIX = "agentrt-runtime metrics on "
 
 
 class RuntimeProcess:
-    """A running ``python -m agentrt.server`` child; ``address`` is where it serves gRPC."""
+    """A running ``python -m agentrt.server`` child; ``address`` is where it serves gRPC.
+
+    It serves ``/metrics`` on a free loopback port (``metrics_address``) unless ``args`` give
+    ``--metrics-listen`` themselves (``--metrics-listen ""`` turns it off).
+    """
 
     def __init__(self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None):
+        if not any(a == "--metrics-listen" or a.startswith("--metrics-listen=") for a in args):
+            args = [*args, "--metrics-listen", "127.0.0.1:0"]
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the child
         # The child is this interpreter, so it imports the same agentrt distributions.
         child_env = dict(os.environ if env is None else env)
@@ -42,6 +52,7 @@ class RuntimeProcess:
             text=True,
         )
         self.address = ""
+        self.metrics_address = ""  # HOST:PORT of /metrics, when the process serves it
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -49,6 +60,8 @@ class RuntimeProcess:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:  # drain for the child's whole life
+            if not self.metrics_address and line.startswith(METRICS_PREFIX):
+                self.metrics_address = line.removeprefix(METRICS_PREFIX).strip()
             if not self.address and line.startswith(READY_PREFIX):
                 self.address = line.removeprefix(READY_PREFIX).strip()
                 self._ready.set()
@@ -65,13 +78,25 @@ class RuntimeProcess:
             raise RuntimeError(f"runtime did not start (exit {code}):\n{self.stderr_text()[-4000:]}")
         return self.address
 
-    def counters(self) -> dict[str, int]:
-        """The counters the process printed when it stopped (empty if it crashed)."""
-        for line in reversed(self.stderr_text().splitlines()):
-            if line.startswith("agentrt-counters "):
-                parsed: dict[str, int] = json.loads(line.removeprefix("agentrt-counters "))
-                return parsed
-        return {}
+    def metrics(self, *, token: str = "") -> MetricSamples:
+        """Scrape the running process's ``/metrics`` over HTTP.
+
+        Raises:
+            RuntimeError: it serves no endpoint (started without ``--metrics-listen``) or has exited.
+        """
+        if not self.metrics_address:
+            raise RuntimeError("this runtime serves no /metrics (start it with --metrics-listen)")
+        if self.process.poll() is not None:
+            raise RuntimeError("the runtime has exited: read its metrics before stopping it")
+        return scrape_metrics(self.metrics_address, token=token)
+
+    def counters(self) -> Counter[str]:
+        """The engine's counters (``agentrt_<name>_total`` summed over attributes), scraped now.
+
+        Raises:
+            RuntimeError: as :meth:`metrics`.
+        """
+        return self.metrics().counters()
 
     def wait_exit(self, timeout: float = 60.0) -> int:
         """Wait for the process to end on its own (e.g. a fault-injection crash)."""

@@ -24,7 +24,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from agentrt.toolhost._cli import LISTENING_PREFIX
+from agentrt.testing._metrics import MetricSamples, scrape_metrics
+from agentrt.toolhost._cli import LISTENING_PREFIX, METRICS_PREFIX
 
 __all__ = ["ToolHostProcess", "spawn_tool_host", "start_tool_host"]
 
@@ -41,6 +42,7 @@ class ToolHostProcess:
     def __init__(self, *, process: subprocess.Popen[str], data_dir: Path, stderr_file: IO[str]) -> None:
         self.process = process
         self.address = ""
+        self.metrics_address = ""  # with --metrics-listen: where /metrics is served
         self.data_dir = data_dir
         self._stderr_file = stderr_file
         self._announced = threading.Event()
@@ -53,7 +55,9 @@ class ToolHostProcess:
     def _read_stdout(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            if not self.address and line.startswith(LISTENING_PREFIX):
+            if not self.metrics_address and line.startswith(METRICS_PREFIX):
+                self.metrics_address = line[len(METRICS_PREFIX) :].strip()
+            elif not self.address and line.startswith(LISTENING_PREFIX):
                 self.address = line[len(LISTENING_PREFIX) :].strip()
                 self._announced.set()
             else:
@@ -65,6 +69,18 @@ class ToolHostProcess:
             raise TimeoutError(f"no listening line within {timeout:.0f}s")
         if not self.address:
             raise RuntimeError(f"exited with code {self.process.wait()}")
+
+    def metrics(self, *, token: str = "") -> MetricSamples:
+        """Scrape the running host's ``/metrics`` (started with ``--metrics-listen``).
+
+        Raises:
+            RuntimeError: it serves no endpoint, or has exited.
+        """
+        if not self.metrics_address:
+            raise RuntimeError("this tool host serves no /metrics (pass --metrics-listen in extra_args)")
+        if self.process.poll() is not None:
+            raise RuntimeError("the tool host has exited: read its metrics before stopping it")
+        return scrape_metrics(self.metrics_address, token=token)
 
     @property
     def pid(self) -> int:

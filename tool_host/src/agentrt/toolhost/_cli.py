@@ -19,17 +19,21 @@ from agentrt.toolhost._context import DEFAULT_DATA_DIR
 from agentrt.toolhost._errors import PluginError
 from agentrt.toolhost._grants import DEFAULT_MAX_GRANT_LIFETIME_S, GrantVerifier
 from agentrt.toolhost._host import ToolHost, parse_listen
+from agentrt.toolhost._host_metrics import start_host_metrics
 from agentrt.toolhost._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_S, MIN_KEEP_S, LedgerRetention
 from agentrt.toolhost._ledger_schema import LedgerVersionError
 from agentrt.toolhost._logging import configure_logging, parse_level_spec, resolve_format
 from agentrt.toolhost._plugins import ENTRYPOINT_GROUP, collect_tools, get_plugin_manager
 from agentrt.toolhost._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
+from agentrt.toolhost.telemetry import MetricsConfigError, check_listen, read_token_file
 from agentrt.toolhost.tracing import TracingError, install_tracing, options_from_env, shutdown_tracing
 
-__all__ = ["LISTENING_PREFIX", "main"]
+__all__ = ["LISTENING_PREFIX", "METRICS_PREFIX", "main"]
 
 LISTENING_PREFIX = "agentrt-toolhost listening on "
 """Parents wait for the one stdout line ``agentrt-toolhost listening on HOST:PORT``."""
+METRICS_PREFIX = "agentrt-toolhost metrics on "
+"""With ``--metrics-listen``, printed before the listening line: where ``/metrics`` is served."""
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -100,6 +104,18 @@ def _parser() -> argparse.ArgumentParser:
         "--log-format",
         choices=["json", "text"],
         help="stderr log lines as JSON or text (default: AGENTRT_LOG_FORMAT, else text)",
+    )
+    parser.add_argument(
+        "--metrics-listen",
+        default="",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics there (off by default; port 0 picks one; needs the otel extra)",
+    )
+    parser.add_argument(
+        "--metrics-token-file",
+        default="",
+        metavar="FILE",
+        help="bearer token /metrics requires (needed for a non-loopback --metrics-listen)",
     )
     security = parser.add_argument_group(
         "security",
@@ -245,7 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a tool host until SIGTERM or SIGINT.
 
     Prints exactly one stdout line, ``agentrt-toolhost listening on HOST:PORT``
-    (the real port), once it serves. Logs go to stderr.
+    (the real port), once it serves; with ``--metrics-listen``, ``agentrt-toolhost metrics on
+    HOST:PORT`` comes just before it. Logs go to stderr.
 
     Args:
         argv: Arguments without the program name; ``sys.argv[1:]`` when None.
@@ -308,23 +325,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         config=config,
     )
     try:
+        if args.metrics_listen:
+            check_listen(args.metrics_listen, token_file=args.metrics_token_file)
+        if args.metrics_token_file:
+            read_token_file(args.metrics_token_file)
+    except MetricsConfigError as exc:
+        return _usage_error(str(exc))
+    try:
         # Off unless OTEL_TRACES_EXPORTER names an exporter (agentrt.toolhost.tracing).
         provider = install_tracing(options_from_env(), default_service_name="agentrt-toolhost")
     except TracingError as exc:
         return _usage_error(str(exc))
     try:
-        return asyncio.run(_serve(host, listen=args.listen, grace=args.grace))
+        return asyncio.run(
+            _serve(
+                host,
+                listen=args.listen,
+                grace=args.grace,
+                metrics_listen=args.metrics_listen,
+                metrics_token_file=args.metrics_token_file,
+            )
+        )
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return EXIT_ERROR
     finally:
         shutdown_tracing(provider)  # after the graceful stop: the last calls' spans are exported
 
 
-async def _serve(host: ToolHost, *, listen: str, grace: float) -> int:
+async def _serve(
+    host: ToolHost, *, listen: str, grace: float, metrics_listen: str = "", metrics_token_file: str = ""
+) -> int:
     try:
         address = await host.start(listen)
     except (OSError, LedgerVersionError) as exc:
         return _usage_error(str(exc))
+    try:
+        metrics = start_host_metrics(host.counters, listen=metrics_listen, token_file=metrics_token_file)
+    except MetricsConfigError as exc:
+        await host.stop(0)
+        return _usage_error(str(exc))
+    if metrics is not None and metrics.server is not None:
+        print(f"{METRICS_PREFIX}{metrics.server.address}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -341,4 +382,6 @@ async def _serve(host: ToolHost, *, listen: str, grace: float) -> int:
         for sig in installed:
             loop.remove_signal_handler(sig)
         await host.stop(grace)
+        if metrics is not None:
+            metrics.stop()  # after the drain: the last calls are counted in the final export
     return EXIT_OK

@@ -53,6 +53,9 @@ class StopReason(enum.Enum):
 
 # The host stopped the tool where it stood: whether its effect happened is not known.
 EFFECT_UNKNOWN = {"effect": "unknown"}
+# The host stopped the tool at its deadline: a typed timeout for the caller's counters (it adds
+# nothing to what "effect" and "still_running" tell about the outcome).
+DEADLINE_EXCEEDED = {"deadline_exceeded": True}
 
 
 @dataclasses.dataclass(eq=False, kw_only=True)
@@ -134,7 +137,9 @@ class Operations:
         match op.stop_reason:
             case StopReason.TIMEOUT:
                 return Outcome.error(
-                    ErrorCode.TRANSIENT, "timeout: the call overran its deadline", EFFECT_UNKNOWN
+                    ErrorCode.TRANSIENT,
+                    "timeout: the call overran its deadline",
+                    {**EFFECT_UNKNOWN, **DEADLINE_EXCEEDED},
                 )
             case StopReason.CANCEL_REQUESTED:
                 message = "cancelled on request"
@@ -203,7 +208,7 @@ class Operations:
             return Outcome.error(
                 ErrorCode.TRANSIENT,
                 "timeout: the call overran its deadline and has not stopped yet",
-                {"still_running": True},
+                {"still_running": True, **DEADLINE_EXCEEDED},
             )
         except asyncio.CancelledError:
             await self._on_caller_vanished(op)

@@ -368,7 +368,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                         return _error(
                             ErrorCode.TRANSIENT,
                             "timeout: a call with the same idempotency key is still running",
-                            {"still_running": True},
+                            {"still_running": True, "deadline_exceeded": True},
                         )
                 case OutcomeUnknown():
                     return self._outcome_unknown(meta)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensi
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from agentrt.server.store import Store, load_cipher
-from agentrt.server.telemetry import Counters, setup_tracing, shutdown_tracing
+from agentrt.server.telemetry import GaugeCounts, RuntimeMetrics, setup_tracing, shutdown_tracing
 from agentrt.server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter, ToolSlots
 from agentrt.toolhost import LedgerRetention
 from agentrt.toolhost.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
@@ -35,6 +33,7 @@ from agentrt.toolhost.tracing import TraceContextInterceptor, TracingError
 log = logging.getLogger("agentrt.server")
 SERVICE_NAME = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name
 READY_PREFIX = "agentrt-runtime listening on "
+METRICS_PREFIX = "agentrt-runtime metrics on "  # printed before READY_PREFIX when /metrics is served
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
@@ -43,7 +42,8 @@ class RuntimeServer:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.counters = Counters()
+        self.metrics: RuntimeMetrics | None = None
+        self.metrics_address = ""
         self.bus = EventBus(
             buffer_events=settings.streams.follower_buffer_events,
             buffer_bytes=settings.streams.follower_buffer_bytes,
@@ -79,6 +79,8 @@ class RuntimeServer:
             connect_s=settings.timeouts.connect_s,
         )
         _check_models(settings, self.models)
+        self.metrics = RuntimeMetrics.build(settings.metrics)
+        self.metrics_address = self.metrics.start_endpoint()
         self.tools.signer = _grant_signer(settings)
         ledger_keep_s = _ledger_keep_s(settings)
         try:
@@ -128,7 +130,7 @@ class RuntimeServer:
             models=self.models,
             tools=self.tools,
             settings=settings,
-            counters=self.counters,
+            counters=self.metrics.counters,
         )
         self.server = grpc.aio.server(
             # Tracing first: the RPC's span (under the caller's traceparent) covers its authentication.
@@ -158,6 +160,7 @@ class RuntimeServer:
             raise ConfigError(f"cannot listen on {settings.listen}: {exc}") from exc
         await self.server.start()
         await self.engine.start()
+        self._watch_gauges(self.metrics, self.engine, self.store)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.address = f"{settings.listen.rpartition(':')[0]}:{port}"
@@ -177,11 +180,17 @@ class RuntimeServer:
             await spawned.stop()
         if self.models is not None:
             await self.models.aclose()
+        if self.metrics is not None:
+            await self.metrics.stop()  # after the drain: the last export holds the final counts
         if self.store is not None:
             await self.store.close()
-        # One machine-readable line: operators and tests read the process's counters from it.
-        counters = json.dumps(self.counters.snapshot(), sort_keys=True)
-        print(f"agentrt-counters {counters}", file=sys.stderr, flush=True)
+
+    def _watch_gauges(self, metrics: RuntimeMetrics, engine: Engine, store: Store) -> None:
+        async def read_counts() -> GaugeCounts:
+            by_phase, queued, attention = await store.gauge_counts(engine.now_ms())
+            return GaugeCounts(by_phase=by_phase, queue_depth=queued, needing_attention=attention)
+
+        metrics.watch(read_counts=read_counts, live=lambda: (engine.owned_runs(), self.bus.follower_count()))
 
 
 def _check_models(settings: Settings, models: ModelRegistry) -> None:
@@ -362,6 +371,8 @@ async def serve(settings: Settings, *, announce: Callable[[str], None] = print) 
         loop.add_signal_handler(sig, stop.set)
     try:
         address = await server.start()
+        if server.metrics_address:
+            announce(f"{METRICS_PREFIX}{server.metrics_address}")
         announce(f"{READY_PREFIX}{address}")
         await stop.wait()
     finally:

@@ -23,6 +23,7 @@ from agentrt.server.config._limits import (
     ToolLimitsConfig,
 )
 from agentrt.server.config._logging import LoggingConfig
+from agentrt.server.config._metrics import MetricsConfig
 from agentrt.server.config._security import (
     ROLES,
     ApproverScopeConfig,
@@ -83,6 +84,7 @@ __all__ = [
     "LimitsConfig",
     "LoggingConfig",
     "LoopsConfig",
+    "MetricsConfig",
     "MiB",
     "ModelCacheConfig",
     "ModelConfig",

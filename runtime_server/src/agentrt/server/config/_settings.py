@@ -29,6 +29,7 @@ from agentrt.server.config._limits import (
     ToolLimitsConfig,
 )
 from agentrt.server.config._logging import LoggingConfig
+from agentrt.server.config._metrics import MetricsConfig
 from agentrt.server.config._security import (
     AuthConfig,
     EncryptionConfig,
@@ -245,6 +246,7 @@ class Settings(_Strict):
     cleanup: CleanupConfig = Field(default_factory=CleanupConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

@@ -30,6 +30,9 @@ class ToolOutcome:
     transport_lost: bool = False  # the transport broke after the request may have left
     host_unsure: bool = False  # the host's own word: it stopped the tool where it stood
     still_running: bool = False  # the host's own word: the tool has not stopped yet
+    # The host's own word: it stopped the tool at the call's deadline. Counted as a timeout; the
+    # verdict reads host_unsure / still_running, which the host sets with it.
+    host_timed_out: bool = False
     # -- where a result went ---------------------------------------------------------------------------
     # Set when the result is stored as a payload: its reference (proto3 JSON of PayloadRef), and
     # whether result_json is a truncated view of it.
@@ -57,6 +60,7 @@ class ToolOutcome:
         transport_lost: bool = False,
         host_unsure: bool = False,
         still_running: bool = False,
+        host_timed_out: bool = False,
     ) -> ToolOutcome:
         """A failed attempt; ``code`` is a ToolErrorCode or its name (``"TRANSIENT"``)."""
         return cls(
@@ -68,6 +72,7 @@ class ToolOutcome:
             transport_lost=transport_lost,
             host_unsure=host_unsure,
             still_running=still_running,
+            host_timed_out=host_timed_out,
         )
 
     @property

@@ -156,6 +156,9 @@ async def open_run(ports: Ports, handle: RunHandle, fresh: Fresh | None) -> RunC
         handle.cancel_reason = record.cancel_reason or "cancelled"
         handle.cancel_by = record.cancel_requested_by or ""
         handle.cancel_requested_ms = record.cancel_requested_ms
+    ports.counters.bind_run(tenant=record.tenant_id, agent=agent.name)  # this task's metric attributes
+    if state.phase is Phase.QUEUED:  # a worker takes it from the queue now
+        ports.counters.observe("queue_wait", ports.clock() - record.created_ms / 1000)
     ctx = RunContext(
         ports=ports,
         handle=handle,
@@ -283,18 +286,21 @@ class StepLoop:
                 case CallModel(step=step):
                     await self.model.fit_window(step)  # recorded on its step.started, committed next
                     await ctx.flush()
-                    ports.counters.inc("steps")
-                    with step_span(run_id=ctx.run_id, step=step, kind="model"):
+                    with ports.counters.step("model"), step_span(run_id=ctx.run_id, step=step, kind="model"):
                         await self.model.run_step(step)
                 case InvokeTool(call=call):
                     await ctx.flush()
-                    ports.counters.inc("steps")
-                    with step_span(run_id=ctx.run_id, step=call.step, kind="tool"):
+                    with (
+                        ports.counters.step("tool"),
+                        step_span(run_id=ctx.run_id, step=call.step, kind="tool"),
+                    ):
                         await self.tools.run_call(call)
                 case InvokeTools(calls=calls):
                     await ctx.flush()
-                    ports.counters.inc("steps")
-                    with step_span(run_id=ctx.run_id, step=calls[0].step, kind="tools"):
+                    with (
+                        ports.counters.step("tool"),
+                        step_span(run_id=ctx.run_id, step=calls[0].step, kind="tools"),
+                    ):
                         await self.tools.run_batch(calls)
                 case WaitUntil(due_s=due_s):
                     await ctx.flush()

@@ -151,6 +151,10 @@ class Engine:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def owned_runs(self) -> int:
+        """Runs this process drives now (a metrics gauge)."""
+        return len(self._runs)
+
     @property
     def stopping(self) -> bool:
         """Shutting down: no new work, no further attempts after a fault."""
@@ -308,7 +312,7 @@ class Engine:
         if not created:
             same_request(record, request.request_key, request.request_hash)
         if created:
-            self.counters.inc("runs_started")
+            self.counters.inc("runs_started", tenant=request.tenant_id, agent=request.agent.name)
             with log_fields(run_id=record.run_id, tenant=record.tenant_id, call_id=""):  # not a parent's call
                 transition("", Phase.QUEUED.value, "run.started")
             if not own:
@@ -378,7 +382,7 @@ class Engine:
         )
         if record is None or Phase(record.phase).terminal:
             return record
-        self.counters.inc("cancel_requested_count")
+        self.counters.inc("cancel_requested_count", tenant=tenant_id)
         handle = self._runs.get(run_id)
         if handle is not None:
             signal_cancel(

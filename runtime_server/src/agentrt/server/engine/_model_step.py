@@ -414,7 +414,15 @@ class ModelStep:
             # Clients drop what this attempt streamed; the step is retried (or ends) as a whole.
             self._publish_delta(ModelTextDelta(step=step, attempt=attempt, superseded=True))
         failure = model_failure(exc)
+        model = {"provider": bound.spec.provider, "model": bound.spec.name}
+        ports.counters.observe(
+            "model_duration",
+            clock.now_s - clock.began_s,
+            error_class=failure.reason or failure.kind.value,
+            **model,
+        )
         if failure.timed_out:
+            ports.counters.inc("timeout_count", **model)
             decision("timeout", "model step %s attempt %s timed out", step, attempt, layer=clock.layer)
         verdict = attempts.model_verdict(
             failure,
@@ -427,7 +435,7 @@ class ModelStep:
         message = bound.redact(str(exc))
         match verdict:
             case attempts.Retry(delay_s=delay):
-                ports.counters.inc("retry_count")
+                ports.counters.inc("retry_count", **model)
                 # The incomplete step is a fact of the log, like a tool call's retry.
                 retry = RetryScheduled(
                     call_id="",
@@ -447,11 +455,11 @@ class ModelStep:
                 return True
             case attempts.StepTimeout(exhausted=exhausted):
                 if exhausted:
-                    ports.counters.inc("retry_exhausted_count")
+                    ports.counters.inc("retry_exhausted_count", **model)
                 self._step_timeout(message)
             case attempts.Fail(reason=reason, retryable=retryable):
                 if retryable:
-                    ports.counters.inc("retry_exhausted_count")
+                    ports.counters.inc("retry_exhausted_count", **model)
                 ctx.add(*end_events(ctx.state, Phase.FAILED, reason, message=message, retryable=retryable))
         return False
 
@@ -467,6 +475,7 @@ class ModelStep:
             cost_micros=cost,
         )
         self.ctx.commits.unrecorded = usage_plus(self.ctx.commits.unrecorded, spent)
+        ports.counters.model_call(bound.spec.provider, bound.spec.name, latency_s, spent)
         ports.faults.hit("after_model_response")
         usage = self.ctx.state.usage
         before = usage.totals()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -257,7 +258,17 @@ class ChildRuns(Protocol):
 
 
 class Counters(Protocol):
-    def inc(self, name: str, amount: int = 1) -> None: ...
+    """Counts and latencies (``agentrt.server.telemetry.Counters``); attributes stay bounded."""
+
+    def bind_run(self, *, tenant: str, agent: str) -> None: ...
+
+    def inc(self, name: str, amount: int = 1, /, **attributes: str) -> None: ...
+
+    def observe(self, name: str, value: float, /, **attributes: str) -> None: ...
+
+    def model_call(self, provider: str, model: str, latency_s: float, usage: Any) -> None: ...
+
+    def step(self, kind: str) -> AbstractContextManager[None]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

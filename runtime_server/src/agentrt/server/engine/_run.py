@@ -241,6 +241,7 @@ class RunContext:
         events = tuple(commits.events)
         types = [e.type_name for e in events]
         ports.faults.around_commit("before", types)
+        began = ports.clock()
         committed = await ports.log.commit(
             self.run_id,
             expected_revision=commits.revision,
@@ -252,6 +253,7 @@ class RunContext:
             consume_signals=commits.consumed_signals,
         )
         commits.landed(committed.revision, update)
+        ports.counters.observe("commit_duration", ports.clock() - began)
         self.story.tell()
         ports.faults.around_commit("after", types)
         ports.live.publish(self.run_id, committed.events)

@@ -66,7 +66,7 @@ from agentrt.server.engine._payload_step import bound_tool_outcome
 from agentrt.server.engine._ports import StartRequest
 from agentrt.server.engine._run import RunContext
 from agentrt.server.store import RowUpdate
-from agentrt.server.telemetry import decision, logs_call, span_event, traced_tool
+from agentrt.server.telemetry import decision, logs_call, span_event, tool_labels, traced_tool
 
 # The settled verdicts of a recorded outcome, and those that end or retry it.
 _Settled = attempts.Fenced | attempts.Fail | attempts.Pause | attempts.Done
@@ -163,17 +163,17 @@ class ToolStep:
     async def _carry_out(self, call: CallState, outcome: ToolOutcome, verdict: attempts.ToolVerdict) -> None:
         ctx, counters = self.ctx, self.ctx.ports.counters
         if isinstance(verdict, attempts.Retry):
-            counters.inc("retry_count")
+            counters.inc("retry_count", tool=call.tool)
             ctx.add(self._retry_event(call, call.attempts + 1, verdict.delay_s, outcome))
             span_event("retry_scheduled", call_id=call.call_id, delay_s=verdict.delay_s)
             return
         self._step_began.pop(call.call_id, None)
         if isinstance(verdict, attempts.StepTimeout):
             if verdict.exhausted:
-                counters.inc("retry_exhausted_count")
+                counters.inc("retry_exhausted_count", tool=call.tool)
             outcome = self._step_timeout(call, outcome)
         elif isinstance(verdict, attempts.Done) and verdict.exhausted:
-            counters.inc("retry_exhausted_count")
+            counters.inc("retry_exhausted_count", tool=call.tool)
         self.record(call, await bound_tool_outcome(ctx, outcome))
 
     # -- what the core is asked ---------------------------------------------------------------------
@@ -201,8 +201,12 @@ class ToolStep:
         reconciled: bool = False,
     ) -> attempts.ToolVerdict:
         ctx = self.ctx
-        if outcome.timed_out and not reconciled:
-            ctx.ports.counters.inc("timeout_count")
+        if not reconciled:  # one attempt's own outcome, not a ledger's word on it
+            ctx.ports.counters.observe(
+                "tool_duration", ctx.ports.clock() - began, **tool_labels(call, outcome)
+            )
+        if (outcome.timed_out or outcome.host_timed_out) and not reconciled:
+            ctx.ports.counters.inc("timeout_count", tool=call.tool)
             decision("timeout", "%s attempt %s timed out", call.tool, attempt or call.attempts, layer=layer)
         clock = attempts.AttemptClock(
             began_s=began,
@@ -440,13 +444,13 @@ class ToolStep:
             )
         )
         if change.refused_reason:
-            ctx.ports.counters.inc("variables_refused_count")
+            ctx.ports.counters.inc("variables_refused_count", tool=call.tool)
         else:
             ctx.commits.change(RowUpdate(variables_json=variables_json(ctx.state.variables)))
 
     def _result_event(self, call: CallState, outcome: ToolOutcome) -> Event:
         if outcome.replayed or outcome.deduplicated:
-            self.ctx.ports.counters.inc("duplicate_suppressed_count")
+            self.ctx.ports.counters.inc("duplicate_suppressed_count", tool=call.tool)
         sent = self._sent.pop(call.call_id, None)
         # When the last attempt was sent and answered, and by which host (S004 §12); a result
         # learned from a ledger query (or never sent) has no send time.
@@ -483,7 +487,7 @@ class ToolStep:
         return ToolError(ToolErrorCode.PERMANENT, message)
 
     def _outcome_unknown(self, call: CallState, reason: str, call_deadline_ms: int) -> None:
-        self.ctx.ports.counters.inc("unknown_result_count")
+        self.ctx.ports.counters.inc("unknown_result_count", tool=call.tool)
         span_event("unknown_outcome", tool=call.tool, call_id=call.call_id)
         unknown = ToolOutcomeUnknown(
             step=call.step,
@@ -549,7 +553,7 @@ class ToolStep:
                     call, outcome, write=False, layer=plan.layer, began=began, attempt=attempt
                 )
                 if isinstance(verdict, attempts.Retry):
-                    ctx.ports.counters.inc("retry_count")
+                    ctx.ports.counters.inc("retry_count", tool=call.tool)
                     attempt += 1
                     steps += [
                         self._retry_event(call, attempt, verdict.delay_s, outcome),
@@ -558,7 +562,7 @@ class ToolStep:
                     await ctx.ports.sleep(verdict.delay_s)
                     continue
                 if isinstance(verdict, attempts.StepTimeout | attempts.Done) and verdict.exhausted:
-                    ctx.ports.counters.inc("retry_exhausted_count")
+                    ctx.ports.counters.inc("retry_exhausted_count", tool=call.tool)
                 steps.append(
                     self._step_timeout(call, outcome)
                     if isinstance(verdict, attempts.StepTimeout)
@@ -662,7 +666,7 @@ class ToolStep:
             case attempts.NeverRan():
                 self.record(call, ToolOutcome.failure("CANCELLED", "the tool host never ran the call"))
             case attempts.HandOver():
-                ports.counters.inc("unknown_handed_over_count")
+                ports.counters.inc("unknown_handed_over_count", tool=call.tool)
                 ctx.add(*end_events(ctx.state, Phase.CANCELLED, ctx.state.cancel_reason or "cancelled"))
             case attempts.Park(wake_ms=wake_ms):
                 await ctx.park(wake_ms)

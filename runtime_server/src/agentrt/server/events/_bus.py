@@ -200,5 +200,9 @@ class EventBus:
             for sub in tuple(subs):
                 sub.offer(live)
 
+    def follower_count(self) -> int:
+        """Open subscriptions over all runs (a metrics gauge)."""
+        return sum(len(subs) for subs in self._subs.values())
+
     def subscriber_count(self, run_id: str) -> int:
         return len(self._subs.get(run_id, ()))

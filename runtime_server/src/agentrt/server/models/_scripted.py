@@ -292,7 +292,7 @@ class ScriptedProvider:
                 await asyncio.sleep(delay_s)
         except TimeoutError:
             raise ModelTransientError(
-                f"scripted model call timed out after {timeout_s}s", reason="timeout"
+                f"scripted model call timed out after {timeout_s}s", reason="timeout", timed_out=True
             ) from None
 
     @staticmethod

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from agentrt.server.core import TERMINAL_PHASES, LeaseLost, QueuedSignal
+from agentrt.server.core import ACTIVE_PHASES, TERMINAL_PHASES, LeaseLost, QueuedSignal
 from agentrt.server.store._admission import Admission, TenantTurns
 from agentrt.server.store._appends import write_batch
 from agentrt.server.store._checkpoints import Checkpoints, StoredCheckpoint
@@ -303,6 +303,32 @@ class Store(TypedCommits):
             return page, ""
         last = page[-1]
         return page, _encode_token(last.created_ms, last.run_id)
+
+    async def gauge_counts(self, now_ms: int) -> tuple[dict[str, int], int, int]:
+        """Active runs by phase, runs waiting for a worker, and runs needing attention.
+
+        Active phases only, so the ``(phase, lease_expires_ms)`` index bounds the scan by the live
+        runs, not by history; the metrics job calls it on an interval and caches the answer.
+        """
+        active = sorted(p.value for p in ACTIVE_PHASES)
+        waiting = [p for p in active if p not in ("WAITING_APPROVAL", "UNKNOWN_OUTCOME")]
+
+        def read(conn: Connection) -> tuple[dict[str, int], int, int]:
+            in_active = runs.c.phase.in_(active)
+            by_phase = conn.execute(
+                select(runs.c.phase, func.count()).where(in_active).group_by(runs.c.phase)
+            )
+            free = or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_ms < now_ms)
+            due = or_(runs.c.wake_ms.is_(None), runs.c.wake_ms <= now_ms)
+            queued = select(func.count()).where(runs.c.phase.in_(waiting), free, due)
+            attention = select(func.count()).where(in_active, runs.c.needs_attention.is_(True))
+            return (
+                dict.fromkeys(active, 0) | {str(phase): int(n) for phase, n in by_phase},
+                int(conn.execute(queued).scalar_one()),
+                int(conn.execute(attention).scalar_one()),
+            )
+
+        return await self.db.read(read)
 
     async def count_runs(self) -> int:
         return await self.db.read(

@@ -1,8 +1,16 @@
-"""Telemetry: process counters, structured logs (``_logging``), tracing of runs (``_tracing``)."""
+"""Telemetry: the engine's counters and histograms, the process's OpenTelemetry metrics
+(``_metrics``), structured logs (``_logging``) and tracing of runs (``_tracing``)."""
 
 from __future__ import annotations
 
-from agentrt.server.telemetry._counters import COUNTER_NAMES, Counters
+from agentrt.server.telemetry._counters import (
+    COUNTER_NAMES,
+    HISTOGRAMS,
+    OTHER,
+    OTHER_CAP,
+    Counters,
+    tool_labels,
+)
 from agentrt.server.telemetry._logging import (
     FORMAT_ENV,
     RunStory,
@@ -15,6 +23,7 @@ from agentrt.server.telemetry._logging import (
     setup_logging,
     transition,
 )
+from agentrt.server.telemetry._metrics import GAUGES, GaugeCounts, RuntimeMetrics
 from agentrt.server.telemetry._tracing import (
     CAPTURE_CONTENT_ENV,
     current_traceparent,
@@ -33,8 +42,14 @@ __all__ = [
     "CAPTURE_CONTENT_ENV",
     "COUNTER_NAMES",
     "FORMAT_ENV",
+    "GAUGES",
+    "HISTOGRAMS",
+    "OTHER",
+    "OTHER_CAP",
     "Counters",
+    "GaugeCounts",
     "RunStory",
+    "RuntimeMetrics",
     "active_format",
     "current_traceparent",
     "decision",
@@ -48,6 +63,7 @@ __all__ = [
     "shutdown_tracing",
     "span_event",
     "step_span",
+    "tool_labels",
     "trace_id_of",
     "traced_chat",
     "traced_tool",

@@ -375,7 +375,7 @@ async def _last_connect_error(host: HostChannel) -> str:
 def host_failure(error: tool_pb2.ToolError, *, replayed: bool = False, host: str = "") -> ToolOutcome:
     """A tool host's typed error as an outcome, with the host's own word on whether it can tell
     what the tool did (``ToolError.details_json``: ``still_running``, or ``"effect": "unknown"``)."""
-    still_running = host_unsure = False
+    still_running = host_unsure = deadline_exceeded = False
     if error.details_json and error.code in _MAY_BE_UNSURE:
         try:
             details = json.loads(error.details_json)
@@ -384,12 +384,14 @@ def host_failure(error: tool_pb2.ToolError, *, replayed: bool = False, host: str
         if isinstance(details, dict):
             still_running = details.get("still_running") is True
             host_unsure = details.get("effect") == "unknown"
+            deadline_exceeded = details.get("deadline_exceeded") is True
     return ToolOutcome(
         None,
         ToolError(_core_code(error.code), error.message, error.details_json),
         replayed,
         host_unsure=host_unsure,
         still_running=still_running,
+        host_timed_out=deadline_exceeded,
         host=host,
     )
 
