@@ -2,7 +2,7 @@
 
 A client with its own traceparent, a runtime and a tool host (separate processes, configured by
 ``OTEL_*`` variables alone) export to a real OTLP receiver (``agentrt.testing.otlp``). The spans
-form one tree: client → StartRun (the issue's RunAgent) → invoke_agent → step → execute_tool →
+form one tree: client → StartRun or RunAgent → invoke_agent → step → execute_tool →
 the host's InvokeTool → the plugin's own span; the ``chat`` span carries the GenAI usage and
 response id, and the model HTTP request carried the chat span's traceparent. A runtime killed
 with SIGKILL and replaced goes on in the same trace, under the run's stored root context.
@@ -83,13 +83,22 @@ def client_tracer(receiver: OtlpReceiver) -> tuple[trace.Tracer, TracerProvider]
     return provider.get_tracer("caller"), provider
 
 
-def start_traced_run(address: str, tracer: trace.Tracer, text: str) -> tuple[str, Any]:
-    """Start the run inside the caller's span, its traceparent on the RPC; returns (run id, span)."""
+def start_traced_run(address: str, tracer: trace.Tracer, text: str, rpc: str = "StartRun") -> tuple[str, Any]:
+    """Start the run inside the caller's span, its traceparent on the RPC; returns (run id, span).
+
+    ``rpc="RunAgent"`` starts it with RunAgent and reads the stream to its end inside the span.
+    """
     with tracer.start_as_current_span("caller request", kind=trace.SpanKind.CLIENT) as span:
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
         with Client(address, metadata=[("traceparent", carrier["traceparent"])]) as client:
-            run_id = client.start_run("traced", text).run_id
+            if rpc == "RunAgent":
+                with client.run_agent("traced", text, timeout=60) as stream:
+                    run_id = next(stream).run_id
+                    for _ in stream:
+                        pass
+            else:
+                run_id = client.start_run("traced", text).run_id
     return run_id, span.get_span_context()
 
 
@@ -125,15 +134,16 @@ def traced_env(tmp_path: Path, receiver: OtlpReceiver, host: ToolHostProcess, mo
     return env
 
 
+@pytest.mark.parametrize("rpc", ["StartRun", "RunAgent"])
 def test_one_trace_runs_from_the_caller_through_the_runtime_and_the_host_to_the_plugin(
-    tmp_path: Path, receiver: OtlpReceiver, traced_host: ToolHostProcess
+    tmp_path: Path, receiver: OtlpReceiver, traced_host: ToolHostProcess, rpc: str
 ) -> None:
     model = TracedModel(ECHO_THEN_DONE)
     tracer, provider = client_tracer(receiver)
     with FakeModelServer(default=model) as server:
         runtime = start_runtime(tmp_path, traced_env(tmp_path, receiver, traced_host, f"{server.url}/v1"))
         try:
-            run_id, caller = start_traced_run(runtime.address, tracer, "Echo hello")
+            run_id, caller = start_traced_run(runtime.address, tracer, "Echo hello", rpc)
             events = follow(runtime.address, run_id)
             assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
             trace_id = format(caller.trace_id, "032x")
@@ -155,9 +165,9 @@ def test_one_trace_runs_from_the_caller_through_the_runtime_and_the_host_to_the_
     spans = [s for s in spans if s.trace_id == trace_id]
     client_span = one(spans, name="caller request", service_name="caller")
     assert client_span.parent_span_id == ""
-    rpc = child_of(spans, client_span, "agentrt.runtime.v1.AgentRuntimeService/StartRun")
-    assert (rpc.kind, rpc.service_name) == ("SERVER", "runtime")
-    agent = child_of(spans, rpc, "invoke_agent traced")
+    server = child_of(spans, client_span, f"agentrt.runtime.v1.AgentRuntimeService/{rpc}")
+    assert (server.kind, server.service_name) == ("SERVER", "runtime")
+    agent = child_of(spans, server, "invoke_agent traced")
     assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
     assert agent.attributes["gen_ai.agent.name"] == "traced"
     assert agent.attributes["agentrt.run_id"] == run_id
