@@ -94,12 +94,19 @@ def test_a_paused_stale_owner_can_neither_commit_nor_cause_a_side_effect(
                 while "lease lost" not in stale.stderr_text().lower():
                     assert time.monotonic() < deadline, stale.stderr_text()[-2000:]
                     time.sleep(0.05)
-                # The tool host itself refused the call: it had seen the new owner's newer token.
-                assert "refused" in stale.stderr_text() and "fencing token 1" in stale.stderr_text()
+                # On waking, two things race: the call goes out and the tool host refuses it (it has
+                # seen the new owner's newer token), or the owner's renew loop finds the lease gone
+                # first and stops the run before the call has left. Either way nothing happens twice.
+                if "stopping it" not in stale.stderr_text():
+                    deadline = time.monotonic() + 10
+                    while "refused" not in stale.stderr_text():
+                        assert time.monotonic() < deadline, stale.stderr_text()[-2000:]
+                        time.sleep(0.05)
+                    assert "fencing token 1" in stale.stderr_text()
                 assert count_refunds(refund_host.data_dir / "refunds.sqlite") == 1
                 with Client(fresh.address) as client:
                     assert client.get_run(run_id).last_seq == last_seq  # it committed nothing
-                assert stale.counters()["lease_lost_count"] == 1  # scraped while it serves
+                assert stale.counters()["lease_lost_count"] >= 1  # scraped while it serves
                 stale.stop()
             finally:
                 fresh.close()
