@@ -12,8 +12,9 @@ synchronous=FULL) and PostgreSQL it prints:
 Run: ``make bench`` (or ``python bench/step_loop.py --runs 200 --concurrent 100 --bursts 5``).
 ``--encrypt`` turns on payload encryption at rest (a fresh key file, ``[encryption] key_file``).
 ``--tracing`` runs each backend again with tracing on in the runtime and the tool host (100%
-sampling, OTLP/gRPC to agentrt.testing's receiver in this process, set by OTEL_* variables
-alone) and prints the per-step time with tracing off against on (issue 17 targets <= +10%).
+sampling, OTLP/gRPC to agentrt.testing's receiver in a process of its own, set by OTEL_*
+variables alone, on a fresh database) and prints the per-step time with tracing off against on
+(issue 17 targets <= +10%).
 Prints figures; asserts nothing.
 """
 
@@ -25,6 +26,7 @@ import json
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 
 from agentrt.client import AsyncClient  # noqa: E402
 from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
-from agentrt.testing.otlp import OtlpReceiver  # noqa: E402
 from agentrt.toolhost.security import write_key_file  # noqa: E402
 
 K = 5
@@ -115,6 +116,12 @@ async def measure(
     return sequential, seconds
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a live process has used (less sensitive to a noisy box than wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -130,8 +137,9 @@ def bench_backend(
     args: argparse.Namespace,
     *,
     otel: dict[str, str] | None = None,
-) -> float:
-    """Print the backend's figures; returns its mean seconds per step (sequential runs)."""
+) -> tuple[float, float]:
+    """Print the backend's figures; returns its mean seconds per step (sequential runs) and the
+    runtime's and tool host's CPU milliseconds per step."""
     key_file = None
     if args.encrypt:
         key_file = work / "keys.json"
@@ -145,9 +153,12 @@ def bench_backend(
         ) as host:
             env = runtime_env(db_url, host.address, key_file=key_file)
             with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
+                pids = (runtime.process.pid, host.process.pid)
+                cpu_before = [cpu_s(pid) for pid in pids]
                 sequential, bursts = asyncio.run(
                     measure(runtime.address, args.runs, args.concurrent, args.bursts)
                 )
+                cpu = [cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
                 rss = peak_rss_mb(runtime.process.pid)
     finally:
         for key, value in saved.items():
@@ -172,29 +183,47 @@ def bench_backend(
     spread = spread or f"{bursts[0]:.2f} s"
     print(f"concurrent {args.concurrent} runs:            {rate:8.0f} steps/s  ({spread})")
     print(f"runtime peak RSS:                  {rss:8.1f} MB")
-    return per_step
+    steps = (10 + args.runs + args.bursts * args.concurrent) * STEPS_PER_RUN
+    cpu_ms = [seconds * 1000 / steps for seconds in cpu]
+    print(f"CPU per step: runtime {cpu_ms[0]:.3f} ms, tool host {cpu_ms[1]:.3f} ms (all passes)")
+    return per_step, sum(cpu_ms)
 
 
 def bench_with_tracing(
     name: str, db_urls: tuple[str, str], floor_s: float, work: Path, args: argparse.Namespace
 ) -> None:
     """The backend untraced, then (with ``--tracing``) traced; the second URL is for the traced pass."""
-    off = bench_backend(name, db_urls[0], floor_s, work, args)
+    off, off_cpu = bench_backend(name, db_urls[0], floor_s, work, args)
     if not args.tracing:
         return
-    with OtlpReceiver.running() as receiver:
+    # The receiver (a collector's stand-in) runs in its own process, not under the client's GIL.
+    sink = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("_otlp_sink.py"))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert sink.stdin is not None and sink.stdout is not None
+    try:
         otel = {
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.grpc_endpoint,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": sink.stdout.readline().strip(),
             "OTEL_TRACES_SAMPLER": "always_on",
         }
-        traced = f"{name}, tracing on (100% sampled, OTLP/gRPC to a local receiver)"
-        on = bench_backend(traced, db_urls[1], floor_s, work, args, otel=otel)
-        spans = len(receiver.spans)
+        traced = f"{name}, tracing on (100% sampled, OTLP/gRPC to a local receiver process)"
+        on, on_cpu = bench_backend(traced, db_urls[1], floor_s, work, args, otel=otel)
+    finally:
+        sink.stdin.close()
+        spans = int(sink.stdout.readline() or 0)
+        sink.wait(timeout=30)
     print(
         f"tracing overhead per step: {off * 1000:.3f} ms off, {on * 1000:.3f} ms on "
         f"({(on / off - 1) * 100:+.1f}%; target <= +10%), {spans} spans received"
+    )
+    print(
+        f"tracing overhead in CPU per step (runtime + tool host): {off_cpu:.3f} ms off, "
+        f"{on_cpu:.3f} ms on ({(on_cpu / off_cpu - 1) * 100:+.1f}%)"
     )
 
 
@@ -227,16 +256,20 @@ def main() -> None:
             bench_with_tracing("sqlite (WAL, synchronous=FULL)", urls, floor, work, args)
         if args.skip_postgres:
             return
-        name = f"agentrt_bench_{uuid.uuid4().hex[:8]}"
+        # Two databases: the traced pass starts as empty as the untraced one did.
+        names = [f"agentrt_bench_{uuid.uuid4().hex[:8]}" for _ in range(2)]
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        url = f"{PG_ADMIN.rsplit('/', 1)[0]}/{name}"
+            for name in names:
+                conn.execute(f'CREATE DATABASE "{name}"')
+        base = PG_ADMIN.rsplit("/", 1)[0]
+        url, traced_url = (f"{base}/{name}" for name in names)
         try:
             floor = floor_postgres(url, args.floor_commits)
-            bench_with_tracing("postgresql (local)", (url, url), floor, work, args)
+            bench_with_tracing("postgresql (local)", (url, traced_url), floor, work, args)
         finally:
             with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                for name in names:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":
