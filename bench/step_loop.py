@@ -44,6 +44,7 @@ from agentrt.toolhost.security import write_key_file  # noqa: E402
 
 K = 5
 STEPS_PER_RUN = 2 * K + 1
+WARM_UP_RUNS = 10  # imports, caches, connection pools; counted in CPU per step, not in the timings
 PG_ADMIN = os.environ.get("AGENTRT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -105,7 +106,7 @@ async def measure(
 ) -> tuple[list[float], list[float]]:
     """Per-run seconds of ``runs`` sequential runs, and seconds of each burst of ``concurrent`` runs."""
     async with AsyncClient(address, timeout=60, **client_options) as client:  # type: ignore[arg-type]
-        for _ in range(10):  # warm-up: imports, caches, connection pools
+        for _ in range(WARM_UP_RUNS):
             await one_run(client)
         sequential = [await one_run(client) for _ in range(runs)]
         seconds = []
@@ -183,7 +184,7 @@ def bench_backend(
     spread = spread or f"{bursts[0]:.2f} s"
     print(f"concurrent {args.concurrent} runs:            {rate:8.0f} steps/s  ({spread})")
     print(f"runtime peak RSS:                  {rss:8.1f} MB")
-    steps = (10 + args.runs + args.bursts * args.concurrent) * STEPS_PER_RUN
+    steps = (WARM_UP_RUNS + args.runs + args.bursts * args.concurrent) * STEPS_PER_RUN
     cpu_ms = [seconds * 1000 / steps for seconds in cpu]
     print(f"CPU per step: runtime {cpu_ms[0]:.3f} ms, tool host {cpu_ms[1]:.3f} ms (all passes)")
     return per_step, sum(cpu_ms)
