@@ -25,6 +25,7 @@ from agentrt.server.telemetry import OTHER, Counters, RuntimeMetrics
 from agentrt.testing import MetricSamples, scrape_metrics
 from agentrt.toolhost._cli import main as toolhost_main
 from agentrt.toolhost.telemetry import (
+    EXEMPLAR_FILTER_ENV,
     MetricsConfigError,
     MetricsServer,
     build_meter_provider,
@@ -281,6 +282,65 @@ def test_otlp_export_is_configured_by_otel_variables_alone(monkeypatch: pytest.M
         if a.key == "service.name"
     }
     assert services == {"metrics-test"}
+
+
+def exported_exemplars(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> int:
+    """How many exemplars an OTLP export carries for counts made inside a sampled span."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    receiver = Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        env = {
+            **env,
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        }
+        for key, value in env.items():  # the OTLP exporter reads its endpoint from the process
+            monkeypatch.setenv(key, value)
+        setup = build_meter_provider(service_name="t", exporters=frozenset({"otlp"}), env=env)
+        counters = Counters(setup.provider.get_meter("t"))
+        with TracerProvider().get_tracer("t").start_as_current_span("sampled"):
+            counters.inc("retry_count", tool="x")
+            counters.observe("tool_duration", 0.25, tool="x", outcome="ok")
+        setup.provider.shutdown()
+    finally:
+        server.stop(0)
+    points = [
+        point
+        for r in receiver.requests
+        for rm in r.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        for point in [*m.sum.data_points, *m.histogram.data_points]
+    ]
+    assert points, "nothing was exported"
+    return sum(len(point.exemplars) for point in points)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({}, False), ({EXEMPLAR_FILTER_ENV: "always_off"}, False), ({EXEMPLAR_FILTER_ENV: "trace_based"}, True)],
+)
+def test_exemplars_are_off_unless_the_standard_variable_asks(
+    env: dict[str, str], expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (exported_exemplars(env, monkeypatch) > 0) is expected
+
+
+def test_an_unknown_exemplar_filter_is_refused_by_name() -> None:
+    with pytest.raises(MetricsConfigError, match="OTEL_METRICS_EXEMPLAR_FILTER 'sometimes'"):
+        build_meter_provider(
+            service_name="t", exporters=frozenset({"prometheus"}), env={EXEMPLAR_FILTER_ENV: "sometimes"}
+        )
+    with pytest.raises(ConfigError, match="always_off, always_on, trace_based"):
+        RuntimeMetrics.build(
+            MetricsConfig(), env={"OTEL_METRICS_EXPORTER": "otlp", EXEMPLAR_FILTER_ENV: "sometimes"}
+        )
 
 
 def test_the_sample_parser_reads_the_text_format_and_refuses_garbage() -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 __all__ = [
+    "EXEMPLAR_FILTER_ENV",
     "EXPORTERS",
     "MetricsConfigError",
     "MetricsServer",
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 EXPORTERS = frozenset({"prometheus", "otlp", "none"})
+
+
+EXEMPLAR_FILTER_ENV = "OTEL_METRICS_EXEMPLAR_FILTER"
 
 
 class MetricsConfigError(ValueError):
@@ -150,7 +154,37 @@ def build_meter_provider(
         readers.append(PeriodicExportingMetricReader(_otlp_exporter(env)))
     # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over our default name (Resource.create).
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or service_name})
-    return MetricsSetup(provider=MeterProvider(metric_readers=readers, resource=resource), registry=registry)
+    provider = MeterProvider(metric_readers=readers, resource=resource, exemplar_filter=_exemplar_filter(env))
+    return MetricsSetup(provider=provider, registry=registry)
+
+
+def _exemplar_filter(env: Mapping[str, str]) -> Any:
+    """``OTEL_METRICS_EXEMPLAR_FILTER``, off when unset (the SDK's own default is trace_based).
+
+    With tracing on, a trace-based filter offers every measurement made inside a sampled span to
+    an exemplar reservoir: ~15 us each, several per step, for exemplars that the Prometheus
+    endpoint drops anyway. OTLP users who want them opt in with the standard variable.
+
+    Raises:
+        MetricsConfigError: a value other than always_off, always_on or trace_based.
+    """
+    from opentelemetry.sdk.metrics import (
+        AlwaysOffExemplarFilter,
+        AlwaysOnExemplarFilter,
+        TraceBasedExemplarFilter,
+    )
+
+    choices: dict[str, Callable[[], Any]] = {
+        "always_off": AlwaysOffExemplarFilter,
+        "always_on": AlwaysOnExemplarFilter,
+        "trace_based": TraceBasedExemplarFilter,
+    }
+    name = (env.get(EXEMPLAR_FILTER_ENV) or "always_off").strip().lower()
+    if name not in choices:
+        raise MetricsConfigError(
+            f"{EXEMPLAR_FILTER_ENV} {name[:40]!r}: use one of {', '.join(sorted(choices))}"
+        )
+    return choices[name]()
 
 
 def _otlp_exporter(env: Mapping[str, str]) -> Any:
