@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import grpc
 import grpc.aio
@@ -39,6 +39,9 @@ __all__ = [
     "EXPORTERS",
     "PROTOCOLS",
     "SAMPLERS",
+    "Exporter",
+    "Protocol",
+    "SamplerName",
     "TraceContextInterceptor",
     "TracingError",
     "TracingOptions",
@@ -48,16 +51,20 @@ __all__ = [
     "shutdown_tracing",
 ]
 
-EXPORTERS = ("otlp", "console", "none")
-PROTOCOLS = ("grpc", "http/protobuf")
-SAMPLERS = (
+# One list of each, for the runtime's [tracing] section (pydantic) and the OTEL_* checks here.
+Exporter = Literal["otlp", "console", "none"]
+Protocol = Literal["grpc", "http/protobuf"]
+SamplerName = Literal[
     "always_on",
     "always_off",
     "traceidratio",
     "parentbased_always_on",
     "parentbased_always_off",
     "parentbased_traceidratio",
-)
+]
+EXPORTERS: tuple[str, ...] = get_args(Exporter)
+PROTOCOLS: tuple[str, ...] = get_args(Protocol)
+SAMPLERS: tuple[str, ...] = get_args(SamplerName)
 
 
 class TracingError(ValueError):

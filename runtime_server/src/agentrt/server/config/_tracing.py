@@ -6,9 +6,9 @@ ones win over the file): see ``agentrt.server.telemetry.tracing_options``.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from agentrt.toolhost.tracing import Exporter, Protocol, SamplerName
 
 
 class TracingConfig(BaseModel):
@@ -17,18 +17,11 @@ class TracingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # "none" (the default) installs no SDK: spans are the API's no-ops, traceparent still passes on.
-    exporter: Literal["otlp", "console", "none"] = "none"
-    protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
+    exporter: Exporter = "none"
+    protocol: Protocol = "http/protobuf"
     endpoint: str = ""  # the OTLP base address; empty: the exporter's default
     service_name: str = "agentrt-runtime"
-    sampler: Literal[
-        "always_on",
-        "always_off",
-        "traceidratio",
-        "parentbased_always_on",
-        "parentbased_always_off",
-        "parentbased_traceidratio",
-    ] = "parentbased_always_on"
+    sampler: SamplerName = "parentbased_always_on"
     sampler_arg: float = Field(1.0, ge=0.0, le=1.0)
     # Messages and tool arguments on spans (gen_ai.input.messages...), redacted. Only with
     # OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true too: both must opt in.
