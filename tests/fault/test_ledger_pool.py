@@ -165,7 +165,10 @@ def test_a_host_killed_mid_write_is_settled_by_the_other_and_the_write_never_run
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("postgresql://agent:pw-Zq9@127.0.0.1:1/ledger", "open failed"),
+        (
+            "postgresql://agent:pw-Zq9@127.0.0.1:1/ledger",
+            "agent:***@127.0.0.1:1/ledger schema agentrt_toolhost: open failed",
+        ),
         ("mysql://agent:pw-Zq9@127.0.0.1/ledger", "must be postgresql://"),
     ],
 )
@@ -181,4 +184,3 @@ def test_a_bad_ledger_url_stops_the_host_at_start_without_the_password(
     )
     assert done.returncode == 2
     assert expected in done.stderr and "pw-Zq9" not in done.stderr + done.stdout
-    assert "agent:***@127.0.0.1" in done.stderr

@@ -74,8 +74,9 @@ class PgLedgerOptions:
         except ValueError:
             raise ValueError("the ledger URL is not a URL") from None
         if parts.scheme not in _SCHEMES or not parts.netloc:
+            # Only the scheme is echoed: a malformed URL may hide its password where no parser finds it.
             raise ValueError(
-                f"the ledger URL must be postgresql://USER@HOST[:PORT]/DB, not {redact_url(self.url)!r}"
+                f"the ledger URL must be postgresql://USER@HOST[:PORT]/DB (its scheme is {parts.scheme!r})"
             )
         check_schema_name(self.schema)
         if not (math.isfinite(self.owner_ttl_s) and self.owner_ttl_s > 0):
