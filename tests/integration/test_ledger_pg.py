@@ -3,21 +3,25 @@ hosts, dead owners told from busy ones, sealing, schema setup, retention and err
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from agentrt.toolhost import LedgerRetention, ToolHost
 from agentrt.toolhost._errors import ErrorCode
+from agentrt.toolhost._host import LEDGER_FILE
 from agentrt.toolhost._intents import IntentCall, Intents, Pending, Proceed
 from agentrt.toolhost._ledger_pg import PgLedger
 from agentrt.toolhost._ledger_pg_config import PgLedgerOptions, redact_url
 from agentrt.toolhost._ledger_pg_schema import PG_SCHEMA_VERSION
-from agentrt.toolhost._ledger_retention import LedgerPruneCounts
+from agentrt.toolhost._ledger_retention import MIN_KEEP_S, LedgerPruneCounts
 from agentrt.toolhost._ledger_schema import LedgerVersionError
 from agentrt.toolhost._ledger_types import (
     Busy,
@@ -310,3 +314,27 @@ def test_urls_are_redacted_in_the_authority_and_the_query() -> None:
     )
     assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
     assert "secret" not in repr(PgLedgerOptions(url="postgresql://u:secret@h/db"))
+
+
+async def test_an_in_process_host_on_the_shared_ledger_prunes_it_and_writes_no_sqlite_file(
+    options: PgLedgerOptions, tmp_path: Path
+) -> None:
+    with PgLedger(options, owner="life-1", heartbeat=False) as ledger:
+        _begin(ledger, "settled")
+        ledger.finish("settled", Outcome.success("{}"), tenant="acme")
+        _begin(ledger, "running", run_id="run-2")
+    later = LedgerRetention(
+        keep_s=MIN_KEEP_S, interval_s=0.05, clock_ns=lambda: time.time_ns() + int((MIN_KEEP_S + 60) * 1e9)
+    )
+    async with ToolHost(tools={}, data_dir=tmp_path, ledger_retention=later, shared_ledger=options) as host:
+        await host.start("127.0.0.1:0")
+        reader = PgLedger(options, owner="reader", heartbeat=False)
+        try:
+            deadline = time.monotonic() + 10
+            while reader.get("settled", tenant="acme") is not None:
+                assert time.monotonic() < deadline, "the host never pruned the shared ledger"
+                await asyncio.sleep(0.05)
+            assert reader.get("running", tenant="acme") is not None  # never a RUNNING entry
+        finally:
+            reader.close()
+    assert not (tmp_path / LEDGER_FILE).exists()
