@@ -4,6 +4,7 @@ hosts, dead owners told from busy ones, sealing, schema setup, retention and err
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 import uuid
@@ -11,10 +12,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc.aio
 import psycopg
+import pydantic
 import pytest
 
-from agentrt.toolhost import LedgerRetention, ToolHost
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import GetOperationRequest, InvokeToolRequest
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.toolhost import LedgerRetention, SideEffect, ToolContext, ToolHost, tool
 from agentrt.toolhost._errors import ErrorCode
 from agentrt.toolhost._host import LEDGER_FILE
 from agentrt.toolhost._intents import IntentCall, Intents, Pending, Proceed
@@ -40,6 +46,10 @@ from agentrt.toolhost.security import PayloadCipher
 pytestmark = pytest.mark.postgres
 
 CIPHER = PayloadCipher(keys={"k1": b"k" * 32}, active="k1")
+
+
+class WriteArgs(pydantic.BaseModel):
+    n: int = 0
 
 
 @pytest.fixture
@@ -338,3 +348,89 @@ async def test_an_in_process_host_on_the_shared_ledger_prunes_it_and_writes_no_s
         finally:
             reader.close()
     assert not (tmp_path / LEDGER_FILE).exists()
+
+
+def _terminate_ledger_connections(options: PgLedgerOptions) -> None:
+    """Cut every other connection to the test database, as a PostgreSQL restart would."""
+    with psycopg.connect(options.url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid != pg_backend_pid() AND datname = current_database()"
+        )
+
+
+def _beat_ns(options: PgLedgerOptions, owner: str) -> int | None:
+    with psycopg.connect(options.url) as db:
+        row = db.execute(
+            f'SELECT beat_ns FROM "{options.schema}".hosts WHERE owner = %s', (owner,)
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def test_the_heartbeat_survives_a_lost_connection(
+    options: PgLedgerOptions, caplog: pytest.LogCaptureFixture
+) -> None:
+    fast = PgLedgerOptions(url=options.url, schema=options.schema, owner_ttl_s=0.3)
+    with PgLedger(fast, owner="host-a") as ledger:
+        first = _beat_ns(fast, "host-a")
+        assert first is not None
+        _wait_until(lambda: (_beat_ns(fast, "host-a") or 0) > first)
+        _terminate_ledger_connections(fast)
+        cut = _beat_ns(fast, "host-a") or 0
+        # It reconnects and beats again; a failed beat is one warning naming the error's class only.
+        _wait_until(lambda: (_beat_ns(fast, "host-a") or 0) > cut)
+        with pytest.raises(LedgerUnavailable):
+            ledger.get("k1")  # the loop's connection was cut too: one call fails ...
+        assert ledger.get("k1") is None  # ... and the next one reconnects
+    warnings = [r.getMessage() for r in caplog.records if "heartbeat failed" in r.getMessage()]
+    assert warnings and all("postgresql://" not in message for message in warnings)
+    assert _beat_ns(fast, "host-a") is None  # signed off at close
+
+
+def test_a_host_without_psycopg_says_which_extra_to_install(
+    options: PgLedgerOptions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "agentrt.toolhost._ledger_pg", None)  # import fails as if missing
+
+    async def start() -> None:
+        host = ToolHost(tools={}, data_dir=tmp_path, shared_ledger=options)
+        try:
+            await host.start("127.0.0.1:0")
+        finally:
+            await host.stop(0)
+
+    with pytest.raises(LedgerUnavailable, match=r"agentrt-toolhost\[postgres\]"):
+        asyncio.run(start())
+
+
+async def test_a_finish_the_database_refuses_leaves_the_entry_running_which_a_retry_reads_as_unknown(
+    options: PgLedgerOptions, tmp_path: Path
+) -> None:
+    holding, release = threading.Event(), threading.Event()
+
+    def write(args: WriteArgs, ctx: ToolContext) -> int:
+        holding.set()
+        release.wait(10)
+        return args.n
+
+    tools = {"pool.write": tool(name="pool.write", description="w", side_effect=SideEffect.WRITE)(write)}
+    async with ToolHost(tools=tools, data_dir=tmp_path, shared_ledger=options) as host:
+        await host.start("127.0.0.1:0")
+        assert host.address is not None
+        async with grpc.aio.insecure_channel(host.address) as channel:
+            stub = ToolHostServiceStub(channel)
+            request = InvokeToolRequest(tool="pool.write", arguments_json='{"n": 7}')
+            metadata = [("x-agentrt-idempotency-key", "k-cut")]
+            call = asyncio.ensure_future(stub.InvokeTool(request, metadata=metadata, timeout=30))
+            assert await asyncio.to_thread(holding.wait, 10)
+            await asyncio.to_thread(_terminate_ledger_connections, options)  # the finish will fail
+            release.set()
+            answer = await call
+            assert answer.result_json == "7"  # the caller still hears what the tool did
+            retry = await stub.InvokeTool(request, metadata=metadata, timeout=30)
+            assert (
+                retry.error.code == tool_pb2.TOOL_ERROR_CODE_TRANSIENT
+                and "outcome unknown" in retry.error.message
+            )
+            status = await stub.GetOperation(GetOperationRequest(idempotency_key="k-cut"), timeout=10)
+            assert status.operation.status == tool_pb2.OPERATION_STATUS_RUNNING
