@@ -14,12 +14,13 @@ statements matters: each one releases and retakes the GIL, which gRPC's threads 
 
 Which host process life started a RUNNING entry is stored as ``owner`` (a fresh
 id per start): RUNNING with another owner means the host died while the tool ran.
+Hosts of a pool share a PostgreSQL ledger instead (``_ledger_pg``), behind the same
+interface (``_ledger_backend``) and the same decision (``_ledger_verdict``).
 
 Keys and fencing tokens are scoped by tenant (the one a call grant names): a key of
 one tenant neither collides with nor reveals another's, and a run's fencing token is
 remembered per (tenant, run). With a :class:`~agentrt.toolhost._cipher.PayloadCipher` the
-outcome columns (``result_json``, ``error_message``, ``error_details_json``) are sealed,
-bound to their tenant, key and column; ids, statuses and times stay in clear.
+outcome columns are sealed (``_ledger_codec``).
 """
 
 from __future__ import annotations

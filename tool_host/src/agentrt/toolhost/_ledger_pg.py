@@ -20,9 +20,12 @@ once. A host cut off from PostgreSQL for longer than the TTL counts as dead; its
 record their outcome anyway.
 
 Sync or async: the ledger stays synchronous and is called from the host's event loop, as the
-SQLite one is. On loopback one call (``begin`` then ``finish``) costs about 0.5 ms of loop time
-(measured, see the README), less than moving each statement to a thread would add; the calls keep
-``statement_timeout`` short, so a stalled database holds the loop for seconds at most.
+SQLite one is, so "look up, then start the task" stays atomic within the process (an InFlight
+duplicate always finds the running task). The price, measured on this 2-core machine
+(``bench/ledger_backends.py``): a call's ``begin`` plus ``finish`` hold the loop for p50 1.2 ms
+(two commits, each waiting for its WAL flush) against 0.06 ms on SQLite, and one host serves about
+230 calls/s under concurrency against 1,600 (``bench/tool_call.py --ledger-url``). A pool scales
+by its hosts. ``statement_timeout`` bounds how long a stalled database can hold the loop.
 """
 
 from __future__ import annotations
