@@ -4,6 +4,7 @@ hosts, dead owners told from busy ones, sealing, schema setup, retention and err
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 import time
@@ -434,3 +435,30 @@ async def test_a_finish_the_database_refuses_leaves_the_entry_running_which_a_re
             )
             status = await stub.GetOperation(GetOperationRequest(idempotency_key="k-cut"), timeout=10)
             assert status.operation.status == tool_pb2.OPERATION_STATUS_RUNNING
+
+
+async def test_a_ledger_outage_before_the_call_starts_is_a_transient_error_and_nothing_ran(
+    options: PgLedgerOptions, tmp_path: Path
+) -> None:
+    ran: list[int] = []
+
+    def write(args: WriteArgs, ctx: ToolContext) -> int:
+        ran.append(args.n)
+        return args.n
+
+    tools = {"pool.write": tool(name="pool.write", description="w", side_effect=SideEffect.WRITE)(write)}
+    async with ToolHost(tools=tools, data_dir=tmp_path, shared_ledger=options) as host:
+        await host.start("127.0.0.1:0")
+        assert host.address is not None
+        async with grpc.aio.insecure_channel(host.address) as channel:
+            stub = ToolHostServiceStub(channel)
+            request = InvokeToolRequest(tool="pool.write", arguments_json='{"n": 3}')
+            metadata = [("x-agentrt-idempotency-key", "k-outage"), ("x-agentrt-run-id", "run-1")]
+            await asyncio.to_thread(_terminate_ledger_connections, options)
+            refused = await stub.InvokeTool(request, metadata=metadata, timeout=30)
+            assert refused.error.code == tool_pb2.TOOL_ERROR_CODE_TRANSIENT
+            assert json.loads(refused.error.details_json) == {"ledger_unavailable": True}
+            assert "postgres" not in refused.error.message and ran == []
+            again = await stub.InvokeTool(request, metadata=metadata, timeout=30)  # reconnected
+            assert again.result_json == "3" and ran == [3]
+        assert host.counters["ledger_unavailable"] == 1

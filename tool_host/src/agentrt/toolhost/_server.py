@@ -38,6 +38,7 @@ from agentrt.toolhost._ledger import (
     Start,
 )
 from agentrt.toolhost._ledger_backend import LedgerBackend
+from agentrt.toolhost._ledger_types import LedgerUnavailable
 from agentrt.toolhost._logging import log_fields
 from agentrt.toolhost._operations import Operations
 from agentrt.toolhost._outcome import Failure, Outcome
@@ -217,6 +218,16 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 return await self._invoke_logged(request, meta, context)
         except RpcFailure as exc:
             await abort_with(context, exc)
+        except LedgerUnavailable as exc:
+            # Raised before the tool started (a failed finish is handled in Operations): nothing ran,
+            # so a retry under the same key is safe; the message holds no password.
+            self._counters["ledger_unavailable"] += 1
+            _log.warning("InvokeTool refused: %s", exc)
+            return _error(
+                ErrorCode.TRANSIENT,
+                "the tool host's ledger is unavailable; the call did not start",
+                {"ledger_unavailable": True},
+            )
         except Exception:
             _log.exception("InvokeTool failed")
             await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
