@@ -462,3 +462,26 @@ async def test_a_ledger_outage_before_the_call_starts_is_a_transient_error_and_n
             again = await stub.InvokeTool(request, metadata=metadata, timeout=30)  # reconnected
             assert again.result_json == "3" and ran == [3]
         assert host.counters["ledger_unavailable"] == 1
+
+
+def test_a_role_with_table_rights_only_runs_on_a_ledger_set_up_beforehand(options: PgLedgerOptions) -> None:
+    PgLedger(options, owner="setup", heartbeat=False).close()  # an operator's first start (or a Job)
+    role = f"ledger_dml_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(options.url, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        admin.execute(f'GRANT USAGE ON SCHEMA "{options.schema}" TO "{role}"')
+        admin.execute(
+            f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{options.schema}" TO "{role}"'
+        )
+    try:
+        url = options.url.replace("postgres@", f"{role}@", 1)
+        limited = PgLedgerOptions(url=url, schema=options.schema)
+        with PgLedger(limited, owner="host-a", heartbeat=False) as ledger:
+            assert isinstance(_begin(ledger), Start)
+        fresh = PgLedgerOptions(url=url, schema=f"t_{uuid.uuid4().hex[:12]}")
+        with pytest.raises(LedgerUnavailable, match=r"open failed \(InsufficientPrivilege"):
+            PgLedger(fresh, owner="host-b", heartbeat=False)  # it may not create a new one
+    finally:
+        with psycopg.connect(options.url, autocommit=True) as admin:
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')

@@ -15,7 +15,7 @@ created (or migrated) once, and a host that loses the race finds them ready.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentrt.toolhost._ledger_schema import LedgerVersionError
 
@@ -93,7 +93,7 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
-def open_pg_schema(db: psycopg.Connection[object], schema: str) -> None:
+def open_pg_schema(db: psycopg.Connection[Any], schema: str) -> None:
     """Create the ledger's schema and tables, or check their version; idempotent.
 
     Args:
@@ -110,15 +110,27 @@ def open_pg_schema(db: psycopg.Connection[object], schema: str) -> None:
         db.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"agentrt.toolhost.ledger:{name}",)
         )
-        db.execute(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
+        # DDL only when something is missing, so a role without CREATE rights runs on a ledger an
+        # operator set up beforehand.
+        if db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,)).fetchone() is None:
+            db.execute(f'CREATE SCHEMA "{name}"')
         db.execute(f'SET LOCAL search_path TO "{name}"')
-        for statement in _TABLES:
-            db.execute(statement)
-        row = db.execute("SELECT max(version) FROM ledger_schema_version").fetchone()
-        version = row[0] if row is not None else None  # type: ignore[index]
-        if version is None:
-            db.execute("INSERT INTO ledger_schema_version (version) VALUES (%s)", (PG_SCHEMA_VERSION,))
-        elif int(version) > PG_SCHEMA_VERSION:
+        version = _version(db)
+        if version is None or version < PG_SCHEMA_VERSION:
+            for statement in _TABLES:
+                db.execute(statement)
+            if version is None:
+                db.execute("INSERT INTO ledger_schema_version (version) VALUES (%s)", (PG_SCHEMA_VERSION,))
+        elif version > PG_SCHEMA_VERSION:
             raise LedgerVersionError(
                 f"the ledger's schema version {version} is newer than this tool host's ({PG_SCHEMA_VERSION})"
             )
+
+
+def _version(db: psycopg.Connection[Any]) -> int | None:
+    """The schema's version; None when it has no version table or row yet."""
+    exists = db.execute("SELECT to_regclass('ledger_schema_version') IS NOT NULL").fetchone()
+    if exists is None or not exists[0]:
+        return None
+    row = db.execute("SELECT max(version) FROM ledger_schema_version").fetchone()
+    return None if row is None or row[0] is None else int(row[0])
