@@ -73,8 +73,10 @@ def charges(store: Path, key: str) -> int:
     """Raw executions of ``pool.charge`` under ``key``, as the plugin's own store counts them."""
     if not store.exists():
         return 0
-    db = sqlite3.connect(store)
+    db = sqlite3.connect(store, timeout=10)
     try:
+        # The file may exist a moment before its table does (the plugin creates both).
+        db.execute("CREATE TABLE IF NOT EXISTS charges (key TEXT NOT NULL, order_id TEXT NOT NULL)")
         return int(db.execute("SELECT count(*) FROM charges WHERE key = ?", (key,)).fetchone()[0])
     finally:
         db.close()
