@@ -485,3 +485,9 @@ def test_a_role_with_table_rights_only_runs_on_a_ledger_set_up_beforehand(option
         with psycopg.connect(options.url, autocommit=True) as admin:
             admin.execute(f'DROP OWNED BY "{role}"')
             admin.execute(f'DROP ROLE "{role}"')
+
+
+def test_the_password_is_known_in_every_form_it_may_reach_a_driver_message() -> None:
+    options = PgLedgerOptions(url="postgresql://u:p%40ss@h/db?password=q%2Fw&sslmode=require")
+    assert set(options.secrets) == {"p%40ss", "p@ss", "q/w"}  # parse_qsl decodes the query already
+    assert PgLedgerOptions(url="postgresql://u@h/db").secrets == ()

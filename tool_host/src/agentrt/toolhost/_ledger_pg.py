@@ -225,9 +225,8 @@ class PgLedger:
             yield
         except psycopg.Error as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            password = self._options.password
-            if password:
-                text = text.replace(password, "***")
+            for secret in self._options.secrets:
+                text = text.replace(secret, "***")
             raise LedgerUnavailable(
                 f"ledger {self.description}: {doing} failed ({type(exc).__name__}: {text})"
             ) from None

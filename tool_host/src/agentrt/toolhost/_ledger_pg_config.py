@@ -88,11 +88,17 @@ class PgLedgerOptions:
         return redact_url(self.url)
 
     @property
-    def password(self) -> str:
-        """The password the URL carries, or "" (so it can be scrubbed from driver messages)."""
+    def secrets(self) -> tuple[str, ...]:
+        """The password the URL carries, as written and percent-decoded (to scrub driver messages)."""
         try:
             parts = urllib.parse.urlsplit(self.url)
-            from_query = dict(urllib.parse.parse_qsl(parts.query)).get("password", "")
-            return parts.password or from_query
+            raw = [parts.password or ""]
+            raw += [
+                v
+                for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+                if k.lower() == "password"
+            ]
         except ValueError:
-            return ""
+            return ()
+        forms = {form for value in raw for form in (value, urllib.parse.unquote(value)) if form}
+        return tuple(sorted(forms, key=len, reverse=True))  # longest first: no partial leftovers
