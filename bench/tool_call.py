@@ -12,7 +12,9 @@ outcome recorded. It prints:
   the same channel (gRPC only: no ledger, no tool).
 
 Run: ``python bench/tool_call.py`` (or ``python bench/tool_call.py --calls 2000 --concurrent 50
---calls-each 100``). Other load on the machine shows in the figures: run it on a quiet one.
+--calls-each 100``); ``--ledger-url postgresql://...`` puts the host's ledger in PostgreSQL (a
+throwaway schema, left for the caller to drop). Other load on the machine shows in the figures:
+run it on a quiet one.
 Prints figures; asserts nothing.
 """
 
@@ -134,14 +136,22 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=50, help="callers at once")
     parser.add_argument("--calls-each", type=int, default=100, help="calls per concurrent caller")
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument(
+        "--ledger-url", default="", help="run the host on a shared PostgreSQL ledger (default: SQLite)"
+    )
     args = parser.parse_args()
+    ledger_args = ["--ledger-url", args.ledger_url, "--ledger-schema", f"bench_{uuid.uuid4().hex[:8]}"]
     print(
         f"agentrt tool-call benchmark: {TOOL} on a real tool host process, fresh idempotency keys, "
         f"{os.cpu_count()} cores"
     )
     with (
         tempfile.TemporaryDirectory(prefix="agentrt-bench-") as tmp,
-        spawn_tool_host(Path(tmp) / "host", plugins=["agentrt.plugins.demo_tools"]) as host,
+        spawn_tool_host(
+            Path(tmp) / "host",
+            plugins=["agentrt.plugins.demo_tools"],
+            extra_args=ledger_args if args.ledger_url else [],
+        ) as host,
     ):
         asyncio.run(measure(host.address, host.pid, args))
 

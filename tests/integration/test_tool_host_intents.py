@@ -32,9 +32,11 @@ from agentrt.toolhost import (
     tool,
 )
 from agentrt.toolhost._intents import Duplicate, Intents, Pending, Proceed, intent_of
-from agentrt.toolhost._ledger import Ledger, Start
+from agentrt.toolhost._ledger import Start
+from agentrt.toolhost._ledger_backend import LedgerBackend
 from agentrt.toolhost._outcome import Outcome
 from agentrt.toolhost.security import GRANT_HEADER, GrantSigner, GrantVerifier, public_key_pem
+from tests.unit._ledgers import BACKENDS, OpenLedger, ledger_factory
 
 EFFECTS: collections.Counter[str] = collections.Counter()
 GATE = asyncio.Event()
@@ -284,13 +286,18 @@ class Clock:
         return self.now_ns
 
 
+@pytest.fixture(params=BACKENDS)
+def open_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenLedger]:
+    """Intent claims on both backends: a host's SQLite file, and the PostgreSQL ledger of a pool."""
+    yield from ledger_factory(request, tmp_path)
+
+
 @pytest.fixture
-def ledger(tmp_path: Path) -> Iterator[Ledger]:
-    with Ledger(tmp_path / "ledger.sqlite", owner="life-1") as opened:
-        yield opened
+def ledger(open_ledger: OpenLedger) -> LedgerBackend:
+    return open_ledger("life-1")
 
 
-def run_call(ledger: Ledger, intents: Intents, tool_: Tool, key: str, *, run: str = "r") -> object:
+def run_call(ledger: LedgerBackend, intents: Intents, tool_: Tool, key: str, *, run: str = "r") -> object:
     """Claim, then (when it may run) record it done, as the servicer does."""
     intent = intent_of(tool_, {"order_id": "A100"}, run_id=run, session_id="")
     assert intent is not None
@@ -309,7 +316,7 @@ def run_call(ledger: Ledger, intents: Intents, tool_: Tool, key: str, *, run: st
     return decision
 
 
-def test_a_window_bounds_how_long_a_repeat_is_a_duplicate(ledger: Ledger) -> None:
+def test_a_window_bounds_how_long_a_repeat_is_a_duplicate(ledger: LedgerBackend) -> None:
     clock = Clock()
     intents = Intents(ledger, clock_ns=clock)
     windowed = _refund("refund.windowed", IntentScope.RUN, window=60.0)
@@ -321,7 +328,9 @@ def test_a_window_bounds_how_long_a_repeat_is_a_duplicate(ledger: Ledger) -> Non
     assert isinstance(run_call(ledger, intents, windowed, "k4"), Duplicate)  # a new window from k3
 
 
-def test_a_claim_without_a_ledger_entry_is_taken_over_by_its_own_host_life_at_once(ledger: Ledger) -> None:
+def test_a_claim_without_a_ledger_entry_is_taken_over_by_its_own_host_life_at_once(
+    ledger: LedgerBackend, open_ledger: OpenLedger
+) -> None:
     clock = Clock()
     refund = TOOLS[0]
     intent = intent_of(refund, {"order_id": "A100"}, run_id="r", session_id="")
@@ -336,7 +345,7 @@ def test_a_claim_without_a_ledger_entry_is_taken_over_by_its_own_host_life_at_on
         Proceed,
     )
     # Another host life's claim may be between its claim and its begin: pending, until stale.
-    with Ledger(ledger.path, owner="life-2") as other:
+    with open_ledger("life-2") as other:
         other_intents = Intents(other, clock_ns=clock, stale_claim_s=60)
         assert isinstance(
             other_intents.claim(intent, tenant="", idempotency_key="k3", override=False), Pending

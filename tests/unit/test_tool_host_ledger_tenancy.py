@@ -11,11 +11,13 @@ import pytest
 
 from agentrt.toolhost._errors import ErrorCode
 from agentrt.toolhost._ledger import Fenced, Ledger, OperationStatus, Replay, Start, sealing_aad
+from agentrt.toolhost._ledger_backend import LedgerBackend
 from agentrt.toolhost._ledger_schema import SCHEMA_VERSION, LedgerVersionError
 from agentrt.toolhost._outcome import Outcome
 from agentrt.toolhost._server import parse_metadata
 from agentrt.toolhost._status import InvalidRequest
 from agentrt.toolhost.security import MAX_FENCING_TOKEN, CipherError, PayloadCipher
+from tests.unit._ledgers import BACKENDS, OpenLedger, ledger_factory
 
 CIPHER = PayloadCipher(keys={"k1": b"k" * 32}, active="k1")
 
@@ -25,13 +27,18 @@ def path(tmp_path: Path) -> Path:
     return tmp_path / "ledger.sqlite"
 
 
+@pytest.fixture(params=BACKENDS)
+def open_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OpenLedger]:
+    yield from ledger_factory(request, tmp_path)
+
+
 @pytest.fixture
-def ledger(path: Path) -> Iterator[Ledger]:
-    with Ledger(path, owner="life-1") as ledger:
-        yield ledger
+def ledger(open_ledger: OpenLedger) -> LedgerBackend:
+    """The same tenancy on both backends (SQLite, and the PostgreSQL ledger of a pool)."""
+    return open_ledger("life-1")
 
 
-def _begin(ledger: Ledger, tenant: str, key: str = "k1", **overrides: Any) -> Any:
+def _begin(ledger: LedgerBackend, tenant: str, key: str = "k1", **overrides: Any) -> Any:
     kwargs: dict[str, Any] = {
         "tenant": tenant,
         "idempotency_key": key,
@@ -45,7 +52,7 @@ def _begin(ledger: Ledger, tenant: str, key: str = "k1", **overrides: Any) -> An
     return ledger.begin(**kwargs)
 
 
-def test_the_same_key_in_two_tenants_is_two_entries(ledger: Ledger) -> None:
+def test_the_same_key_in_two_tenants_is_two_entries(ledger: LedgerBackend) -> None:
     assert isinstance(_begin(ledger, "acme"), Start)
     ledger.finish("k1", Outcome.success('{"who": "acme"}'), tenant="acme")
     # Another tenant neither collides (other arguments are no conflict) nor replays acme's result.
@@ -62,7 +69,7 @@ def test_the_same_key_in_two_tenants_is_two_entries(ledger: Ledger) -> None:
     assert isinstance(_begin(ledger, "acme"), Replay)
 
 
-def test_fencing_is_per_tenant_and_run(ledger: Ledger) -> None:
+def test_fencing_is_per_tenant_and_run(ledger: LedgerBackend) -> None:
     assert ledger.check_fence("run-1", 2**63 - 1, tenant="mallory") is None
     # The same run id in another tenant is unaffected by mallory's huge token.
     assert isinstance(_begin(ledger, "acme", fencing_token=3), Start)

@@ -36,6 +36,7 @@ from agentrt.toolhost._errors import (
     Unauthorized,
 )
 from agentrt.toolhost._host import SERVICE_NAME, ToolHost
+from agentrt.toolhost._ledger_pg_config import PgLedgerOptions
 from agentrt.toolhost._ledger_retention import LedgerRetention
 from agentrt.toolhost._plugins import collect_tools, get_plugin_manager, load_plugin
 from agentrt.toolhost._sdk import (
@@ -68,6 +69,7 @@ __all__ = [
     "JsonBoundsError",
     "LedgerRetention",
     "PermanentError",
+    "PgLedgerOptions",
     "PluginError",
     "SideEffect",
     "Tool",

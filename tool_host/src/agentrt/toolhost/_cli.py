@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,8 +21,15 @@ from agentrt.toolhost._errors import PluginError
 from agentrt.toolhost._grants import DEFAULT_MAX_GRANT_LIFETIME_S, GrantVerifier
 from agentrt.toolhost._host import ToolHost, parse_listen
 from agentrt.toolhost._host_metrics import start_host_metrics
+from agentrt.toolhost._ledger_pg_config import (
+    DEFAULT_LEDGER_SCHEMA,
+    DEFAULT_OWNER_TTL_S,
+    LEDGER_URL_ENV,
+    PgLedgerOptions,
+)
 from agentrt.toolhost._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_S, MIN_KEEP_S, LedgerRetention
 from agentrt.toolhost._ledger_schema import LedgerVersionError
+from agentrt.toolhost._ledger_types import LedgerUnavailable
 from agentrt.toolhost._logging import configure_logging, parse_level_spec, resolve_format
 from agentrt.toolhost._plugins import ENTRYPOINT_GROUP, collect_tools, get_plugin_manager
 from agentrt.toolhost._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
@@ -92,6 +100,32 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_INTERVAL_S,
         metavar="SECONDS",
         help="seconds between ledger pruning passes",
+    )
+    pool = parser.add_argument_group(
+        "shared ledger",
+        "Hosts of a pool that serve the same write tools share one ledger in PostgreSQL (needs the "
+        "postgres extra); without a URL the ledger is a SQLite file in --data-dir.",
+    )
+    pool.add_argument(
+        "--ledger-url",
+        default=os.environ.get(LEDGER_URL_ENV, ""),
+        metavar="URL",
+        help=f"postgresql://USER@HOST[:PORT]/DB of the pool's ledger (default: ${LEDGER_URL_ENV}); "
+        "keep the password in PGPASSWORD or PGPASSFILE rather than the URL",
+    )
+    pool.add_argument(
+        "--ledger-schema",
+        default=DEFAULT_LEDGER_SCHEMA,
+        metavar="NAME",
+        help="PostgreSQL schema of the pool's ledger, created if missing (default: %(default)s)",
+    )
+    pool.add_argument(
+        "--ledger-owner-ttl-s",
+        type=float,
+        default=DEFAULT_OWNER_TTL_S,
+        metavar="SECONDS",
+        help="a host whose heartbeat is older than this counts as dead: another host settles the "
+        "writes it left running (default: %(default)s)",
     )
     parser.add_argument(
         "--log-level",
@@ -297,6 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         return _usage_error(f"--ledger-keep-s / --ledger-prune-interval-s: {exc}")
     try:
+        shared_ledger = (
+            PgLedgerOptions(
+                url=args.ledger_url, schema=args.ledger_schema, owner_ttl_s=args.ledger_owner_ttl_s
+            )
+            if args.ledger_url
+            else None
+        )
+    except ValueError as exc:
+        return _usage_error(f"--ledger-url / --ledger-schema / --ledger-owner-ttl-s: {exc}")
+    try:
         security = _security(args)
     except _SecurityError as exc:
         return _usage_error(str(exc))
@@ -323,6 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cipher=security.cipher,
         ledger_retention=retention,
         config=config,
+        shared_ledger=shared_ledger,
     )
     try:
         if args.metrics_listen:
@@ -357,7 +402,7 @@ async def _serve(
 ) -> int:
     try:
         address = await host.start(listen)
-    except (OSError, LedgerVersionError) as exc:
+    except (OSError, LedgerVersionError, LedgerUnavailable) as exc:
         return _usage_error(str(exc))
     try:
         metrics = start_host_metrics(host.counters, listen=metrics_listen, token_file=metrics_token_file)

@@ -23,7 +23,10 @@ from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._context import DEFAULT_DATA_DIR
 from agentrt.toolhost._grants import GrantVerifier
 from agentrt.toolhost._ledger import Ledger
+from agentrt.toolhost._ledger_backend import LedgerBackend
+from agentrt.toolhost._ledger_pg_config import PgLedgerOptions
 from agentrt.toolhost._ledger_retention import LedgerRetention, run_ledger_retention
+from agentrt.toolhost._ledger_types import LedgerUnavailable
 from agentrt.toolhost._parse import add_parsing_in_handler
 from agentrt.toolhost._plugins import get_plugin_manager
 from agentrt.toolhost._sdk import Tool
@@ -79,6 +82,8 @@ class ToolHost:
         ledger_retention: How long settled ledger entries are kept; None never prunes.
         config: What the plugins were configured with (the query hook gets it too); by default
             ``data_dir`` and no options.
+        shared_ledger: A PostgreSQL ledger the hosts of a pool share; None keeps the ledger in a
+            SQLite file in ``data_dir``.
     """
 
     def __init__(
@@ -93,8 +98,10 @@ class ToolHost:
         cipher: PayloadCipher | None = None,
         ledger_retention: LedgerRetention | None = LedgerRetention(),  # noqa: B008 - frozen, shared safely
         config: ToolHostConfig | None = None,
+        shared_ledger: PgLedgerOptions | None = None,
     ) -> None:
         self.tools = dict(tools)
+        self._shared_ledger = shared_ledger
         self._config = config
         self._ledger_retention = ledger_retention
         self._retention_task: asyncio.Task[None] | None = None
@@ -108,7 +115,7 @@ class ToolHost:
         self._cancel_grace = cancel_grace
         self._server: grpc.aio.Server | None = None
         self._health: health_aio.HealthServicer | None = None
-        self._ledger: Ledger | None = None
+        self._ledger: LedgerBackend | None = None
         self._servicer: ToolHostServicer | None = None
 
     async def start(self, listen: str = "127.0.0.1:0") -> str:
@@ -124,6 +131,8 @@ class ToolHost:
             ValueError: ``listen`` is malformed.
             OSError: The address cannot be bound.
             RuntimeError: Already started.
+            LedgerUnavailable: The shared ledger's database cannot be reached (no password shown).
+            LedgerVersionError: The ledger was written by a newer tool host.
         """
         if self._server is not None:
             raise RuntimeError("the tool host is already started")
@@ -140,7 +149,7 @@ class ToolHost:
         if port == 0:
             raise OSError(f"cannot listen on {listen}")
         # The ledger is opened only after the bind worked, so a bad address leaves no files behind.
-        ledger = Ledger(self.data_dir / LEDGER_FILE, owner=uuid.uuid4().hex, cipher=self._cipher)
+        ledger = self._open_ledger()
         servicer = ToolHostServicer(
             tools=self.tools,
             pm=self._pm,
@@ -168,18 +177,32 @@ class ToolHost:
         self._server, self._health, self._ledger, self._servicer = server, health_servicer, ledger, servicer
         if self._ledger_retention is not None:
             self._retention_task = asyncio.get_running_loop().create_task(
-                run_ledger_retention(ledger.path, self._ledger_retention)
+                run_ledger_retention(ledger.prune, self._ledger_retention)
             )
         self.address = f"{host}:{port}"
         _log.info(
-            "serving %d tool(s) on %s (%s, %s), data in %s",
+            "serving %d tool(s) on %s (%s, %s), data in %s, ledger %s",
             len(self.tools),
             self.address,
             "plaintext" if self._credentials is None else "mTLS",
             "call grants verified" if self._gate.verifying else "unsigned calls obeyed",
             self.data_dir,
+            ledger.description,
         )
         return self.address
+
+    def _open_ledger(self) -> LedgerBackend:
+        # A fresh owner id per start: across a pool (and across restarts) no two lives share one.
+        owner = uuid.uuid4().hex
+        if self._shared_ledger is None:
+            return Ledger(self.data_dir / LEDGER_FILE, owner=owner, cipher=self._cipher)
+        try:
+            from agentrt.toolhost._ledger_pg import PgLedger
+        except ImportError:
+            raise LedgerUnavailable(
+                "a PostgreSQL ledger needs psycopg: pip install 'agentrt-toolhost[postgres]'"
+            ) from None
+        return PgLedger(self._shared_ledger, owner=owner, cipher=self._cipher)
 
     async def stop(self, grace: float | None = 5.0) -> None:
         """Report NOT_SERVING, finish or cancel in-flight calls within ``grace``, close the ledger.

@@ -15,7 +15,8 @@ call that claimed it. A call with another key then gets, from :meth:`Intents.cla
 - :class:`Proceed` otherwise, taking the claim over: the claimant failed (the intent was not
   fulfilled), the window passed, the claim is stale, or the call carries an approved override.
 
-A claim is checked and taken in one ``BEGIN IMMEDIATE`` transaction, and the host records the
+A claim is checked and taken in one transaction (``BEGIN IMMEDIATE`` in SQLite; under an advisory
+lock on the intent in a shared PostgreSQL ledger), and the host records the
 call RUNNING (``Ledger.begin``) right after without yielding its event loop, so two calls of
 one host process can never both proceed. A claim whose claimant never reached ``begin`` (it was
 refused, say FENCED) has no ledger entry: this host life's own such claims are taken over at
@@ -31,7 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agentrt.toolhost._ledger import Ledger, OperationRecord, OperationStatus
+from agentrt.toolhost._ledger_backend import LedgerBackend
+from agentrt.toolhost._ledger_types import OperationRecord, OperationStatus
 from agentrt.toolhost._sdk import IntentScope, Tool, canonical_json
 
 __all__ = ["STALE_CLAIM_S", "Duplicate", "IntentCall", "Intents", "Pending", "Proceed", "intent_of"]
@@ -122,7 +124,7 @@ class Intents:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: LedgerBackend,
         *,
         clock_ns: Callable[[], int] = time.time_ns,
         stale_claim_s: float = STALE_CLAIM_S,
@@ -142,7 +144,8 @@ class Intents:
         """
         now = self._clock_ns()
         scope = (tenant, call.scope.value, call.scope_id, call.key)
-        with self._ledger.transaction() as db:
+        # The lock serialises claims of one intent across the hosts of a pool sharing a ledger.
+        with self._ledger.transaction(lock_key="intent:" + "\x1f".join(scope)) as db:
             row = db.execute(_SELECT, scope).fetchone()
             overridden = False
             if row is not None and row["idempotency_key"] != idempotency_key:

@@ -14,37 +14,52 @@ statements matters: each one releases and retakes the GIL, which gRPC's threads 
 
 Which host process life started a RUNNING entry is stored as ``owner`` (a fresh
 id per start): RUNNING with another owner means the host died while the tool ran.
+Hosts of a pool share a PostgreSQL ledger instead (``_ledger_pg``), behind the same
+interface (``_ledger_backend``) and the same decision (``_ledger_verdict``).
 
 Keys and fencing tokens are scoped by tenant (the one a call grant names): a key of
 one tenant neither collides with nor reveals another's, and a run's fencing token is
 remembered per (tenant, run). With a :class:`~agentrt.toolhost._cipher.PayloadCipher` the
-outcome columns (``result_json``, ``error_message``, ``error_details_json``) are sealed,
-bound to their tenant, key and column; ids, statuses and times stay in clear.
+outcome columns are sealed (``_ledger_codec``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
-import json
 import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from agentrt.toolhost._cipher import PayloadCipher
-from agentrt.toolhost._errors import ErrorCode
+from agentrt.toolhost._ledger_codec import LedgerCodec
+from agentrt.toolhost._ledger_retention import LedgerPruneCounts, prune_ledger
 from agentrt.toolhost._ledger_schema import open_schema
-from agentrt.toolhost._outcome import Failure, Outcome
+from agentrt.toolhost._ledger_types import (
+    Busy,
+    Conflict,
+    Decision,
+    Fenced,
+    InFlight,
+    LedgerUnavailable,
+    OperationRecord,
+    OperationStatus,
+    OutcomeUnknown,
+    Replay,
+    Start,
+    sealing_aad,
+)
+from agentrt.toolhost._ledger_verdict import Verdict, decision_of, rerun_record, verdict_on
+from agentrt.toolhost._outcome import Outcome
 
 __all__ = [
+    "Busy",
     "Conflict",
     "Decision",
     "Fenced",
     "InFlight",
     "Ledger",
+    "LedgerUnavailable",
     "OperationRecord",
     "OperationStatus",
     "OutcomeUnknown",
@@ -52,77 +67,6 @@ __all__ = [
     "Start",
     "sealing_aad",
 ]
-
-
-class OperationStatus(enum.Enum):
-    """Where an invocation is; mirrors ``agentrt.toolhost.v1.OperationStatus``."""
-
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class OperationRecord:
-    """One ledger entry."""
-
-    tenant: str
-    idempotency_key: str
-    tool: str
-    input_hash: str
-    run_id: str
-    call_id: str
-    status: OperationStatus
-    outcome: Outcome | None
-    owner: str
-    executions: int
-    create_time_ns: int
-    update_time_ns: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Start:
-    """Recorded RUNNING under this process: run the tool now."""
-
-    record: OperationRecord
-
-
-@dataclasses.dataclass(frozen=True)
-class Replay:
-    """A final outcome is recorded: return it, do not run the tool."""
-
-    record: OperationRecord
-
-
-@dataclasses.dataclass(frozen=True)
-class Conflict:
-    """The key was used before for another tool or other arguments."""
-
-    record: OperationRecord
-
-
-@dataclasses.dataclass(frozen=True)
-class InFlight:
-    """This process is running the same call right now: wait for it."""
-
-    record: OperationRecord
-
-
-@dataclasses.dataclass(frozen=True)
-class OutcomeUnknown:
-    """An earlier host life died while a non-idempotent write ran: its effect is unknown."""
-
-    record: OperationRecord
-
-
-@dataclasses.dataclass(frozen=True)
-class Fenced:
-    """The run's fencing token is older than one already seen; nothing was recorded."""
-
-    highest_token: int
-
-
-Decision = Start | Replay | Conflict | InFlight | OutcomeUnknown | Fenced
 
 
 _INSERT_RUNNING = (
@@ -151,6 +95,13 @@ _SETTLE_ORPHAN = (
 )
 
 
+_RUN_AGAIN = (
+    "UPDATE operations SET status = 'RUNNING', result_json = NULL, error_code = NULL,"
+    " error_message = NULL, error_details_json = NULL, owner = ?, run_id = ?, call_id = ?,"
+    " executions = executions + 1, update_time_ns = ? WHERE tenant = ? AND idempotency_key = ?"
+)
+
+
 # A write the host stopped where it stood ("effect unknown"), settled later by its tool's own word;
 # only the very entry that was examined (same update time) is replaced.
 _SETTLE_UNSURE = (
@@ -158,14 +109,6 @@ _SETTLE_UNSURE = (
     " error_details_json = ?, update_time_ns = ? WHERE tenant = ? AND idempotency_key = ?"
     " AND status = 'FAILED' AND update_time_ns = ?"
 )
-
-
-def sealing_aad(tenant: str, idempotency_key: str, column: str) -> str:
-    """What a sealed ledger value is bound to: its column and its tenant-scoped key.
-
-    A sealed value copied to another key, tenant or column no longer opens.
-    """
-    return json.dumps(["toolhost.operations", column, tenant, idempotency_key])
 
 
 # Runs whose remembered token this process knows; beyond this many it forgets them all.
@@ -188,7 +131,7 @@ class Ledger:
     def __init__(self, path: Path, *, owner: str, cipher: PayloadCipher | None = None) -> None:
         self.path = path
         self.owner = owner
-        self._cipher = cipher
+        self._codec = LedgerCodec(cipher)
         path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: we issue BEGIN ourselves; check_same_thread stays on, see module doc.
         self._db = sqlite3.connect(path, isolation_level=None)
@@ -226,9 +169,26 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction on the ledger's connection (the intent claims use it)."""
+    def transaction(self, *, lock_key: str = "") -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction on the ledger's connection (the intent claims use it).
+
+        ``BEGIN IMMEDIATE`` write-locks the whole file, so ``lock_key`` (what a shared ledger locks
+        on) is not needed here.
+        """
         return self._transaction()
+
+    def is_orphan(self, record: OperationRecord) -> bool:
+        """True when ``record`` is RUNNING under an earlier, dead life of this host."""
+        return record.status is OperationStatus.RUNNING and record.owner != self.owner
+
+    def prune(self, cutoff_ns: int) -> LedgerPruneCounts:
+        """One retention pass (see ``_ledger_retention``), on a connection of its own: any thread."""
+        return prune_ledger(self.path, cutoff_ns=cutoff_ns)
+
+    @property
+    def description(self) -> str:
+        """Where the ledger lives, for log lines."""
+        return str(self.path)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -332,34 +292,22 @@ class Ledger:
             )
             return Start(self._new_record(tenant, idempotency_key, tool, input_hash, run_id, call_id, now))
         record = self._record(row)
-        if record.tool != tool or record.input_hash != input_hash:
-            return Conflict(record)
-        if record.status is OperationStatus.RUNNING:
-            if record.owner == self.owner:
-                return InFlight(record)
-            if not rerun_after_crash:
-                return OutcomeUnknown(record)
-        elif record.outcome is not None and not record.outcome.retryable:
-            return Replay(record)
+        # One host per file: a RUNNING entry of another owner was left by an earlier, dead life.
+        verdict = verdict_on(
+            record,
+            tool=tool,
+            input_hash=input_hash,
+            me=self.owner,
+            record_owner_alive=False,
+            rerun_after_crash=rerun_after_crash,
+        )
+        if verdict is not Verdict.RUN_AGAIN:
+            decision = decision_of(verdict, record)
+            assert decision is not None
+            return decision
         # A retryable failure, or a safe call orphaned by a dead host: run it again.
-        db.execute(
-            "UPDATE operations SET status = 'RUNNING', result_json = NULL, error_code = NULL,"
-            " error_message = NULL, error_details_json = NULL, owner = ?, run_id = ?, call_id = ?,"
-            " executions = executions + 1, update_time_ns = ? WHERE tenant = ? AND idempotency_key = ?",
-            (self.owner, run_id, call_id, now, tenant, idempotency_key),
-        )
-        return Start(
-            dataclasses.replace(
-                record,
-                status=OperationStatus.RUNNING,
-                outcome=None,
-                owner=self.owner,
-                run_id=run_id,
-                call_id=call_id,
-                executions=record.executions + 1,
-                update_time_ns=now,
-            )
-        )
+        db.execute(_RUN_AGAIN, (self.owner, run_id, call_id, now, tenant, idempotency_key))
+        return rerun_record(record, owner=self.owner, run_id=run_id, call_id=call_id, now_ns=now)
 
     def _new_record(
         self,
@@ -399,31 +347,8 @@ class Ledger:
             self._db.execute(_FINISH, params)
 
     def _outcome_params(self, tenant: str, idempotency_key: str, outcome: Outcome) -> tuple[object, ...]:
-        failure = outcome.failure
-        result_json = outcome.result_json
-        message = failure.message if failure else None
-        details_json = failure.details_json if failure else None
-        if self._cipher is not None:
-            result_json = self._seal(result_json, tenant, idempotency_key, "result_json")
-            message = self._seal(message, tenant, idempotency_key, "error_message")
-            details_json = self._seal(details_json, tenant, idempotency_key, "error_details_json")
-        return (
-            OperationStatus.FAILED.value if failure else OperationStatus.SUCCEEDED.value,
-            result_json,
-            failure.code.value if failure else None,
-            message,
-            details_json,
-            time.time_ns(),
-            tenant,
-            idempotency_key,
-            self.owner,
-        )
-
-    def _seal(self, value: str | None, tenant: str, idempotency_key: str, column: str) -> str | None:
-        assert self._cipher is not None
-        if value is None:
-            return None
-        return self._cipher.seal(value, aad=sealing_aad(tenant, idempotency_key, column))
+        columns = self._codec.outcome_columns(tenant, idempotency_key, outcome)
+        return (*columns, time.time_ns(), tenant, idempotency_key, self.owner)
 
     def settle_orphan(self, idempotency_key: str, outcome: Outcome, *, tenant: str = "") -> None:
         """Record the outcome of a call an earlier host life left RUNNING, as its tool reported it."""
@@ -480,41 +405,5 @@ class Ledger:
         )
         return None
 
-    def _open(self, row: Any, column: str) -> str | None:
-        value: str | None = row[column]
-        if value is None or self._cipher is None:
-            return value
-        # Values from before encryption was turned on have no prefix and come back as they are.
-        return self._cipher.open(value, aad=sealing_aad(row["tenant"], row["idempotency_key"], column))
-
-    def _record(self, row: Any) -> OperationRecord:
-        status = OperationStatus(row["status"])
-        outcome: Outcome | None = None
-        if status is OperationStatus.SUCCEEDED:
-            outcome = Outcome.success(self._open(row, "result_json") or "")
-        elif status is OperationStatus.FAILED:
-            outcome = Outcome(
-                failure=Failure(
-                    code=ErrorCode(row["error_code"]),
-                    message=self._open(row, "error_message") or "",
-                    details_json=self._open(row, "error_details_json") or "",
-                )
-            )
-        return _record(row, status, outcome)
-
-
-def _record(row: Any, status: OperationStatus, outcome: Outcome | None) -> OperationRecord:
-    return OperationRecord(
-        tenant=row["tenant"],
-        idempotency_key=row["idempotency_key"],
-        tool=row["tool"],
-        input_hash=row["input_hash"],
-        run_id=row["run_id"],
-        call_id=row["call_id"],
-        status=status,
-        outcome=outcome,
-        owner=row["owner"],
-        executions=int(row["executions"]),
-        create_time_ns=int(row["create_time_ns"]),
-        update_time_ns=int(row["update_time_ns"]),
-    )
+    def _record(self, row: sqlite3.Row) -> OperationRecord:
+        return self._codec.record(row)

@@ -15,8 +15,9 @@ when the runtime allows longer runs or approvals. What is pruned:
 - Intent claims (``_intents.py``) older than the keep time whose claiming entry is gone: an intent
   without a window is deduplicated for as long as the ledger keeps its first call.
 
-Pruning runs on its own SQLite connection in a worker thread, in batches of short transactions,
-so calls keep being served meanwhile.
+Pruning runs on its own connection in a worker thread, in batches of short transactions, so calls
+keep being served meanwhile. A shared PostgreSQL ledger (``_ledger_pg``) prunes the same rows; every
+host of its pool may run the passes, which delete the same rows at most once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from agentrt.toolhost._ledger_types import LedgerUnavailable
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -137,18 +140,31 @@ def prune_ledger(path: Path, *, cutoff_ns: int, batch_size: int = _BATCH) -> Led
         db.close()
 
 
-async def run_ledger_retention(path: Path, retention: LedgerRetention) -> None:
-    """Prune ``path`` now and then every ``retention.interval_s``, until cancelled."""
+async def run_ledger_retention(
+    prune: Path | Callable[[int], LedgerPruneCounts], retention: LedgerRetention
+) -> None:
+    """Prune now and then every ``retention.interval_s``, until cancelled.
+
+    Args:
+        prune: A SQLite ledger file, or a ledger's own pass (``LedgerBackend.prune``), given the cutoff.
+        retention: The keep time and interval.
+    """
+    if isinstance(prune, Path):
+        path = prune
+
+        def prune(cutoff_ns: int) -> LedgerPruneCounts:
+            return prune_ledger(path, cutoff_ns=cutoff_ns)
+
     while True:
         cutoff = retention.cutoff_ns(retention.clock_ns())
         if cutoff is None:
             return
         try:
-            counts = await asyncio.to_thread(prune_ledger, path, cutoff_ns=cutoff)
+            counts = await asyncio.to_thread(prune, cutoff)
             if counts.operations or counts.fences:
                 _log.info(
                     "ledger retention pruned %d entries and %d fences", counts.operations, counts.fences
                 )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, LedgerUnavailable) as exc:
             _log.warning("ledger retention pass failed (%s); trying again later", type(exc).__name__)
         await asyncio.sleep(retention.interval_s)

@@ -33,7 +33,8 @@ import pydantic
 from agentrt.toolhost._context import ToolContext
 from agentrt.toolhost._errors import ErrorCode, ToolError
 from agentrt.toolhost._faults import crash_after_effect
-from agentrt.toolhost._ledger import Ledger
+from agentrt.toolhost._ledger_backend import LedgerBackend
+from agentrt.toolhost._ledger_types import LedgerUnavailable
 from agentrt.toolhost._outcome import Failure, Outcome
 from agentrt.toolhost._sdk import Tool
 
@@ -85,7 +86,9 @@ class Operations:
         cancel_grace: Seconds a cancelled tool gets to stop on its own before it is cancelled hard.
     """
 
-    def __init__(self, *, ledger: Ledger, counters: collections.Counter[str], cancel_grace: float) -> None:
+    def __init__(
+        self, *, ledger: LedgerBackend, counters: collections.Counter[str], cancel_grace: float
+    ) -> None:
         self._ledger = ledger
         self._counters = counters
         self._grace = cancel_grace
@@ -161,7 +164,7 @@ class Operations:
             return
         try:
             self._ledger.finish(op.key, outcome, tenant=op.ctx.tenant)
-        except sqlite3.Error:
+        except (sqlite3.Error, LedgerUnavailable):
             # The entry stays RUNNING, which a later call reads as "outcome unknown": the safe side.
             _log.exception("cannot record the outcome of %s (key %s)", op.tool.name, op.key)
 

@@ -28,16 +28,17 @@ from agentrt.toolhost._convert import failure_to_proto, operation_to_proto, time
 from agentrt.toolhost._errors import ErrorCode, InvalidInput
 from agentrt.toolhost._intents import Duplicate, IntentCall, Intents, Pending, intent_of
 from agentrt.toolhost._ledger import (
+    Busy,
     Conflict,
     Fenced,
     InFlight,
-    Ledger,
     OperationRecord,
-    OperationStatus,
     OutcomeUnknown,
     Replay,
     Start,
 )
+from agentrt.toolhost._ledger_backend import LedgerBackend
+from agentrt.toolhost._ledger_types import LedgerUnavailable
 from agentrt.toolhost._logging import log_fields
 from agentrt.toolhost._operations import Operations
 from agentrt.toolhost._outcome import Failure, Outcome
@@ -171,7 +172,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         *,
         tools: Mapping[str, Tool],
         pm: pluggy.PluginManager,
-        ledger: Ledger,
+        ledger: LedgerBackend,
         data_dir: Path,
         counters: collections.Counter[str],
         gate: CallGate | None = None,
@@ -217,6 +218,16 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 return await self._invoke_logged(request, meta, context)
         except RpcFailure as exc:
             await abort_with(context, exc)
+        except LedgerUnavailable as exc:
+            # Raised before the tool started (a failed finish is handled in Operations): nothing ran,
+            # so a retry under the same key is safe; the message holds no password.
+            self._counters["ledger_unavailable"] += 1
+            _log.warning("InvokeTool refused: %s", exc)
+            return _error(
+                ErrorCode.TRANSIENT,
+                "the tool host's ledger is unavailable; the call did not start",
+                {"ledger_unavailable": True},
+            )
         except Exception:
             _log.exception("InvokeTool failed")
             await abort_with(context, InternalFailure("internal error", reason="INTERNAL"))
@@ -370,6 +381,14 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                             "timeout: a call with the same idempotency key is still running",
                             {"still_running": True, "deadline_exceeded": True},
                         )
+                case Busy():
+                    # Another live host of the pool runs this key now: a retry with it replays.
+                    self._counters["busy_elsewhere"] += 1
+                    return _error(
+                        ErrorCode.TRANSIENT,
+                        "a call with the same idempotency key is running on another host of the pool",
+                        {"still_running": True, "idempotency_key": meta.idempotency_key},
+                    )
                 case OutcomeUnknown():
                     return self._outcome_unknown(meta)
                 case _:
@@ -481,7 +500,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 idempotency_key=request.idempotency_key,
             )
             record = self._granted_entry(request.idempotency_key, tenant=tenant, run_id=run_id)
-            if record.status is OperationStatus.RUNNING and record.owner != self._ledger.owner:
+            if self._ledger.is_orphan(record):
                 record = await self._settle_from_tool(record)
             elif record.outcome is not None and record.outcome.effect_unknown:
                 record = await self._settle_stopped(record)
