@@ -30,9 +30,9 @@ _NOT_CONFIGURED = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "agentrt prune") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="agentrt prune",
+        prog=prog,
         description="Delete the events, signals, checkpoints and payloads of runs that ended longer "
         "ago than their tenant's retention age; the runs stay as tombstones.",
     )
@@ -114,10 +114,11 @@ async def _prune(settings: Settings, *, dry_run: bool) -> PruneReport | None:
         await db.dispose()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for bad configuration or an unreadable store)."""
+def main(argv: list[str] | None = None, *, prog: str = "agentrt prune") -> int:
+    """Entry point; returns the exit code (2 for bad configuration or an unreadable store); ``prog``
+    names it in help."""
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(prog).parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     try:
