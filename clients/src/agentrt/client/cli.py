@@ -360,7 +360,10 @@ def _delegate(module_name: str, argv: list[str], *, prog: str) -> int:
         print(f"error: {module_name} is not available ({exc}); pip install {provider}", file=sys.stderr)
         return 2
     # Every delegate's main takes prog=, so its --help and errors name the command as typed.
-    code = entry(argv, prog=prog)
+    try:
+        code = entry(argv, prog=prog)
+    except SystemExit as exc:  # argparse's --help or usage error in a delegate that lets it out
+        code = exc.code if isinstance(exc.code, int) or exc.code is None else 2
     return int(code) if code is not None else 0
 
 
