@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.exc import OperationalError
 
 from agentrt.client.cli import main as agentrt_main
 from agentrt.server._migrate_main import EXIT_ERROR, EXIT_NOT_AT_HEAD, EXIT_OK
@@ -22,6 +23,7 @@ from agentrt.server._prune_main import main as prune_main
 from agentrt.server.store import (
     SchemaNotCurrent,
     Store,
+    describe_database_error,
     open_database,
     pin_driver,
     read_schema_verdict,
@@ -372,6 +374,31 @@ def test_a_server_with_migrate_check_refuses_a_stale_database_and_starts_once_mi
     finally:
         assert started.stop() == 0
         started.close()
+
+
+def test_a_server_that_cannot_reach_its_database_says_so_in_one_line(tmp_path: Path) -> None:
+    url = f"postgresql://agentrt:{SECRET}@127.0.0.1:1/agentrt"
+    process = RuntimeProcess(
+        ["--db-url", url, "--listen", "127.0.0.1:0", "--metrics-listen", ""], cwd=tmp_path
+    )
+    try:
+        assert process.wait_exit(60) == 2
+        stderr = process.stderr_text()
+        assert (
+            "agentrt serve: cannot use the database at postgresql://agentrt:***@127.0.0.1:1/agentrt" in stderr
+        )
+        assert SECRET not in stderr and "Traceback" not in stderr
+    finally:
+        process.close()
+
+
+def test_a_driver_echoing_the_password_is_masked() -> None:
+    error = OperationalError("SELECT 1", {}, Exception(f"password {SECRET} rejected\nsecond line"))
+    line = describe_database_error(error, f"postgresql://agentrt:{SECRET}@db/agentrt")
+    assert (
+        line
+        == "cannot use the database at postgresql://agentrt:***@db/agentrt: Exception: password *** rejected"
+    )
 
 
 @pytest.mark.postgres

@@ -51,13 +51,14 @@ _GLOBAL_WITH_VALUE: Final = frozenset(
 
 def installed_versions() -> list[tuple[str, str]]:
     """``(name, version)`` of every installed distribution whose name starts with ``agentrt``, by name."""
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"] or ""
+        key = name.lower().replace("_", "-")
         # Two entries of one name (a stale copy on sys.path): the first wins, as it does for imports.
-        if name.lower().startswith("agentrt") and name not in found:
-            found[name] = dist.version
-    return sorted(found.items())
+        if key.startswith("agentrt") and key not in found:
+            found[key] = (name, dist.version)
+    return sorted(found.values())
 
 
 class _VersionAction(argparse.Action):

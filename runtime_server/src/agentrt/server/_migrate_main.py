@@ -16,12 +16,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from agentrt.server.config import ConfigError, load_settings
 from agentrt.server.store import (
     MigrationError,
+    describe_database_error,
     downgrade_schema,
     normalise_url,
     pin_driver,
@@ -72,22 +72,6 @@ def _db_url(args: argparse.Namespace) -> str:
         raise ConfigError("unusable db_url: not a database URL") from None
     except ValueError as exc:  # names the scheme only
         raise ConfigError(f"unusable db_url: {exc}") from None
-
-
-def _redacted(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def _database_error(exc: SQLAlchemyError, url: str) -> str:
-    # The driver's first line says why (refused, unknown host, authentication failed); the
-    # password is masked should a driver ever echo it.
-    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-    detail = (str(cause).strip().splitlines() or [""])[0]
-    password = make_url(url).password
-    if password:
-        detail = detail.replace(str(password), "***")
-    reason = f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
-    return f"cannot use the database at {_redacted(url)}: {reason}"
 
 
 def _run(action: str, revision: str, url: str) -> int:
@@ -146,7 +130,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "agentrt migrate") ->
     except MigrationError as exc:
         print(f"agentrt migrate: cannot {args.action} to {args.revision!r}: {exc}", file=sys.stderr)
     except SQLAlchemyError as exc:
-        print(f"agentrt migrate: {_database_error(exc, url)}", file=sys.stderr)
+        print(f"agentrt migrate: {describe_database_error(exc, url)}", file=sys.stderr)
     except OSError as exc:  # a SQLite directory that cannot be made or opened
         print(f"agentrt migrate: cannot open the database: {exc.strerror}", file=sys.stderr)
     return EXIT_ERROR

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentrt.server.core import SchemaVerdict
@@ -118,6 +119,21 @@ def normalise_url(url: str) -> str:
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     return url
+
+
+def describe_database_error(exc: SQLAlchemyError, url: str) -> str:
+    """One line for an operator: the database (password masked) and the driver's first line.
+
+    The driver's words say why (refused, unknown host, authentication failed); the password is
+    masked in them too, should a driver ever echo it.
+    """
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    detail = (str(cause).strip().splitlines() or [""])[0]
+    parsed = make_url(url)
+    if parsed.password:
+        detail = detail.replace(str(parsed.password), "***")
+    reason = f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
+    return f"cannot use the database at {parsed.render_as_string(hide_password=True)}: {reason}"
 
 
 class SchemaNotCurrent(Exception):
