@@ -286,6 +286,15 @@ def test_reading_a_missing_sqlite_file_creates_nothing(
     assert not (tmp_path / "not").exists()
 
 
+def test_a_sqlite_directory_that_cannot_be_made_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    code, _, err = migrate(capsys, "--db-url", f"sqlite:///{tmp_path / 'a-file' / 'x.sqlite'}", "upgrade")
+    assert code == EXIT_ERROR and err.startswith("agentrt migrate: cannot make the database's directory: ")
+    assert str(tmp_path / "a-file") in err and len(err.strip().splitlines()) == 1
+
+
 def test_usage_and_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = migrate(capsys, "--config", str(tmp_path / "missing.toml"), "check")
     assert code == EXIT_ERROR and "cannot read config file" in err

@@ -74,7 +74,7 @@ def _db_url(args: argparse.Namespace) -> str:
         raise ConfigError(f"unusable db_url: {exc}") from None
 
 
-def _run(action: str, revision: str, url: str) -> int:
+def _run(action: str, revision: str, url: str, *, prog: str) -> int:
     if action == "current":
         verdict = read_schema_verdict(url)
         current = ", ".join(verdict.current) or "none"
@@ -87,7 +87,7 @@ def _run(action: str, revision: str, url: str) -> int:
         if verdict.at_head:
             print(verdict.message())
             return EXIT_OK
-        print(f"agentrt migrate: {verdict.message()}", file=sys.stderr)
+        print(f"{prog}: {verdict.message()}", file=sys.stderr)
         return EXIT_NOT_AT_HEAD
     if action == "upgrade":
         before, after = upgrade_schema(normalise_url(url), revision)
@@ -124,13 +124,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "agentrt migrate") ->
     url = ""
     try:
         url = _db_url(args)
-        return _run(args.action, getattr(args, "revision", ""), url)
+        return _run(args.action, getattr(args, "revision", ""), url, prog=prog)
     except ConfigError as exc:
-        print(f"agentrt migrate: {exc}", file=sys.stderr)
+        problem = str(exc)
     except MigrationError as exc:
-        print(f"agentrt migrate: cannot {args.action} to {args.revision!r}: {exc}", file=sys.stderr)
+        problem = f"cannot {args.action} to {args.revision!r}: {exc}"
     except SQLAlchemyError as exc:
-        print(f"agentrt migrate: {describe_database_error(exc, url)}", file=sys.stderr)
-    except OSError as exc:  # a SQLite directory that cannot be made or opened
-        print(f"agentrt migrate: cannot open the database: {exc.strerror}", file=sys.stderr)
+        problem = describe_database_error(exc, url)
+    except OSError as exc:  # the directory of a SQLite file cannot be made
+        problem = f"cannot make the database's directory: {exc.filename}: {exc.strerror}"
+    print(f"{prog}: {problem}", file=sys.stderr)
     return EXIT_ERROR
