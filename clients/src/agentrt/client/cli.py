@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import grpc
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
@@ -38,6 +39,7 @@ _DELEGATES: Final = {
     "serve": "agentrt.server",
     "toolhost": "agentrt.toolhost",
     "prune": "agentrt.server._prune_main",
+    "migrate": "agentrt.server._migrate_main",
 }
 # The distribution that provides each delegate's module (the client installs without them).
 _PROVIDERS: Final = {"agentrt.server": "agentrt-server", "agentrt.toolhost": "agentrt-toolhost"}
@@ -45,6 +47,35 @@ _PROVIDERS: Final = {"agentrt.server": "agentrt-server", "agentrt.toolhost": "ag
 _GLOBAL_WITH_VALUE: Final = frozenset(
     {"--target", "--timeout", "--ca", "--cert", "--key", "--token", "--token-file", "--server-name"}
 )
+
+
+def installed_versions() -> list[tuple[str, str]]:
+    """``(name, version)`` of every installed distribution whose name starts with ``agentrt``, by name."""
+    found: dict[str, tuple[str, str]] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        key = name.lower().replace("_", "-")
+        # Two entries of one name (a stale copy on sys.path): the first wins, as it does for imports.
+        if key.startswith("agentrt") and key not in found:
+            found[key] = (name, dist.version)
+    return sorted(found.values())
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the versions are looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        print("\n".join(f"{name} {version}" for name, version in installed_versions()))
+        parser.exit()
 
 
 def _phase(text: str) -> run_pb2.RunPhase:
@@ -121,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentrt", description="Start, follow and inspect agentrt runs; run the runtime and tool hosts."
     )
+    parser.add_argument(
+        "--version", action=_VersionAction, help="print the version of every installed agentrt distribution"
+    )
     _add_global_options(parser, defaults=True)
     # The same options after the command (`agentrt get RUN --json`); they override only when given.
     common = argparse.ArgumentParser(add_help=False)
@@ -133,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         "prune",
         help="prune ended runs past their retention age from the server's database "
         "(arguments go to it; see `agentrt prune --help`)",
+    )
+
+    sub.add_parser(
+        "migrate",
+        help="upgrade, downgrade, check or show the schema of the server's database "
+        "(arguments go to it; see `agentrt migrate --help`)",
     )
 
     p = sub.add_parser("run", parents=[common], help="start a run of an agent")
@@ -281,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         if ns.command in _DELEGATES:
-            return _delegate(_DELEGATES[ns.command], delegated)
+            return _delegate(_DELEGATES[ns.command], delegated, prog=f"agentrt {ns.command}")
         func: Callable[[argparse.Namespace], int] = ns.func
         return func(ns)
     except RPCError as exc:
@@ -312,7 +352,7 @@ def _split_delegated(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return list(args), []
 
 
-def _delegate(module_name: str, argv: list[str]) -> int:
+def _delegate(module_name: str, argv: list[str], *, prog: str) -> int:
     try:
         module = importlib.import_module(module_name)
         entry = module.main
@@ -320,7 +360,11 @@ def _delegate(module_name: str, argv: list[str]) -> int:
         provider = _PROVIDERS[module_name.split("._")[0]]
         print(f"error: {module_name} is not available ({exc}); pip install {provider}", file=sys.stderr)
         return 2
-    code = entry(argv)
+    # Every delegate's main takes prog=, so its --help and errors name the command as typed.
+    try:
+        code = entry(argv, prog=prog)
+    except SystemExit as exc:  # argparse's --help or usage error in a delegate that lets it out
+        code = exc.code if isinstance(exc.code, int) or exc.code is None else 2
     return int(code) if code is not None else 0
 
 

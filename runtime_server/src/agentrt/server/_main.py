@@ -12,8 +12,8 @@ from agentrt.server.config import ConfigError, LoggingConfig, Settings, load_set
 from agentrt.server.telemetry import setup_logging
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentrt serve", description="Run the agentrt runtime server.")
+def _parser(prog: str = "agentrt serve") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Run the agentrt runtime server.")
     parser.add_argument("--config", help="TOML config file (AGENTRT_* env vars override it)")
     parser.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 picks a free one)")
     parser.add_argument("--db-url", help="sqlite:///PATH or postgresql://USER@HOST/DB")
@@ -69,9 +69,9 @@ def build_settings(args: argparse.Namespace) -> Settings:
         raise ConfigError(f"invalid command-line option: {exc}") from exc
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code (2 for bad configuration)."""
-    args = _parser().parse_args(argv)
+def main(argv: list[str] | None = None, *, prog: str = "agentrt serve") -> int:
+    """Entry point; returns the process exit code (2 for bad configuration); ``prog`` names it in help."""
+    args = _parser(prog).parse_args(argv)
     try:
         # Until the config is read, the flags and AGENTRT_LOG_FORMAT alone decide.
         setup_logging(LoggingConfig(), log_format=args.log_format, log_level=args.log_level)

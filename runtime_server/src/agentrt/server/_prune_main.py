@@ -1,7 +1,8 @@
 """``agentrt prune``: prune ended runs past their tenant's retention age now, or with ``--dry-run``
 say what that would delete (DESIGN R8.4). It reads the server's config and talks to the database
 directly, so it also works while no server runs; beside running servers it is as safe as their
-own retention job. It never migrates the schema.
+own retention job. It never migrates the schema, and refuses one not at head unless the config says
+``migrate = "off"``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from agentrt.server.config import ConfigError, Settings, load_settings
 from agentrt.server.engine import build_pruner
 from agentrt.server.engine._faults import FaultPlan
-from agentrt.server.store import Database, PostgresDatabase, PruneReport, SqliteDatabase, normalise_url
+from agentrt.server.store import (
+    Database,
+    PostgresDatabase,
+    PruneReport,
+    SqliteDatabase,
+    normalise_url,
+    pin_driver,
+    read_schema_verdict,
+)
 
 __all__ = ["main"]
 
@@ -30,9 +39,9 @@ _NOT_CONFIGURED = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "agentrt prune") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="agentrt prune",
+        prog=prog,
         description="Delete the events, signals, checkpoints and payloads of runs that ended longer "
         "ago than their tenant's retention age; the runs stay as tombstones.",
     )
@@ -106,6 +115,10 @@ async def _prune(settings: Settings, *, dry_run: bool) -> PruneReport | None:
         return None  # said before the database is touched
     db = _database(settings.db_url)
     try:
+        if settings.migrate != "off":  # a schema it was not written for could be pruned wrong
+            verdict = read_schema_verdict(pin_driver(settings.db_url))
+            if not verdict.at_head:
+                raise ConfigError(verdict.message())
         pruner = build_pruner(settings, db, fault_point=FaultPlan.from_env().hit)
         if pruner is None:
             return None
@@ -114,10 +127,11 @@ async def _prune(settings: Settings, *, dry_run: bool) -> PruneReport | None:
         await db.dispose()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for bad configuration or an unreadable store)."""
+def main(argv: list[str] | None = None, *, prog: str = "agentrt prune") -> int:
+    """Entry point; returns the exit code (2 for bad configuration or an unreadable store); ``prog``
+    names it in help."""
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(prog).parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     try:
@@ -129,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     except SQLAlchemyError as exc:
         print(
             f"agentrt prune: cannot prune the run store ({type(exc).__name__}); is its schema current? "
-            "`agentrt serve` migrates it",
+            "`agentrt migrate check` tells",
             file=sys.stderr,
         )
         return 2

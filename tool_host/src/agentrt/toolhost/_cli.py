@@ -50,9 +50,15 @@ EXIT_USAGE = 2
 _log = logging.getLogger("agentrt.toolhost")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _invoked_as() -> str:
+    # `python -m agentrt.toolhost` runs __main__.py; the console script is `agentrt-toolhost`.
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return "python -m agentrt.toolhost" if script in ("", "__main__.py", "-m") else script
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m agentrt.toolhost",
+        prog=prog,
         description="Serve agentrt plugin tools over gRPC (agentrt.toolhost.v1).",
     )
     parser.add_argument(
@@ -291,7 +297,7 @@ def _security(args: argparse.Namespace) -> _Security:
     return _Security(credentials=credentials, verifier=verifier, cipher=cipher)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """Run a tool host until SIGTERM or SIGINT.
 
     Prints exactly one stdout line, ``agentrt-toolhost listening on HOST:PORT``
@@ -300,12 +306,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Args:
         argv: Arguments without the program name; ``sys.argv[1:]`` when None.
+        prog: The name help and errors use (``agentrt toolhost`` from the agentrt CLI); None:
+            as invoked, ``python -m agentrt.toolhost`` or the script's name.
 
     Returns:
         0 after a graceful shutdown, 2 for bad input (arguments, address, plugins),
         1 for an unexpected failure.
     """
-    parser = _parser()
+    parser = _parser(prog or _invoked_as())
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse printed the message (or --help)

@@ -14,6 +14,7 @@ import pluggy
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
 from agentrt.server.api._interceptor import AuthInterceptor
@@ -23,7 +24,7 @@ from agentrt.server.config import ConfigError, ModelConfig, Settings, ToolHostCo
 from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
-from agentrt.server.store import Store, load_cipher
+from agentrt.server.store import SchemaNotCurrent, Store, describe_database_error, load_cipher
 from agentrt.server.telemetry import GaugeCounts, RuntimeMetrics, setup_tracing, shutdown_tracing
 from agentrt.server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter, ToolSlots
 from agentrt.toolhost import LedgerRetention
@@ -118,12 +119,18 @@ class RuntimeServer:
             cipher = load_cipher(settings.encryption.key_file)
         except ValueError as exc:  # names the file, never key bytes
             raise ConfigError(str(exc)) from exc
-        self.store = await Store.open(
-            settings.db_url,
-            sqlite_synchronous=settings.sqlite_synchronous,
-            pool_size=settings.db_pool_size,
-            cipher=cipher,
-        )
+        try:
+            self.store = await Store.open(
+                settings.db_url,
+                migrate=settings.migrate,
+                sqlite_synchronous=settings.sqlite_synchronous,
+                pool_size=settings.db_pool_size,
+                cipher=cipher,
+            )
+        except SchemaNotCurrent as exc:
+            raise ConfigError(f'migrate = "check": {exc}') from None
+        except SQLAlchemyError as exc:  # unreachable or unusable at start: one line, no password
+            raise ConfigError(describe_database_error(exc, settings.db_url)) from None
         self.engine = Engine(
             store=self.store,
             bus=self.bus,

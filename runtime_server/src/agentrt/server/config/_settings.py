@@ -203,6 +203,9 @@ class Settings(_Strict):
 
     listen: str = "127.0.0.1:50051"
     db_url: str = "sqlite:///.agentrt/agentrt.sqlite"
+    # At start: "auto" upgrades the schema, "check" refuses one not at head (production: a
+    # migration Job runs `agentrt migrate upgrade`), "off" leaves it alone.
+    migrate: Literal["auto", "check", "off"] = "auto"
     sqlite_synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL"
     db_pool_size: int = Field(10, ge=1)
     worker_id: str = ""

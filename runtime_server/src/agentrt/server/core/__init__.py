@@ -188,6 +188,7 @@ from agentrt.server.core._phases import (
     transition,
 )
 from agentrt.server.core._retention import RetentionPolicy
+from agentrt.server.core._schema import UPGRADE_COMMAND, SchemaState, SchemaVerdict, schema_verdict
 from agentrt.server.core._signals import (
     Applied,
     ApproverScope,
@@ -261,6 +262,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "UNAUTHORIZED_PAUSE",
     "UPGRADERS",
+    "UPGRADE_COMMAND",
     "AgentRtError",
     "Append",
     "Applied",
@@ -358,6 +360,8 @@ __all__ = [
     "RunStarted",
     "RunState",
     "RunStateConflict",
+    "SchemaState",
+    "SchemaVerdict",
     "SessionTurn",
     "SignalRules",
     "SignalTarget",
@@ -437,6 +441,7 @@ __all__ = [
     "rfc3339",
     "rule_for",
     "scaled_counter",
+    "schema_verdict",
     "step_deadline_s",
     "token_scale_permille",
     "trace_id_of",

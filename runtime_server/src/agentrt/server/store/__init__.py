@@ -20,11 +20,15 @@ from agentrt.server.store._commits import (
 from agentrt.server.store._crypt import SEALED_RUN_COLUMNS, UnreadableRecord, load_cipher
 from agentrt.server.store._db import (
     Database,
+    MigrateMode,
     PostgresDatabase,
+    SchemaNotCurrent,
     SqliteDatabase,
+    describe_database_error,
     migrate,
     normalise_url,
     open_database,
+    pin_driver,
 )
 from agentrt.server.store._errors import Environmental, environmental
 from agentrt.server.store._event_codec import (
@@ -37,6 +41,14 @@ from agentrt.server.store._event_codec import (
     outcome_decision_from_json,
     tool_error_from_json,
     tool_error_to_json,
+)
+from agentrt.server.store._migrations import (
+    MigrationError,
+    Revision,
+    downgrade_schema,
+    read_schema_verdict,
+    shipped_revisions,
+    upgrade_schema,
 )
 from agentrt.server.store._payloads import PayloadRef, PayloadStore, StoredPayload, check_payload_id
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
@@ -64,14 +76,18 @@ __all__ = [
     "Environmental",
     "EventPage",
     "EventTooLarge",
+    "MigrateMode",
+    "MigrationError",
     "PayloadRef",
     "PayloadStore",
     "PostgresDatabase",
     "PruneCounts",
     "PruneReport",
     "Pruner",
+    "Revision",
     "RowUpdate",
     "RunRecord",
+    "SchemaNotCurrent",
     "Signal",
     "SqliteDatabase",
     "Store",
@@ -87,6 +103,8 @@ __all__ = [
     "check_payload_id",
     "decode_event",
     "decode_signal",
+    "describe_database_error",
+    "downgrade_schema",
     "encode_commit",
     "encode_event",
     "encode_signal",
@@ -98,9 +116,13 @@ __all__ = [
     "open_database",
     "outcome_decision_from_json",
     "pending_approval_of",
+    "pin_driver",
+    "read_schema_verdict",
     "row_values",
+    "shipped_revisions",
     "signal_target",
     "tool_error_from_json",
     "tool_error_to_json",
+    "upgrade_schema",
     "utf8_size",
 ]

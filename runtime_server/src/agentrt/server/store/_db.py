@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from agentrt.server.core import SchemaVerdict
+from agentrt.server.store._migrations import read_schema_verdict, upgrade_schema
 
 T = TypeVar("T")
 
-_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-_MIGRATION_LOCK_ID = 0x61676E74  # "agnt": serialises concurrent replicas migrating one PostgreSQL
+#: How a process that opens the database treats its schema (``Settings.migrate``).
+MigrateMode = Literal["auto", "check", "off"]
 
 
 class Database(Protocol):
@@ -92,15 +94,17 @@ class PostgresDatabase:
         await self.engine.dispose()
 
 
-def normalise_url(url: str) -> str:
-    """Accept plain ``postgresql://`` URLs and pin the psycopg 3 driver."""
+def pin_driver(url: str) -> str:
+    """Accept plain ``postgresql://`` URLs and pin the psycopg 3 driver; touches nothing on disk.
+
+    Raises:
+        ValueError: Neither SQLite nor PostgreSQL (the message names the scheme only).
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif parsed.get_backend_name() == "sqlite":
         parsed = parsed.set(drivername="sqlite")
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     else:
         raise ValueError(
             f"unsupported database URL scheme {parsed.drivername!r}; use sqlite:/// or postgresql://"
@@ -108,25 +112,62 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+def normalise_url(url: str) -> str:
+    """:func:`pin_driver`, and make the directory of a SQLite file."""
+    url = pin_driver(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    return url
+
+
+def describe_database_error(exc: SQLAlchemyError, url: str) -> str:
+    """One line for an operator: the database (password masked) and the driver's first line.
+
+    The driver's words say why (refused, unknown host, authentication failed); the password is
+    masked in them too, should a driver ever echo it.
+    """
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    detail = (str(cause).strip().splitlines() or [""])[0]
+    parsed = make_url(url)
+    if parsed.password:
+        detail = detail.replace(str(parsed.password), "***")
+    reason = f"{type(cause).__name__}: {detail}" if detail else type(cause).__name__
+    return f"cannot use the database at {parsed.render_as_string(hide_password=True)}: {reason}"
+
+
+class SchemaNotCurrent(Exception):
+    """``migrate = "check"`` found the schema not at head; the message says what to run."""
+
+    def __init__(self, verdict: SchemaVerdict):
+        super().__init__(verdict.message())
+        self.verdict = verdict
+
+
 def migrate(url: str) -> None:
-    """Bring the schema to the newest Alembic revision (idempotent)."""
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            if engine.dialect.name == "postgresql":
-                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
-            config = Config()
-            config.set_main_option("script_location", str(_MIGRATIONS))
-            config.attributes["connection"] = conn
-            command.upgrade(config, "head")
-    finally:
-        engine.dispose()
+    """Bring the schema to the newest Alembic revision (idempotent; PostgreSQL under a lock)."""
+    upgrade_schema(normalise_url(url))
 
 
-def open_database(url: str, *, sqlite_synchronous: str = "FULL", pool_size: int = 10) -> Database:
-    """Migrate, then open the right :class:`Database` for ``url``."""
+def open_database(
+    url: str, *, migrate: MigrateMode = "auto", sqlite_synchronous: str = "FULL", pool_size: int = 10
+) -> Database:
+    """Prepare the schema as ``migrate`` says, then open the right :class:`Database` for ``url``.
+
+    Args:
+        migrate: ``auto`` upgrades to head; ``check`` refuses a schema not at head; ``off``
+            does neither (the operator vouches for the schema).
+
+    Raises:
+        SchemaNotCurrent: ``check`` and the schema is not at head.
+    """
     url = normalise_url(url)
-    migrate(url)
+    if migrate == "auto":
+        upgrade_schema(url)
+    elif migrate == "check":
+        verdict = read_schema_verdict(url)
+        if not verdict.at_head:
+            raise SchemaNotCurrent(verdict)
     if url.startswith("sqlite"):
         return SqliteDatabase(url, synchronous=sqlite_synchronous)
     return PostgresDatabase(url, pool_size=pool_size)

@@ -31,7 +31,7 @@ from agentrt.server.store._checkpoints import Checkpoints, StoredCheckpoint
 from agentrt.server.store._claims import CLEANUPS, RUNS, RUNS_AMONG
 from agentrt.server.store._commits import TypedCommits
 from agentrt.server.store._crypt import RecordCipher
-from agentrt.server.store._db import Database, PostgresDatabase, open_database
+from agentrt.server.store._db import Database, MigrateMode, PostgresDatabase, open_database
 from agentrt.server.store._payloads import PayloadStore
 from agentrt.server.store._pg_appends import PgAppender
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
@@ -71,20 +71,25 @@ class Store(TypedCommits):
         cls,
         url: str,
         *,
+        migrate: MigrateMode = "auto",
         sqlite_synchronous: str = "FULL",
         pool_size: int = 10,
         cipher: PayloadCipher | None = None,
     ) -> Store:
-        """Migrate the schema and connect.
+        """Prepare the schema (``migrate``: see :func:`open_database`) and connect.
 
         Args:
             url: ``sqlite:///...`` or ``postgresql://...``.
+            migrate: ``auto`` upgrades the schema, ``check`` raises SchemaNotCurrent unless it is
+                at head, ``off`` leaves it alone.
             sqlite_synchronous: SQLite's ``PRAGMA synchronous``.
             pool_size: PostgreSQL connection pool size.
             cipher: Seals run payloads at rest (R10.2); None stores them in clear. Values written
                 in clear before it was set still read.
         """
-        database = open_database(url, sqlite_synchronous=sqlite_synchronous, pool_size=pool_size)
+        database = open_database(
+            url, migrate=migrate, sqlite_synchronous=sqlite_synchronous, pool_size=pool_size
+        )
         return cls(database, cipher=cipher)
 
     @property
