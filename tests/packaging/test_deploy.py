@@ -816,3 +816,22 @@ def _run_cli(capsys: pytest.CaptureFixture[str], command: list[str]) -> tuple[in
     capsys.readouterr()
     code = cli.main(command[1:])
     return code, capsys.readouterr().out.strip()
+
+
+def test_the_readme_deploying_section_covers_compose_kustomize_and_every_secret() -> None:
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"^## Deploying\n(.*?)^## ", readme, flags=re.MULTILINE | re.DOTALL)
+    assert found is not None, "the README's Deploying section"
+    section = found.group(1)
+    assert "docker compose -f deploy/compose/compose.yaml up" in section
+    assert "kubectl apply -k deploy/k8s/overlays/production" in section
+    assert "validated, not run" in " ".join(section.replace("**", "").split())
+    secrets = {
+        v["secret"]["secretName"]
+        for tree in K8S_TREES
+        for _, pod, _ in _containers(_k8s_objects(tree))
+        for v in pod.get("volumes", [])
+        if "secret" in v
+    }
+    for name in sorted(secrets | {"agentrt-db", "agentrt-model"}):
+        assert f"`{name}`" in section, name
