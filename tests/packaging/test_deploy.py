@@ -418,6 +418,23 @@ def test_the_secrets_compose_makes_are_every_file_the_config_and_flags_read(
     args = toolhost_parser().parse_args(canonical_toolhost_flags())
     for path in (args.tls_cert, args.tls_key, args.client_ca, args.grant_keys, args.encryption_key_file):
         assert (toolhost / path.removeprefix(ETC)).is_file(), path
+    # Prometheus reads the scrape token through its own mount of the volume.
+    prometheus = yaml.safe_load((DEPLOY / "observability" / "prometheus" / "prometheus.yml").read_text())
+    mounts = {
+        v["target"]: secrets / v["volume"]["subpath"]
+        for v in compose["services"]["prometheus"]["volumes"]
+        if v.get("source") == "agentrt-secrets"
+    }
+    for job in prometheus["scrape_configs"]:
+        token = job.get("authorization", {}).get("credentials_file")
+        if token:
+            (target,) = [t for t in mounts if token.startswith(t + "/")]
+            assert (mounts[target] / token.removeprefix(target + "/")).is_file(), token
+    # Docker mounts a volume subpath only when it is a directory of the volume.
+    for service in compose["services"].values():
+        for volume in service.get("volumes", []):
+            if volume.get("source") == "agentrt-secrets" and "volume" in volume:
+                assert (secrets / volume["volume"]["subpath"]).is_dir(), volume
     # The tool hosts get the grant public key only, and nobody keeps the CA key.
     assert not (toolhost / "grants" / "grant.key").exists()
     assert not list(secrets.rglob("ca.key"))
