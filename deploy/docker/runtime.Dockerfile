@@ -36,11 +36,8 @@ WORKDIR /var/lib/agentrt
 VOLUME ["/var/lib/agentrt"]
 # gRPC API (listen), Prometheus /metrics ([metrics] listen): deploy/config/runtime.toml.
 EXPOSE 50051 9464
-# Over TLS like any caller (a plaintext probe cannot reach a TLS port); the CA and the name the
-# server certificate carries come from the environment, see README "Deploying".
-ENV AGENTRT_HEALTH_TARGET=127.0.0.1:50051 \
-    AGENTRT_CA=/etc/agentrt/tls/ca.pem \
-    AGENTRT_SERVER_NAME=agentrt-runtime
+# gRPC health over TLS like any caller (a plaintext probe cannot reach a TLS port); the same
+# command as the compose healthcheck and the Kubernetes probes.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["sh", "-c", "exec agentrt health --target \"$AGENTRT_HEALTH_TARGET\" --timeout 4"]
+    CMD ["agentrt", "health", "--target", "127.0.0.1:50051", "--ca", "/etc/agentrt/tls/ca.pem", "--server-name", "agentrt-runtime", "--timeout", "4"]
 ENTRYPOINT ["agentrt", "serve", "--config", "/etc/agentrt/runtime.toml"]

@@ -42,14 +42,10 @@ WORKDIR /var/lib/agentrt-toolhost
 VOLUME ["/var/lib/agentrt-toolhost"]
 # gRPC (--listen), Prometheus /metrics (--metrics-listen).
 EXPOSE 50061 9465
-# mTLS: the host accepts only clients with a certificate of its CA, so the probe presents one.
-ENV AGENTRT_HEALTH_TARGET=127.0.0.1:50061 \
-    AGENTRT_CA=/etc/agentrt/tls/ca.pem \
-    AGENTRT_CERT=/etc/agentrt/tls/probe.pem \
-    AGENTRT_KEY=/etc/agentrt/tls/probe.key \
-    AGENTRT_SERVER_NAME=agentrt-toolhost
+# mTLS: the host accepts only clients with a certificate of its CA, so the probe presents one
+# (probe.pem); the same command as the compose healthcheck and the Kubernetes probes.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["sh", "-c", "exec agentrt health --target \"$AGENTRT_HEALTH_TARGET\" --timeout 4"]
+    CMD ["agentrt", "health", "--target", "127.0.0.1:50061", "--ca", "/etc/agentrt/tls/ca.pem", "--cert", "/etc/agentrt/tls/probe.pem", "--key", "/etc/agentrt/tls/probe.key", "--server-name", "agentrt-toolhost", "--timeout", "4"]
 ENTRYPOINT ["agentrt", "toolhost"]
 # The flags of a secured host; deploy/compose and deploy/k8s pass the same ones.
 CMD ["--listen", "0.0.0.0:50061", "--data-dir", "/var/lib/agentrt-toolhost", \

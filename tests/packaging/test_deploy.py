@@ -264,10 +264,20 @@ def test_the_runtime_image_runs_agentrt_serve_on_the_config_as_non_root(settings
         _port(settings.listen),
         _port(settings.metrics.listen),
     }
-    healthcheck = _only(stage, "HEALTHCHECK")
-    assert "agentrt health" in healthcheck
-    env = [a for n, a in stage if n == "ENV"]
-    assert any(f"AGENTRT_HEALTH_TARGET=127.0.0.1:{_port(settings.listen)}" in e for e in env)
+    health = _healthcheck(stage)
+    assert health[health.index("--target") + 1] == f"127.0.0.1:{_port(settings.listen)}"
+    # The server reads AGENTRT_* variables as settings: the image may set none it rejects.
+    image_env = dict(pair.split("=", 1) for e in (a for n, a in stage if n == "ENV") for pair in e.split())
+    assert load_settings(RUNTIME_TOML, env=image_env) == settings
+
+
+def _healthcheck(stage: list[tuple[str, str]]) -> list[str]:
+    """The exec-form command of a stage's HEALTHCHECK."""
+    options, cmd, command = _only(stage, "HEALTHCHECK").partition("CMD ")
+    assert cmd and all(o.startswith("--") for o in options.split())
+    health: list[str] = json.loads(command)
+    assert health[:2] == ["agentrt", "health"]
+    return health
 
 
 def test_the_tool_host_image_is_non_root_with_a_data_volume_and_its_ports() -> None:
@@ -280,9 +290,8 @@ def test_the_tool_host_image_is_non_root_with_a_data_volume_and_its_ports() -> N
         _port(args.listen),
         _port(args.metrics_listen),
     }
-    env = [a for n, a in stage if n == "ENV"]
-    assert any(f"AGENTRT_HEALTH_TARGET=127.0.0.1:{_port(args.listen)}" in e for e in env)
-    assert "agentrt health" in _only(stage, "HEALTHCHECK")
+    health = _healthcheck(stage)
+    assert health[health.index("--target") + 1] == f"127.0.0.1:{_port(args.listen)}"
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -588,12 +597,16 @@ def test_probes_check_grpc_health_on_the_listen_ports_with_the_mounted_certifica
                 if flag in command:
                     path = command[command.index(flag) + 1]
                     assert any(path.startswith(m + "/") for m in mounts), (name, path)
-        # The probe of the image and of compose is the same command.
+        # The probe of the image, of compose and of Kubernetes is the same command.
         compose = yaml.safe_load(COMPOSE.read_text())
-        service = "runtime-1" if name == "agentrt-runtime" else "toolhost-1"
-        assert compose["services"][service]["healthcheck"]["test"][1:] == _probe_command(
-            container, "livenessProbe"
+        service, dockerfile, stage = (
+            ("runtime-1", DOCKERFILES[0], "runtime")
+            if name == "agentrt-runtime"
+            else ("toolhost-1", DOCKERFILES[1], "toolhost")
         )
+        probe = _probe_command(container, "livenessProbe")
+        assert compose["services"][service]["healthcheck"]["test"][1:] == probe
+        assert _healthcheck(_stage(dockerfile, stage)) == probe
 
 
 def test_the_drain_ends_before_any_stop_timeout(settings: Settings) -> None:
