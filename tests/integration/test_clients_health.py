@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health as health_service
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrt.client import cli
 from agentrt.testing import ToolHostProcess, spawn_tool_host
@@ -97,3 +101,28 @@ def test_unusable_credentials_exit_2_and_name_the_problem(
     code, _, err = health(capsys, "--target", "127.0.0.1:1", "--cert", str(pki / "probe.pem"))
     assert code == 2
     assert "needs its key too" in err and "BEGIN" not in err
+
+
+@pytest.fixture
+def health_server() -> Iterator[tuple[str, health_service.HealthServicer]]:
+    """A real gRPC server on a free loopback port serving only the library's health servicer."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health_service.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}", servicer
+    finally:
+        server.stop(grace=None)
+
+
+def test_a_draining_server_answers_not_serving_and_exits_1(
+    health_server: tuple[str, health_service.HealthServicer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    address, servicer = health_server
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    assert health(capsys, "--target", address) == (0, "SERVING", "")
+    # What a runtime or tool host reports from SIGTERM on (enter_graceful_shutdown).
+    servicer.enter_graceful_shutdown()
+    assert health(capsys, "--target", address) == (1, "NOT_SERVING", "")
