@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -126,3 +127,13 @@ def test_a_draining_server_answers_not_serving_and_exits_1(
     # What a runtime or tool host reports from SIGTERM on (enter_graceful_shutdown).
     servicer.enter_graceful_shutdown()
     assert health(capsys, "--target", address) == (1, "NOT_SERVING", "")
+
+
+def test_without_grpcio_health_checking_it_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As in a venv holding agentrt-client alone: the health messages cannot be imported.
+    monkeypatch.setitem(sys.modules, "grpc_health.v1", None)
+    code, out, err = health(capsys, "--target", "127.0.0.1:1")
+    assert (code, out) == (2, "")
+    assert err == "error: agentrt health needs grpcio-health-checking: pip install grpcio-health-checking"
