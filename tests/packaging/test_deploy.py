@@ -620,6 +620,10 @@ def test_the_drain_ends_before_any_stop_timeout(settings: Settings) -> None:
     assert int(compose["services"]["runtime-1"]["stop_grace_period"].removesuffix("s")) > settings.grace_s
     unit = _unit(SYSTEMD / "agentrt-runtime.service")
     assert int(unit["Service"]["TimeoutStopSec"][0]) > settings.grace_s
+    host_grace = toolhost_parser().parse_args(canonical_toolhost_flags()).grace
+    unit = _unit(SYSTEMD / "agentrt-toolhost@.service")
+    assert int(unit["Service"]["TimeoutStopSec"][0]) > host_grace
+    assert int(compose["services"]["toolhost-1"]["stop_grace_period"].removesuffix("s")) > host_grace
 
 
 def test_the_tool_host_service_is_headless_and_named_as_in_the_config(settings: Settings) -> None:
