@@ -29,6 +29,7 @@ from agentrt.client._dev_pki import add_dev_pki_command
 from agentrt.client._diagnostics import diagnostics_to_json, format_diagnostics
 from agentrt.client._errors import CredentialsError, RPCError
 from agentrt.client._format import event_to_json, format_event, format_run, format_run_line, run_to_json
+from agentrt.client._health import add_health_command
 from agentrt.client._payloads import PayloadMismatch
 from agentrt.client._sync_client import Client
 from agentrt.client._tokens import DEFAULT_TENANT, ROLES, hash_token_command
@@ -275,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     _add_auth_commands(sub)
+    add_health_command(sub, common)
     return parser
 
 
