@@ -167,6 +167,23 @@ def test_config_and_env_name_the_database(
     assert revision_of(f"sqlite:///{from_env}") == (PREVIOUS,)
 
 
+def test_the_options_may_follow_the_action_as_deploy_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, after = tmp_path / "before.sqlite", tmp_path / "after.sqlite"
+    config = tmp_path / "server.toml"
+    config.write_text(f'db_url = "sqlite:///{before}"\n')
+    assert migrate(capsys, "upgrade", PREVIOUS, "--config", str(config))[0] == EXIT_OK
+    assert revision_of(f"sqlite:///{before}") == (PREVIOUS,)
+    assert migrate(capsys, "check", "--config", str(config))[0] == EXIT_NOT_AT_HEAD
+    # Given on both sides, the one after the action wins, as an operator reading it expects.
+    assert (
+        migrate(capsys, "--db-url", f"sqlite:///{before}", "upgrade", "--db-url", f"sqlite:///{after}")[0]
+        == 0
+    )
+    assert revision_of(f"sqlite:///{after}") == (HEAD,) and revision_of(f"sqlite:///{before}") == (PREVIOUS,)
+
+
 # -- down and up with data in place ----------------------------------------------------------------
 
 

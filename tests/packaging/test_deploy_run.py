@@ -6,6 +6,8 @@ mounted where compose mounts them, complete a run over mTLS and answer the deplo
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,17 @@ def test_a_runtime_and_tool_host_on_the_deploy_files_complete_a_run_over_mtls(
         env |= {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
         # The assistant agent's key, checked at start; the scripted agent below never uses it.
         env["OPENAI_API_KEY"] = "not-used-by-the-scripted-agent"
+        # The servers run with migrate = "check": the schema first, as the migration Job does it.
+        job = compose["services"]["migrate"]["entrypoint"]
+        assert job[:3] == ["agentrt", "migrate", "upgrade"]
+        agentrt = str(Path(sys.executable).with_name("agentrt"))
+        check = [agentrt, "migrate", "check", "--config", str(config)]
+        assert subprocess.run(check, env=env, capture_output=True, timeout=120).returncode == 1
+        migrated = subprocess.run(
+            [agentrt, *job[1:-1], str(config)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        assert subprocess.run(check, env=env, capture_output=True, timeout=120).returncode == 0
         args = ["--config", str(config), "--listen", "127.0.0.1:0"]
         with spawn_runtime(args, cwd=tmp_path, env=env) as runtime:
             probe = compose["services"]["runtime-1"]["healthcheck"]["test"][1:]

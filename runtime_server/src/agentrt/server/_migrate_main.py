@@ -44,19 +44,35 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         epilog=f"Exit codes: {EXIT_OK} done; {EXIT_NOT_AT_HEAD} `check` found the schema not at head; "
         f"{EXIT_ERROR} bad usage or configuration, an unreachable revision or database.",
     )
-    parser.add_argument("--config", help="the server's TOML config file (AGENTRT_* env vars override it)")
-    parser.add_argument(
-        "--db-url", help="sqlite:///PATH or postgresql://USER@HOST/DB (default: the config's)"
-    )
+    # The options go before or after the action (`agentrt migrate upgrade --config F`, as the
+    # deploy/ Job runs it): each action's parser takes them too, without overwriting earlier ones.
+    _add_source_options(parser, default=None)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_source_options(common, default=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = sub.add_parser("upgrade", help="upgrade the schema to REV (default: head)")
+    p = sub.add_parser("upgrade", parents=[common], help="upgrade the schema to REV (default: head)")
     p.add_argument("revision", nargs="?", default="head", metavar="REV")
-    p = sub.add_parser("downgrade", help="downgrade the schema to REV (a revision id, -1, or base)")
+    p = sub.add_parser(
+        "downgrade", parents=[common], help="downgrade the schema to REV (a revision id, -1, or base)"
+    )
     p.add_argument("revision", metavar="REV")
-    sub.add_parser("current", help="print the schema's current revision")
-    sub.add_parser("check", help=f"exit {EXIT_NOT_AT_HEAD} unless the schema is at head")
-    sub.add_parser("history", help="list the shipped revisions, oldest first (reads no database)")
+    sub.add_parser("current", parents=[common], help="print the schema's current revision")
+    sub.add_parser("check", parents=[common], help=f"exit {EXIT_NOT_AT_HEAD} unless the schema is at head")
+    sub.add_parser(
+        "history", parents=[common], help="list the shipped revisions, oldest first (reads no database)"
+    )
     return parser
+
+
+def _add_source_options(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    parser.add_argument(
+        "--config", default=default, help="the server's TOML config file (AGENTRT_* env vars override it)"
+    )
+    parser.add_argument(
+        "--db-url",
+        default=default,
+        help="sqlite:///PATH or postgresql://USER@HOST/DB (default: the config's)",
+    )
 
 
 def _db_url(args: argparse.Namespace) -> str:

@@ -56,7 +56,7 @@ def _invoked_as() -> str:
     return "python -m agentrt.toolhost" if script in ("", "__main__.py", "-m") else script
 
 
-def _parser(prog: str) -> argparse.ArgumentParser:
+def _parser(prog: str = "agentrt toolhost") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Serve agentrt plugin tools over gRPC (agentrt.toolhost.v1).",
