@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tomllib
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,12 @@ def secrets(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.postgres
 def test_a_runtime_and_tool_host_on_the_deploy_files_complete_a_run_over_mtls(
-    compose: dict[str, Any], secrets: Path, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    compose: dict[str, Any],
+    secrets: Path,
+    pg_url: str,
+    pg_database: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     runtime_etc = deploy.mounted(compose, "runtime-1", secrets, tmp_path / "runtime-etc")
     toolhost_etc = deploy.mounted(compose, "toolhost-1", secrets, tmp_path / "toolhost-etc")
@@ -53,10 +59,13 @@ def test_a_runtime_and_tool_host_on_the_deploy_files_complete_a_run_over_mtls(
         for f in deploy.canonical_toolhost_flags()
         if f.split("=")[0] not in local
     ]
+    # The pool's shared ledger comes from the environment, as compose and k8s give it.
+    assert "AGENTRT_TOOLHOST_LEDGER_URL" in compose["x-toolhost"]["environment"]
+    ledger = ["--ledger-url", pg_database, "--ledger-schema", f"t_{uuid.uuid4().hex[:12]}"]
     with spawn_tool_host(
         tmp_path / "toolhost-data",
         plugins=["agentrt.plugins.demo_tools"],
-        extra_args=[*flags, "--metrics-listen=127.0.0.1:0"],
+        extra_args=[*flags, "--metrics-listen=127.0.0.1:0", *ledger],
     ) as host:
         probe = compose["services"]["toolhost-1"]["healthcheck"]["test"][1:]
         assert _run_cli(capsys, deploy.retarget(probe, host.address, toolhost_etc)) == (0, "SERVING")
