@@ -189,9 +189,11 @@ class MemoryRunLog(TypedCommits):
             raise Crashed(f"crashed after commit {self.appends}")
         return record.revision + 1
 
-    async def release(self, run_id: str, *, owner: str) -> None:
+    async def release(self, run_id: str, *, owner: str, generation: int | None = None) -> None:
         record = self.runs.get(run_id)
-        if record is not None and record.lease_owner == owner:
+        if record is None or (generation is not None and record.lease_generation != generation):
+            return
+        if record.lease_owner == owner:
             self.runs[run_id] = dataclasses.replace(record, lease_owner=None, lease_expires_ms=None)
 
     async def repark(

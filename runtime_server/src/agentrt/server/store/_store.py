@@ -562,13 +562,15 @@ class Store(TypedCommits):
                 metadata={"run_id": run_id},
             )
 
-    async def release(self, run_id: str, *, owner: str) -> None:
-        """Give up the lease (run ended or paused); a no-op when another worker owns it."""
+    async def release(self, run_id: str, *, owner: str, generation: int | None = None) -> None:
+        """Give up the lease (run ended, paused or handed over); a no-op when another worker owns
+        it, or, with ``generation``, when this owner's lease is a later one than the caller's."""
+        fence = and_(runs.c.run_id == run_id, runs.c.lease_owner == owner)
+        if generation is not None:
+            fence = and_(fence, runs.c.lease_generation == generation)
         await self.db.transaction(
             lambda conn: conn.execute(
-                update(runs)
-                .where(runs.c.run_id == run_id, runs.c.lease_owner == owner)
-                .values(lease_owner=None, lease_expires_ms=None)
+                update(runs).where(fence).values(lease_owner=None, lease_expires_ms=None)
             )
         )
 
