@@ -610,6 +610,7 @@ class EngineWorld:
     live: RecordingLive = field(default_factory=RecordingLive)
     counters: Counters = field(default_factory=Counters)
     handles: dict[str, RunHandle] = field(default_factory=dict)
+    draining: asyncio.Event = field(default_factory=asyncio.Event)  # set it: the worker drains (SIGTERM)
 
     def __post_init__(self) -> None:
         pm: pluggy.PluginManager = get_policy_plugin_manager(entrypoints=False)
@@ -634,9 +635,10 @@ class EngineWorld:
             owner=self.owner,
             clock=self.clock,
             rand=lambda: 0.5,
-            stopping=lambda: False,
+            stopping=self.draining.is_set,
             faults=self.fault_plan,
             sleep=self.clock.sleep,
+            draining=self.draining,
         )
 
     def create_run(self, input: str = "hello", *, name: str = "agent") -> str:
