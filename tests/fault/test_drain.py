@@ -64,23 +64,25 @@ def replica_env(base: dict[str, str], worker_id: str, **settings: Any) -> dict[s
 def wait_owned_elsewhere(
     address: str, run_ids: list[str], drained: str, since: float, timeout: float = 15.0
 ) -> tuple[float, set[str]]:
-    """Until GetRun (on ``address``) shows each run owned by a replica other than ``drained``, or
-    ended; (seconds from ``since`` to the last of them, the owners seen)."""
+    """Until the runs (listed on ``address``, one ListRuns a round) are each owned by a replica
+    other than ``drained``, or ended; (seconds from ``since`` to the last of them, the owners)."""
     pending, last, owners = set(run_ids), since, set()
     deadline = time.monotonic() + timeout
     with Client(address) as client:
         while pending:
+            listed = {r.run_id: r for r in client.list_runs(page_size=100).runs}
+            seen_at = time.time()
             for run_id in sorted(pending):
-                run = client.get_run(run_id)
+                run = listed[run_id]
                 if run.lease_owner not in ("", drained):
-                    assert run.lease_expire_time.ToMilliseconds() > time.time() * 1000
+                    assert run.lease_expire_time.ToMilliseconds() > seen_at * 1000  # a live lease
                     owners.add(run.lease_owner)
                 elif run.phase not in TERMINAL:
                     continue
                 pending.discard(run_id)
-                last = time.time()
+                last = seen_at
             assert time.monotonic() < deadline, f"still not taken from {drained}: {sorted(pending)}"
-            time.sleep(0.02)
+            time.sleep(0.01)
     return last - since, owners
 
 
@@ -144,6 +146,8 @@ def test_a_rolling_restart_hands_every_run_over_in_under_a_second_and_fails_none
                 run_ids = [client.start_run("refund", f"job {i}").run_id for i in range(RUNS)]
             # GetRun on another replica names the owner, read from the run's row.
             wait_owned_by(b.address, run_ids, "a")
+            with Client(b.address) as client:
+                assert client.get_run_diagnostics(run_ids[0]).lease_owner == "a"
             figures = [drain(a, "a", a2, run_ids)]
             replicas.append(b2 := start_runtime(tmp_path, replica_env(base, "b2")))
             figures.append(drain(b, "b", b2, run_ids))
