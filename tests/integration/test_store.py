@@ -201,6 +201,15 @@ async def test_a_lease_handed_over_by_its_generation_is_claimable_at_once_by_ano
     record = await store.get_run("held")
     assert record is not None and (record.lease_owner, record.lease_generation) == ("w2", 2)
 
+    # A drain's batch: each lease by its own generation; others' and later ones stay.
+    await store.create_run(run_values("mine"), [("run.started", "{}")], 1000)  # w1, generation 1
+    await store.release_leases(owner="w1", leases=[("mine", 1), ("held", 1)])
+    await store.release_leases(owner="w2", leases=[("held", 1)])
+    await store.release_leases(owner="w2", leases=[])
+    mine, held = await store.get_run("mine"), await store.get_run("held")
+    assert mine is not None and mine.lease_owner is None
+    assert held is not None and held.lease_owner == "w2"
+
 
 async def test_cancel_intent_is_durable_and_makes_paused_runs_claimable(store: Store) -> None:
     await store.create_run(

@@ -213,13 +213,14 @@ class Engine:
             self._renewing.cancel()
             await asyncio.gather(self._renewing, return_exceptions=True)
         # A no-op for runs that handed over, ended or parked; the rest (cut, or stopped by a fault)
-        # are free at once. The generation keeps a stale handle from freeing a newer lease.
-        for handle in drained:
-            await self.store.release(handle.run_id, owner=self.owner, generation=handle.generation)
-        if drained:
+        # are free at once. The generation keeps a stale handle from freeing a newer lease. With
+        # the runs a StartRun accepted just as the drain began (launched after the snapshot).
+        leases = {(h.run_id, h.generation) for h in [*drained, *handles]}
+        await self.store.release_leases(owner=self.owner, leases=sorted(leases))
+        if leases:
             log.info(
-                "drain: %d run(s) handed over, %d cut at the deadline",
-                len(drained) - len(handles),
+                "drain: %d run(s) left at a commit (handed over, parked or ended), %d cut at the deadline",
+                len(leases) - len(handles),
                 len(handles),
             )
 
