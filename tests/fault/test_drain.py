@@ -25,6 +25,8 @@ from agentrt.plugins.fault_tools import count_slow_writes
 from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.proto.toolhost.v1.tool_host_service_pb2 import GetOperationRequest, InvokeToolRequest
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
+from agentrt.server.core import LedgerSilence, ToolErrorCode
+from agentrt.server.tools import CallMetadata, ToolRouter
 from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_tool_host
 from agentrt.toolhost._ledger import Ledger, OperationStatus
 from tests.fault.conftest import follow_to_end, runtime_env, serve_fake_openai, start_runtime
@@ -237,45 +239,59 @@ def test_a_write_in_flight_at_the_drain_deadline_is_reconciled_by_the_next_owner
 
 
 def _invoke(stub: ToolHostServiceStub, key: str, seconds: float) -> Any:
-    request = InvokeToolRequest(
-        tool="slow.write", arguments_json=json.dumps({"seconds": seconds, "note": key})
-    )
+    arguments = json.dumps({"seconds": seconds, "note": key})
+    request = InvokeToolRequest(tool="slow.write", arguments_json=arguments)
     return stub.InvokeTool.future(request, metadata=[("x-agentrt-idempotency-key", key)], timeout=30)
 
 
-def test_a_draining_tool_host_finishes_its_call_refuses_new_ones_retryably_and_exits_0(
+def call_of(key: str) -> CallMetadata:
+    return CallMetadata(idempotency_key=key, run_id="r1", call_id=key, attempt=1, fencing_token=1)
+
+
+async def test_a_draining_tool_host_finishes_its_call_refuses_new_ones_retryably_and_exits_0(
     tmp_path: Path,
 ) -> None:
+    router = ToolRouter()
     with (
         spawn_tool_host(
             tmp_path, plugins=["agentrt.plugins.fault_tools"], extra_args=["--grace", "10"]
         ) as host,
         grpc.insecure_channel(host.address) as channel,
     ):
-        stub = ToolHostServiceStub(channel)
-        in_flight = _invoke(stub, "in-flight", 1.5)
-        wait_running_on_host(tmp_path, "in-flight")
-        sigterm_at = time.monotonic()
-        host.terminate()
-        wait_not_serving(host.address)
-        with pytest.raises(grpc.RpcError) as refused:
-            _invoke(stub, "too-late", 0.1).result()
-        # The ledger is still asked while the host drains.
-        asked = stub.GetOperation(GetOperationRequest(idempotency_key="in-flight"), timeout=5)
-        assert in_flight.result().result_json  # finished, within the grace
-        code = host.wait(timeout=15)
-        exited_s = time.monotonic() - sigterm_at
+        try:
+            await router.add_host("pool", host.address)
+            stub = ToolHostServiceStub(channel)
+            in_flight = _invoke(stub, "in-flight", 1.5)
+            wait_running_on_host(tmp_path, "in-flight")
+            sigterm_at = time.monotonic()
+            host.terminate()
+            wait_not_serving(host.address)
+            with pytest.raises(grpc.RpcError) as refused:
+                _invoke(stub, "too-late", 0.1).result()
+            # What the runtime makes of it: in doubt, so a write is looked up before it is sent
+            # again, and the draining host still answers that it has no such call.
+            arguments = json.dumps({"seconds": 0.1, "note": "routed"})
+            routed = await router.invoke("slow.write", arguments, metadata=call_of("routed"), timeout_s=5)
+            word = await router.query("slow.write", arguments, metadata=call_of("routed"), timeout_s=5)
+            asked = stub.GetOperation(GetOperationRequest(idempotency_key="in-flight"), timeout=5)
+            assert in_flight.result().result_json  # finished, within the grace
+            code = host.wait(timeout=15)
+            exited_s = time.monotonic() - sigterm_at
+        finally:
+            await router.close()
     assert code == 0
     error = refused.value
-    assert error.code() == grpc.StatusCode.UNAVAILABLE  # the runtime retries it, and a write is looked up
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
     status = rpc_status.from_call(error)
     assert status is not None
     info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
     assert status.details[0].Unpack(info) and info.reason == "DRAINING"
     assert status.details[1].Unpack(retry) and retry.retry_delay.seconds == 10
+    assert routed.code is ToolErrorCode.TRANSIENT and routed.in_doubt  # retryable, looked up first
+    assert word is LedgerSilence.NOT_FOUND
     assert asked.operation.idempotency_key == "in-flight"
     with Ledger(tmp_path / "ledger.sqlite", owner="reader") as ledger:
-        assert ledger.get("too-late") is None  # refused before anything was recorded
+        assert ledger.get("too-late") is None and ledger.get("routed") is None  # nothing recorded
         done = ledger.get("in-flight")
     assert done is not None and done.status is OperationStatus.SUCCEEDED
     assert count_slow_writes(tmp_path) == 1
