@@ -205,6 +205,8 @@ def test_a_write_in_flight_at_the_drain_deadline_is_reconciled_by_the_next_owner
             not_serving_s = wait_not_serving(owner.address)
             with Client(owner.address) as client:
                 assert client.get_run(run_id).lease_owner == "a"  # still answered, still its
+                read = [event_type(e) for e in client.stream_events(run_id, timeout=5)]
+                assert read[-1] == "tool.started", read  # the log is still served
                 late = client.start_run("refund", "Please refund B200")
             assert late.lease_owner == ""  # persisted, owned by nobody: the other replica takes it
             assert owner.wait_exit(timeout=20) == 0, owner.stderr_text()[-2000:]
