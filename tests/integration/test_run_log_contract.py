@@ -227,6 +227,17 @@ async def test_release_is_the_owners_alone(backend: Backend) -> None:
         await commit(backend, revision=1, first_seq=2)
 
 
+async def test_a_release_naming_another_generation_changes_nothing(backend: Backend) -> None:
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None
+    await backend.log.release(backend.run_id, owner=OWNER, generation=record.lease_generation + 1)
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None and record.lease_owner == OWNER
+    await backend.log.release(backend.run_id, owner=OWNER, generation=record.lease_generation)
+    record = await backend.log.get_run(backend.run_id)
+    assert record is not None and record.lease_owner is None
+
+
 async def test_a_repark_gives_the_lease_back_without_a_revision(backend: Backend) -> None:
     with pytest.raises(LeaseLost):
         await backend.log.repark(

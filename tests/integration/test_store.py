@@ -187,6 +187,30 @@ async def test_claim_takes_unowned_and_expired_runs_once_and_bumps_the_fencing_t
     assert record is not None and record.lease_owner is None
 
 
+async def test_a_lease_handed_over_by_its_generation_is_claimable_at_once_by_another_worker(
+    store: Store,
+) -> None:
+    """A drain: the owner releases the lease it holds long before it expires; no TTL is waited."""
+    await store.create_run(run_values("held"), [("run.started", "{}")], 1000)  # w1, generation 1
+    await store.release("held", owner="w1", generation=2)  # a later lease of w1's, not this one
+    assert await store.claim(owner="w2", now_ms=2000, ttl_ms=1000, limit=10) == []
+    await store.release("held", owner="w1", generation=1)
+    claims = await store.claim(owner="w2", now_ms=2000, ttl_ms=1000, limit=10)
+    assert [(c.run_id, c.generation) for c in claims] == [("held", 2)]
+    await store.release("held", owner="w1", generation=1)  # the old owner's stale handle: no effect
+    record = await store.get_run("held")
+    assert record is not None and (record.lease_owner, record.lease_generation) == ("w2", 2)
+
+    # A drain's batch: each lease by its own generation; others' and later ones stay.
+    await store.create_run(run_values("mine"), [("run.started", "{}")], 1000)  # w1, generation 1
+    await store.release_leases(owner="w1", leases=[("mine", 1), ("held", 1)])
+    await store.release_leases(owner="w2", leases=[("held", 1)])
+    await store.release_leases(owner="w2", leases=[])
+    mine, held = await store.get_run("mine"), await store.get_run("held")
+    assert mine is not None and mine.lease_owner is None
+    assert held is not None and held.lease_owner == "w2"
+
+
 async def test_cancel_intent_is_durable_and_makes_paused_runs_claimable(store: Store) -> None:
     await store.create_run(
         run_values("paused", owner=None, phase="WAITING_APPROVAL"), [("run.started", "{}")], 1

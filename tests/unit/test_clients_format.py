@@ -349,6 +349,9 @@ def test_format_run_and_line() -> None:
     done = run_pb2.Run(run_id="r2", phase=run_pb2.RUN_PHASE_COMPLETED, output="ok")
     assert "  output: ok" in format_run(done).splitlines()
     assert "created_by" not in format_run(done)
+    assert "owner" not in format_run(done)
+    owned = run_pb2.Run(run_id="r3", lease_owner="pod-a", lease_expire_time=EXPIRE)
+    assert "  owner:  pod-a (lease until 2023-11-14T22:13:20Z)" in format_run(owned).splitlines()
     assert format_run_line(done) == "r2  COMPLETED    -"
     data = json.loads(run_to_json(run))
     assert data["phase"] == "RUN_PHASE_FAILED" and data["run_id"] == "run-1" and "\n" not in run_to_json(run)

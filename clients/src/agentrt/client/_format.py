@@ -87,6 +87,9 @@ def format_run(run: run_pb2.Run) -> str:
     if run.reason:
         lines.append(f"  reason: {run.reason}")
     lines.append(f"  usage:  {_usage(run.usage)}")
+    if run.lease_owner:  # the replica driving it now, whichever replica answered
+        expires = run.lease_expire_time.ToJsonString() if run.HasField("lease_expire_time") else "-"
+        lines.append(f"  owner:  {run.lease_owner} (lease until {expires})")
     extra = []
     if run.HasField("create_time"):
         extra.append(f"created={run.create_time.ToJsonString()}")

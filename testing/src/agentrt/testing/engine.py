@@ -189,9 +189,11 @@ class MemoryRunLog(TypedCommits):
             raise Crashed(f"crashed after commit {self.appends}")
         return record.revision + 1
 
-    async def release(self, run_id: str, *, owner: str) -> None:
+    async def release(self, run_id: str, *, owner: str, generation: int | None = None) -> None:
         record = self.runs.get(run_id)
-        if record is not None and record.lease_owner == owner:
+        if record is None or (generation is not None and record.lease_generation != generation):
+            return
+        if record.lease_owner == owner:
             self.runs[run_id] = dataclasses.replace(record, lease_owner=None, lease_expires_ms=None)
 
     async def repark(
@@ -608,6 +610,7 @@ class EngineWorld:
     live: RecordingLive = field(default_factory=RecordingLive)
     counters: Counters = field(default_factory=Counters)
     handles: dict[str, RunHandle] = field(default_factory=dict)
+    draining: asyncio.Event = field(default_factory=asyncio.Event)  # set it: the worker drains (SIGTERM)
 
     def __post_init__(self) -> None:
         pm: pluggy.PluginManager = get_policy_plugin_manager(entrypoints=False)
@@ -632,9 +635,10 @@ class EngineWorld:
             owner=self.owner,
             clock=self.clock,
             rand=lambda: 0.5,
-            stopping=lambda: False,
+            stopping=self.draining.is_set,
             faults=self.fault_plan,
             sleep=self.clock.sleep,
+            draining=self.draining,
         )
 
     def create_run(self, input: str = "hello", *, name: str = "agent") -> str:

@@ -88,7 +88,12 @@ def _parser(prog: str = "agentrt toolhost") -> argparse.ArgumentParser:
         dest="options",
         help="plugin option (repeatable)",
     )
-    parser.add_argument("--grace", type=float, default=5.0, help="seconds in-flight calls get at shutdown")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        help="SIGTERM: seconds in-flight calls get to finish while new ones are refused (UNAVAILABLE)",
+    )
     parser.add_argument(
         "--cancel-grace", type=float, default=2.0, help="seconds a cancelled tool gets to stop"
     )

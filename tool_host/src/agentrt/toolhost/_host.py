@@ -219,8 +219,17 @@ class ToolHost:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention_task
             self._retention_task = None
-        # stop() waits for running RPCs up to grace, then cancels them (their tools get the signal).
-        await self._server.stop(grace)
+        # New calls are refused (UNAVAILABLE, retryable) while the ones in flight get ``grace``;
+        # queries are still answered meanwhile. stop() then cancels what is left (their tools
+        # get the signal).
+        drain = self._servicer.drain
+        drain.begin(retry_after_s=grace or 0.0)
+        if drain.in_flight:
+            _log.info("draining: %d call(s) in flight, %s", drain.in_flight, _bound(grace))
+        finished = await drain.wait_idle(grace)
+        if not finished:
+            _log.warning("drain: %d call(s) still running after %ss; cancelling them", drain.in_flight, grace)
+        await self._server.stop(0)
         await self._servicer.operations.drain(within=self._cancel_grace)
         self._ledger.close()
         self._server = None
@@ -236,3 +245,7 @@ class ToolHost:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop(grace=None if exc[0] is None else 0)
+
+
+def _bound(grace: float | None) -> str:
+    return "no time bound" if grace is None else f"up to {grace}s"

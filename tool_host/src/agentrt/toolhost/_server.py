@@ -25,6 +25,7 @@ from agentrt.toolhost._authorize import CallGate, grant_of
 from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._context import ToolContext
 from agentrt.toolhost._convert import failure_to_proto, operation_to_proto, timestamp_ns, tool_to_spec
+from agentrt.toolhost._drain import CallDrain
 from agentrt.toolhost._errors import ErrorCode, InvalidInput
 from agentrt.toolhost._intents import Duplicate, IntentCall, Intents, Pending, intent_of
 from agentrt.toolhost._ledger import (
@@ -198,6 +199,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
         self._specs = [tool_to_spec(self._tools[name]) for name in sorted(self._tools)]
         self.operations = Operations(ledger=ledger, counters=counters, cancel_grace=cancel_grace)
         self.intents = Intents(ledger)
+        self.drain = CallDrain()
 
     async def ListTools(self, request: pb.ListToolsRequest, context: ServicerContext) -> pb.ListToolsResponse:
         """Lists the tools, sorted by name."""
@@ -214,7 +216,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             )
             meta = self._granted(request, meta)
             fields = log_fields(run_id=meta.run_id, tenant=meta.tenant, call_id=meta.call_id)
-            with _call_span(request.tool, meta.run_id, meta.traceparent), fields:
+            with self.drain.call(), _call_span(request.tool, meta.run_id, meta.traceparent), fields:
                 return await self._invoke_logged(request, meta, context)
         except RpcFailure as exc:
             await abort_with(context, exc)

@@ -14,6 +14,8 @@ Error tree::
     │   reasons: GRANT_REQUIRED, GRANT_INVALID, GRANT_EXPIRED, GRANT_TOO_LONG, GRANT_UNKNOWN_KEY
     ├── PermissionDenied                PERMISSION_DENIED: a valid grant, but for another call
     │   reasons: GRANT_MISMATCH
+    ├── Draining                        UNAVAILABLE + RetryInfo: the host is shutting down and
+    │   reasons: DRAINING               took nothing of the call; send it to another host or later
     └── InternalFailure                 INTERNAL
         reasons: INTERNAL, PREVIEW_FAILED
 """
@@ -25,7 +27,7 @@ from typing import NoReturn
 
 import grpc
 import grpc.aio
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 
 # googleapis-common-protos ships no type information.
 from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
@@ -33,6 +35,7 @@ from grpc_status import rpc_status
 
 __all__ = [
     "DOMAIN",
+    "Draining",
     "InternalFailure",
     "InvalidRequest",
     "NotFound",
@@ -52,6 +55,7 @@ _CODES: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.PERMISSION_DENIED: code_pb2.PERMISSION_DENIED,
     grpc.StatusCode.FAILED_PRECONDITION: code_pb2.FAILED_PRECONDITION,
     grpc.StatusCode.INTERNAL: code_pb2.INTERNAL,
+    grpc.StatusCode.UNAVAILABLE: code_pb2.UNAVAILABLE,
 }
 
 
@@ -134,6 +138,28 @@ class StaleFencingToken(RpcFailure):
     """The caller's fencing token is older than one the host has seen for its run: a stale owner."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Draining(RpcFailure):
+    """SIGTERM: the host finishes the calls it has and takes no new one; nothing of this one was
+    recorded or run, so the caller may send it again, with the same key, elsewhere or later.
+
+    Args:
+        retry_after_s: The ``RetryInfo`` delay: about when the host is gone (or back, restarted).
+    """
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+    def __init__(self, *, retry_after_s: float) -> None:
+        super().__init__("the tool host is draining; the call was not started", reason="DRAINING")
+        self.retry_after_s = retry_after_s
+
+    def extra_details(self) -> list[any_pb2.Any]:
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(int(self.retry_after_s * 1e9))
+        packed = any_pb2.Any()
+        packed.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        return [packed]
 
 
 class InternalFailure(RpcFailure):

@@ -270,6 +270,10 @@ def run_to_proto(record: RunRecord) -> run_pb2.Run:
         run.cleanup_status = cast("run_pb2.CleanupStatus", status)
     run.cleanups_unknown = record.cleanups_unknown or 0
     run.trace_id = trace_id_of(record.trace_context or "")
+    if record.lease_owner:  # any replica answers with the row's owner (an ended run's: its cleanup job)
+        run.lease_owner = record.lease_owner
+        if record.lease_expires_ms is not None:
+            run.lease_expire_time.CopyFrom(_timestamp(record.lease_expires_ms))
     if record.call_summary:
         json_format.ParseDict(json.loads(record.call_summary), run, ignore_unknown_fields=True)
     return run

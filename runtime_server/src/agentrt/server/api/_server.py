@@ -174,14 +174,17 @@ class RuntimeServer:
         return self.address
 
     async def stop(self) -> None:
-        """Graceful: NOT_SERVING, drain RPCs, let runs reach a commit point, then close."""
-        grace = self.settings.grace_s
+        """Drain: NOT_SERVING, hand the runs over at their next commit, then end RPCs, then close.
+
+        RPCs are answered during the runs' drain (GetRun, follows; a StartRun is persisted and left
+        unowned for another replica), then get ``rpc_grace_s`` before they are cut.
+        """
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
-        if self.server is not None:
-            await self.server.stop(grace)
         if self.engine is not None:
-            await self.engine.stop(grace_s=grace)
+            await self.engine.stop(grace_s=self.settings.grace_s)
+        if self.server is not None:
+            await self.server.stop(self.settings.rpc_grace_s)
         await self.tools.close()
         for spawned in self.spawned:
             await spawned.stop()

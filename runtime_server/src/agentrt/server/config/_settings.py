@@ -223,7 +223,9 @@ class Settings(_Strict):
     model_attempts: int = Field(3, ge=1)
     retry_base_s: float = Field(0.2, gt=0)
     retry_cap_s: float = Field(5.0, gt=0)
-    grace_s: float = Field(5.0, ge=0)
+    grace_s: float = Field(5.0, ge=0)  # SIGTERM: how long runs get to reach a commit and hand over
+    # Then how long open RPCs get before they are cut (a follower resumes by seq on another replica).
+    rpc_grace_s: float = Field(1.0, ge=0)
     data_dir: str = ".agentrt"
     tool_hosts: list[ToolHostConfig] = Field(default_factory=list)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)

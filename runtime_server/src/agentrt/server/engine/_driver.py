@@ -232,6 +232,18 @@ def changed_tool_contract(ctx: RunContext) -> str | None:
     return None
 
 
+async def hand_over(ctx: RunContext) -> None:
+    """Drain: commit what is buffered and give the lease back in that one fenced commit (revision
+    and owner), so another replica claims the run on its next poll rather than after the TTL."""
+    if ctx.commits.empty:
+        await ctx.ports.log.release(ctx.run_id, owner=ctx.ports.owner, generation=ctx.handle.generation)
+    else:
+        await ctx.flush(RowUpdate(release_lease=True))
+    ctx.commits.released = True
+    span_event("handed_over")
+    log.info("run %s handed over: this worker is draining", ctx.run_id)
+
+
 class StepLoop:
     """Decide, then act, until the run ends, parks or has nothing to do."""
 
@@ -265,6 +277,9 @@ class StepLoop:
     async def run(self) -> None:
         ctx, ports = self.ctx, self.ctx.ports
         while True:
+            if ports.draining.is_set():  # the step before has ended: this is its commit point
+                await hand_over(ctx)
+                return
             apply_cancel_request(ctx)
             self.escalate_if_due()
             clock = Clock(
@@ -306,7 +321,7 @@ class StepLoop:
                     await ctx.flush()
                     span_event("wait", seconds=round(max(0.0, due_s - ports.clock()), 3))
                     with contextlib.suppress(Cancelled):  # the loop appends cancel.requested next
-                        await ctx.sleep(max(0.0, due_s - ports.clock()))
+                        await ctx.sleep_unless_draining(max(0.0, due_s - ports.clock()))
                 case RequestApproval(call=call):
                     await ctx.flush()
                     span_event("approval_requested", tool=call.tool, call_id=call.call_id)

@@ -126,6 +126,8 @@ class Engine:
         self._runs: dict[str, RunHandle] = {}
         self._background: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._draining = asyncio.Event()  # set when stop() begins: runs' waits end so they hand over
+        self._renewing: asyncio.Task[None] | None = None  # kept through a drain: the leases stay ours
         self._unowned_waiting = False  # a run was accepted without a worker (capacity or session)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -146,6 +148,7 @@ class Engine:
             rand=rand,
             stopping=lambda: self._stopping,
             faults=self.faults,
+            draining=self._draining,
         )
 
     def now_ms(self) -> int:
@@ -166,7 +169,8 @@ class Engine:
         """Claim runs left by earlier lives, then keep polling and renewing leases."""
         await self._claim_and_launch()
         loop = asyncio.get_running_loop()
-        self._background = [loop.create_task(self._poll_loop()), loop.create_task(self._renew_loop())]
+        self._renewing = loop.create_task(self._renew_loop())
+        self._background = [loop.create_task(self._poll_loop())]
         self.cleanups = CleanupJob(self.ports, store=self.store, ttl_ms=self._ttl_ms())
         self._background.append(loop.create_task(self.cleanups.run_forever()))
         pruner = build_pruner(self.settings, self.store.db, fault_point=self.faults.hit)
@@ -177,28 +181,48 @@ class Engine:
             self._background.append(loop.create_task(self.retention.run_forever()))
 
     async def stop(self, *, grace_s: float) -> None:
-        """Stop taking work, give running runs ``grace_s`` to reach a commit point, then cancel them.
+        """Drain: stop claiming, hand each owned run over at its next commit, exit within ``grace_s``.
 
-        Cancelled runs keep their persisted state; their leases are released so another
-        replica (or the next start) resumes them at once.
+        Each run, at the top of its next step (a sleep of its own ends at once), commits what it
+        buffered and gives its lease back in that fenced commit, so another replica claims it on
+        its next poll instead of after the lease TTL. Leases are renewed meanwhile. A run still in
+        a call at ``grace_s`` is cancelled without recording anything: a write in flight stays
+        started-without-result, never cancelled, and its next owner asks the tool host's ledger.
+        Every lease left is then released, fenced by its generation.
         """
         self._stopping = True
+        self._draining.set()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        drained = list(self._runs.values())
         if self._runs:
             try:
                 async with asyncio.timeout(grace_s):
                     await self._idle.wait()
             except TimeoutError:
-                pass
+                log.warning(
+                    "drain: %d run(s) still in a call after %.1fs; cutting them", len(self._runs), grace_s
+                )
         handles = list(self._runs.values())
         for handle in handles:
             if handle.task is not None:
                 handle.task.cancel()
         await asyncio.gather(*(h.task for h in handles if h.task is not None), return_exceptions=True)
-        for handle in handles:
-            await self.store.release(handle.run_id, owner=self.owner)
+        if self._renewing is not None:
+            self._renewing.cancel()
+            await asyncio.gather(self._renewing, return_exceptions=True)
+        # A no-op for runs that handed over, ended or parked; the rest (cut, or stopped by a fault)
+        # are free at once. The generation keeps a stale handle from freeing a newer lease. With
+        # the runs a StartRun accepted just as the drain began (launched after the snapshot).
+        leases = {(h.run_id, h.generation) for h in [*drained, *handles]}
+        await self.store.release_leases(owner=self.owner, leases=sorted(leases))
+        if leases:
+            log.info(
+                "drain: %d run(s) left at a commit (handed over, parked or ended), %d cut at the deadline",
+                len(leases) - len(handles),
+                len(handles),
+            )
 
     def running(self) -> list[str]:
         return sorted(self._runs)

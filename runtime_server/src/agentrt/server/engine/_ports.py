@@ -99,7 +99,9 @@ class RunLog(Protocol):
         """
         ...
 
-    async def release(self, run_id: str, *, owner: str) -> None: ...
+    async def release(self, run_id: str, *, owner: str, generation: int | None = None) -> None:
+        """Give the lease back; a no-op unless ``owner`` (at ``generation``, when given) holds it."""
+        ...
 
     async def repark(
         self, run_id: str, *, owner: str, expected_revision: int, wake_ms: int, reconcile_attempts: int
@@ -290,6 +292,8 @@ class Ports:
     stopping: Callable[[], bool]  # shutting down: no further attempts after a fault
     faults: FaultPlan = field(default_factory=FaultPlan)  # injected crashes, a test facility
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # Set when the worker drains (SIGTERM): a run's own wait ends, and the run hands over its lease.
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
     # What the step executors may read of ``settings``, frozen once (``RunDetails.settings``).
     step_settings: StepSettings = field(init=False)
 

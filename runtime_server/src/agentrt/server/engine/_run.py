@@ -338,6 +338,24 @@ class RunContext:
         """Wait ``delay_s``; a cancel request cuts the wait (Cancelled)."""
         await cancellable(self.handle, lambda: self.ports.sleep(delay_s))
 
+    async def sleep_unless_draining(self, delay_s: float) -> None:
+        """The run's own wait (a WaitUntil): like :meth:`sleep`, and cut short when the worker drains,
+        so the run hands over now rather than at the wait's end."""
+        draining = self.ports.draining
+        if draining.is_set():
+            return
+
+        async def until_due_or_drained() -> None:
+            due = asyncio.ensure_future(self.ports.sleep(delay_s))
+            drained = asyncio.ensure_future(draining.wait())
+            try:
+                await asyncio.wait({due, drained}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                due.cancel()
+                drained.cancel()
+
+        await cancellable(self.handle, until_due_or_drained)
+
     async def cancel_arrives_before(self, work: asyncio.Future[Any]) -> bool:
         """Wait until ``work`` is done or a cancel request arrives; True when the cancel came first.
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.server.core import ACTIVE_PHASES, TERMINAL_PHASES, LeaseLost, QueuedSignal
@@ -567,13 +567,29 @@ class Store(TypedCommits):
                 metadata={"run_id": run_id},
             )
 
-    async def release(self, run_id: str, *, owner: str) -> None:
-        """Give up the lease (run ended or paused); a no-op when another worker owns it."""
+    async def release(self, run_id: str, *, owner: str, generation: int | None = None) -> None:
+        """Give up the lease (run ended, paused or handed over); a no-op when another worker owns
+        it, or, with ``generation``, when this owner's lease is a later one than the caller's."""
+        fence = and_(runs.c.run_id == run_id, runs.c.lease_owner == owner)
+        if generation is not None:
+            fence = and_(fence, runs.c.lease_generation == generation)
         await self.db.transaction(
             lambda conn: conn.execute(
-                update(runs)
-                .where(runs.c.run_id == run_id, runs.c.lease_owner == owner)
-                .values(lease_owner=None, lease_expires_ms=None)
+                update(runs).where(fence).values(lease_owner=None, lease_expires_ms=None)
+            )
+        )
+
+    async def release_leases(self, *, owner: str, leases: Sequence[tuple[str, int]]) -> None:
+        """:meth:`release` of many (run id, generation) pairs in one statement: a drain's last step."""
+        if not leases:
+            return
+        fence = and_(
+            runs.c.lease_owner == owner,
+            tuple_(runs.c.run_id, runs.c.lease_generation).in_([tuple(lease) for lease in leases]),
+        )
+        await self.db.transaction(
+            lambda conn: conn.execute(
+                update(runs).where(fence).values(lease_owner=None, lease_expires_ms=None)
             )
         )
 

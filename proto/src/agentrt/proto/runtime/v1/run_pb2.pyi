@@ -175,7 +175,7 @@ class AgentSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., instructions: _Optional[str] = ..., model: _Optional[_Union[ModelSpec, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., handoffs: _Optional[_Iterable[str]] = ..., agent_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables", "needs_attention", "completed_calls", "not_completed_calls", "unknown_calls", "cleanup_status", "cleanups_unknown", "trace_id")
+    __slots__ = ("run_id", "tenant_id", "agent_name", "phase", "revision", "input", "output", "reason", "budgets", "usage", "request_key", "session_id", "metadata", "last_seq", "create_time", "update_time", "deadline", "pending_approval", "created_by", "input_ref", "output_ref", "prune_time", "fault_count", "variables", "needs_attention", "completed_calls", "not_completed_calls", "unknown_calls", "cleanup_status", "cleanups_unknown", "trace_id", "lease_owner", "lease_expire_time")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,8 @@ class Run(_message.Message):
     CLEANUP_STATUS_FIELD_NUMBER: _ClassVar[int]
     CLEANUPS_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     tenant_id: str
     agent_name: str
@@ -252,7 +254,9 @@ class Run(_message.Message):
     cleanup_status: CleanupStatus
     cleanups_unknown: int
     trace_id: str
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., needs_attention: _Optional[bool] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., cleanup_status: _Optional[_Union[CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ..., trace_id: _Optional[str] = ...) -> None: ...
+    lease_owner: str
+    lease_expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., agent_name: _Optional[str] = ..., phase: _Optional[_Union[RunPhase, str]] = ..., revision: _Optional[int] = ..., input: _Optional[str] = ..., output: _Optional[str] = ..., reason: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., request_key: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., last_seq: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pending_approval: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., created_by: _Optional[str] = ..., input_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., output_ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., prune_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fault_count: _Optional[int] = ..., variables: _Optional[_Mapping[str, _struct_pb2.Value]] = ..., needs_attention: _Optional[bool] = ..., completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., not_completed_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., unknown_calls: _Optional[_Iterable[_Union[CallSummary, _Mapping]]] = ..., cleanup_status: _Optional[_Union[CleanupStatus, str]] = ..., cleanups_unknown: _Optional[int] = ..., trace_id: _Optional[str] = ..., lease_owner: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("call_id", "tool", "arguments_json", "arguments")
