@@ -42,7 +42,7 @@ from agentrt.server.telemetry import Counters
 from agentrt.server.tools._channel import TLS_CHECK_S, HostChannel, HostTls
 from agentrt.server.tools._routes import ToolRoutes
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
-from agentrt.server.tools._watcher import list_tools
+from agentrt.server.tools._watcher import list_tools, rpc_error_text
 from agentrt.toolhost.metadata import call_metadata_pairs
 from agentrt.toolhost.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
 
@@ -203,17 +203,18 @@ class ToolRouter:
         """
         self._register(host, signer)
         listed: list[tool_pb2.ToolSpec] | None = None
+        error = ""
         try:
             listed = await list_tools(host, timeout_s=first_wait_s, wait_for_ready=False)
         except grpc.aio.AioRpcError as exc:
             self.routes.failed(host.name)
+            error = rpc_error_text(exc)
             _log.warning(
-                "tool host %r at %s does not answer ListTools yet (%s %s): the runtime serves without "
-                "it, and learns its tools when it does",
+                "tool host %r at %s does not answer ListTools yet (%s): the runtime serves without it, "
+                "and learns its tools when it does",
                 host.name,
                 host.address,
-                exc.code().name,
-                exc.details(),
+                error,
             )
         if listed is not None:
             self.routes.learn(host.name, listed, "first")
@@ -222,6 +223,7 @@ class ToolRouter:
             policy=policy or tool_hosts.RelistPolicy(),
             list_timeout_s=first_wait_s,
             listed=listed is not None,
+            first_error=error,
         )
         return [spec.name for spec in listed or ()]
 

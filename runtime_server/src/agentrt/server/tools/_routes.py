@@ -51,7 +51,13 @@ class ToolRoutes:
         self._hosts[host.name] = host
 
     def watch(
-        self, host: HostChannel, *, policy: tool_hosts.RelistPolicy, list_timeout_s: float, listed: bool
+        self,
+        host: HostChannel,
+        *,
+        policy: tool_hosts.RelistPolicy,
+        list_timeout_s: float,
+        listed: bool,
+        first_error: str = "",
     ) -> None:
         """Keep the host listed in the background (see :class:`HostWatcher`)."""
         watcher = HostWatcher(
@@ -61,6 +67,7 @@ class ToolRoutes:
             policy=policy,
             list_timeout_s=list_timeout_s,
             listed=listed,
+            first_error=first_error,
         )
         self._watchers[host.name] = watcher
         watcher.start()

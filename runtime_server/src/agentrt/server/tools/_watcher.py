@@ -42,6 +42,7 @@ class HostWatcher:
         policy: Re-list interval and the backoff after failures.
         list_timeout_s: The deadline of one ListTools.
         listed: The host answered its first ListTools already.
+        first_error: Why its first ListTools failed, already logged (the same reason is not again).
         rand: A number in [0, 1) for the backoff's jitter (tests pass their own).
     """
 
@@ -54,6 +55,7 @@ class HostWatcher:
         policy: tool_hosts.RelistPolicy,
         list_timeout_s: float,
         listed: bool,
+        first_error: str = "",
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.host = host
@@ -64,7 +66,7 @@ class HostWatcher:
         self._failures = 0 if listed else 1
         self._rand = rand
         self._task: asyncio.Task[None] | None = None
-        self._last_error = ""
+        self._last_error = first_error
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"relist-{self.host.name}")
@@ -103,7 +105,7 @@ class HostWatcher:
     def _failed(self, exc: grpc.aio.AioRpcError) -> None:
         self._failures += 1
         self._on_failed(self.host.name)
-        error = f"{exc.code().name} {exc.details()}"
+        error = rpc_error_text(exc)
         if error != self._last_error:  # once per distinct reason, not once per retry
             self._last_error = error
             _log.warning(
@@ -154,3 +156,8 @@ async def list_tools(host: HostChannel, *, timeout_s: float, wait_for_ready: boo
         svc.ListToolsRequest(), timeout=timeout_s, wait_for_ready=wait_for_ready
     )
     return list(reply.tools)
+
+
+def rpc_error_text(exc: grpc.aio.AioRpcError) -> str:
+    """A failed RPC for the log: its code and details (never read by code)."""
+    return f"{exc.code().name} {exc.details()}"
