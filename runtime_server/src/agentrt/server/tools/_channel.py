@@ -145,6 +145,11 @@ class HostChannel:
         self.channel = self._open()
         self._stub: ToolHostServiceAsyncStub = svc_grpc.ToolHostServiceStub(self.channel)
 
+    @property
+    def secured(self) -> bool:
+        """Over mTLS."""
+        return self._tls is not None
+
     def _open(self) -> grpc.aio.Channel:
         tls = self._tls
         if tls is None:

@@ -210,10 +210,11 @@ class ToolRouter:
             self.routes.failed(host.name)
             error = rpc_error_text(exc)
             _log.warning(
-                "tool host %r at %s does not answer ListTools yet (%s): the runtime serves without it, "
+                "tool host %r at %s does not answer ListTools %syet (%s): the runtime serves without it, "
                 "and learns its tools when it does",
                 host.name,
                 host.address,
+                "over mTLS " if host.secured else "",
                 error,
             )
         if listed is not None:

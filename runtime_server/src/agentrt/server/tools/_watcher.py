@@ -109,9 +109,10 @@ class HostWatcher:
         if error != self._last_error:  # once per distinct reason, not once per retry
             self._last_error = error
             _log.warning(
-                "tool host %r at %s does not answer ListTools (%s); its tools are learned when it does",
+                "tool host %r at %s does not answer ListTools %s(%s); its tools are learned when it does",
                 self.host.name,
                 self.host.address,
+                "over mTLS " if self.host.secured else "",
                 error,
             )
 
