@@ -261,6 +261,9 @@ class ToolRouter:
     def conflicts(self) -> tuple[tool_hosts.Conflict, ...]:
         return self.routes.conflicts
 
+    def host_names(self) -> list[str]:
+        return self.routes.host_names()
+
     def unlisted_hosts(self) -> list[str]:
         return self.routes.unlisted_hosts()
 

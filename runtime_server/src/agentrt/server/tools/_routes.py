@@ -98,6 +98,9 @@ class ToolRoutes:
                     await self._changed.wait()
         return self._found.get(tool)
 
+    def host_names(self) -> list[str]:
+        return list(self._hosts)
+
     def unlisted_hosts(self) -> list[str]:
         """Hosts that never answered ListTools: what they serve is not known yet."""
         return [name for name in self._hosts if name not in self._listings]
