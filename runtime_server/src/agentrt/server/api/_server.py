@@ -66,8 +66,9 @@ class RuntimeServer:
         """Start everything; returns the address the gRPC server listens on.
 
         Raises:
-            ConfigError: a tool host is unreachable, an agent names a tool no host serves, or the
-                listen address cannot be bound.
+            ConfigError: a tool host's TLS files cannot be used, a spawned host does not start, an
+                agent names a tool no host serves while every host answered, or the listen address
+                cannot be bound. A host that does not answer is no error: its tools are pending.
         """
         settings = self.settings
         # Everything that can reject the configuration runs before the database is touched.

@@ -284,7 +284,8 @@ class Settings(_Strict):
     poll_interval_s: float = Field(1.0, gt=0)
     max_concurrent_runs: int = Field(512, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
-    # How long start waits for each tool host to answer ListTools; a call's connect: [timeouts] connect_s.
+    # How long start waits for a tool host that lets its connection hang (one that refuses is not
+    # waited for), and the deadline of each re-list; a call's connect: [timeouts] connect_s.
     connect_timeout_s: float = Field(10.0, gt=0)
     model_timeout_s: float = Field(120.0, gt=0)
     call_reserve_s: float = Field(0.2, ge=0)
