@@ -130,7 +130,9 @@ def test_a_host_down_at_start_is_served_once_it_is_up_and_listed_again_when_it_r
         + agent("who", ["pool.whoami"], whoami_steps(1))
         + agent("extra", ["pool.extra"], extra)
     )
+    began = time.monotonic()
     with spawn_runtime(runtime_args(config), cwd=tmp_path) as runtime:
+        print(f"host down at start: the runtime served after {time.monotonic() - began:.2f}s")
         assert "pool.extra', 'pool.whoami'] are pending" in runtime.stderr_text()
         with Client(runtime.address) as client:
             # The other host's tools are served at once.
@@ -144,7 +146,9 @@ def test_a_host_down_at_start_is_served_once_it_is_up_and_listed_again_when_it_r
                 extra_args=["--set", "pool.extra=1"],
             )
             try:
+                up = time.monotonic()
                 (served,) = completed(events_of(client, waiting.run_id))
+                print(f"host up: the waiting run completed {time.monotonic() - up:.2f}s after it listened")
                 assert served == {"pid": late.pid, "version": "1", "n": 0}
                 assert completed(run(client, "extra")) == [{"pid": late.pid}]
                 # Restarted with a new plugin version and without pool.extra: listed again.
