@@ -18,9 +18,10 @@ import pydantic
 import pytest
 
 from agentrt.server.api._tool_hosts import ToolHostSet
-from agentrt.server.config import Settings
+from agentrt.server.config import ConfigError, Settings
 from agentrt.server.core import LedgerSilence, ToolErrorCode, tool_hosts
 from agentrt.server.tools import CallMetadata, ToolRouter
+from agentrt.server.tools._watcher import HostWatcher
 from agentrt.toolhost import SideEffect, Tool, ToolContext, ToolHost, tool
 
 FAST = tool_hosts.RelistPolicy(every_s=30.0, base_s=0.05, cap_s=0.2)
@@ -169,3 +170,93 @@ async def test_a_reload_checks_the_whole_list_first_and_applies_adds_removes_and
     assert sorted(router.host_names()) == ["a", "b"] and hosts.settings.tool_hosts[0].address == b
     assert await hosts.reload(settings())
     assert router.host_names() == []
+
+
+@tool(name="watch.write", description="a write", side_effect=SideEffect.WRITE)
+async def write(args: Args, ctx: ToolContext) -> dict[str, Any]:
+    return {}
+
+
+async def test_two_hosts_listing_one_tool_stop_the_start_and_later_the_first_keeps_it(
+    router: ToolRouter, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = free_address(), free_address()
+    first = ToolHost(tools={"watch.echo": echo_tool("1")}, data_dir=tmp_path / "a")
+    second = ToolHost(tools={"watch.echo": echo_tool("1"), "watch.write": write}, data_dir=tmp_path / "b")
+    later = ToolRouter(connect_s=0.3)
+    await first.start(a)
+    try:
+        await second.start(b)
+        hosts = [{"name": "a", "address": a}, {"name": "b", "address": b}]
+        both = Settings.model_validate({"tool_hosts": hosts, "data_dir": str(tmp_path)})
+        with pytest.raises(ConfigError, match=r"'watch\.echo' is served by both 'a' and 'b'"):
+            await ToolHostSet(router=router, settings=both, ledger_keep_s=None).start()
+        await second.stop(grace=None)
+        # Later, "b" appears (as a pool) listing a tool "a" serves already: "a" keeps it.
+        await later.watch_host(later.open_host("a", a), first_wait_s=5.0, policy=FAST)
+        await later.watch_host(later.open_host("b", f"ipv4:{b}", pooled=True), first_wait_s=1.0, policy=FAST)
+        second = ToolHost(tools={"watch.echo": echo_tool("1"), "watch.write": write}, data_dir=tmp_path / "b")
+        with caplog.at_level(logging.WARNING, logger="agentrt.tools"):
+            await second.start(b)
+            await wait_until(lambda: later.host_of("watch.write") == "b")
+        assert later.host_of("watch.echo") == "a"
+        assert "tool 'watch.echo' is listed by tool hosts 'a' and 'b': calls go to 'a' only" in caplog.text
+        assert (
+            "tool host pool 'b' serves write tools ['watch.write']: its members must share one ledger"
+            in caplog.text
+        )
+    finally:
+        await later.close()
+        await first.stop(grace=None)
+        await second.stop(grace=None)
+
+
+async def test_a_watcher_survives_a_failing_listener_and_lists_again(tmp_path: Path) -> None:
+    address = free_address()
+    host = ToolHost(tools={"watch.echo": echo_tool("1")}, data_dir=tmp_path / "host")
+    await host.start(address)
+    seen: list[list[str]] = []
+
+    def on_listed(name: str, specs: Any, why: str) -> None:
+        seen.append([s.name for s in specs])
+        if len(seen) == 1:
+            raise RuntimeError("a bug in the listener")
+
+    router = ToolRouter()
+    channel = router.open_host("h", address)
+    watcher = HostWatcher(
+        host=channel,
+        on_listed=on_listed,
+        on_failed=lambda name: None,
+        policy=FAST,
+        list_timeout_s=2.0,
+        listed=False,
+    )
+    watcher.start()
+    try:
+        await wait_until(lambda: len(seen) >= 2)
+        assert seen[:2] == [["watch.echo"], ["watch.echo"]]
+    finally:
+        await watcher.stop()
+        await channel.close()
+        await host.stop(grace=None)
+
+
+async def test_a_host_that_cannot_be_spawned_on_reload_is_logged_and_the_others_are_added(
+    router: ToolRouter, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = free_address()
+    hosts = ToolHostSet(router=router, settings=Settings(data_dir=str(tmp_path)), ledger_keep_s=None)
+    await hosts.start()
+    broken = {"name": "broken", "spawn": True, "plugins": ["no_such_plugin_module"], "entrypoints": False}
+    new = Settings.model_validate(
+        {"tool_hosts": [broken, {"name": "a", "address": a}], "data_dir": str(tmp_path)}
+    )
+    with caplog.at_level(logging.ERROR, logger="agentrt.server"):
+        assert await hosts.reload(new)
+    assert router.host_names() == ["a"]
+    assert (
+        "config reload (SIGHUP): tool host 'broken' could not be added: local tool host did not start"
+        in caplog.text
+    )
+    await hosts.stop()

@@ -161,9 +161,9 @@ def check_served(settings: Settings, tools: ToolRouter) -> None:
             listing one tool.
     """
     for conflict in tools.conflicts:
-        raise ConfigError(
-            f"tool {conflict.tool!r} is served by both {conflict.kept!r} and {conflict.refused!r}"
-        )
+        # Hosts answer in any order at start: name them in a stable one.
+        one, other = sorted((conflict.kept, conflict.refused))
+        raise ConfigError(f"tool {conflict.tool!r} is served by both {one!r} and {other!r}")
     served = set(tools.tool_names())
     for name, agent in settings.agents.items():
         missing = [t for t in agent.tools if t not in served]

@@ -100,7 +100,11 @@ class HostWatcher:
             if self._failures:
                 _log.info("tool host %r answers ListTools again", self.host.name)
             self._failures, self._last_error = 0, ""
-            self._on_listed(self.host.name, specs, why)
+            try:
+                self._on_listed(self.host.name, specs, why)
+            except Exception:  # the same: the next listing is applied again
+                _log.exception("applying the tools listed by tool host %r failed", self.host.name)
+                self._failures = 1
 
     def _failed(self, exc: grpc.aio.AioRpcError) -> None:
         self._failures += 1
