@@ -20,9 +20,10 @@ import pytest
 from agentrt.server.api._tool_hosts import ToolHostSet
 from agentrt.server.config import ConfigError, Settings
 from agentrt.server.core import LedgerSilence, ToolErrorCode, tool_hosts
-from agentrt.server.tools import CallMetadata, ToolRouter
+from agentrt.server.tools import CallMetadata, HostTls, ToolRouter
 from agentrt.server.tools._watcher import HostWatcher
 from agentrt.toolhost import SideEffect, Tool, ToolContext, ToolHost, tool
+from agentrt.toolhost.security import ReloadingServerCredentials, generate_dev_pki
 
 FAST = tool_hosts.RelistPolicy(every_s=30.0, base_s=0.05, cap_s=0.2)
 
@@ -260,3 +261,41 @@ async def test_a_host_that_cannot_be_spawned_on_reload_is_logged_and_the_others_
         in caplog.text
     )
     await hosts.stop()
+
+
+async def test_a_pool_over_mtls_spreads_calls_over_its_members(tmp_path: Path) -> None:
+    pki = generate_dev_pki(tmp_path / "pki", hosts=("localhost",), clients=("runtime",))
+    credentials = {
+        "cert_file": str(pki.server_cert_file),
+        "key_file": str(pki.server_key_file),
+        "client_ca_file": str(pki.ca_file),
+    }
+    members = [
+        ToolHost(
+            tools={"watch.echo": echo_tool("1")},
+            data_dir=tmp_path / f"member-{i}",
+            credentials=ReloadingServerCredentials(**credentials),
+        )
+        for i in range(2)
+    ]
+    addresses = [free_address(), free_address()]
+    cert, key = pki.client_files["runtime"]
+    # Each member's certificate is for "localhost", not its IP: the pool names it (server_name).
+    tls = HostTls(ca_file=str(pki.ca_file), cert_file=str(cert), key_file=str(key), server_name="localhost")
+    router = ToolRouter()
+    try:
+        for member, address in zip(members, addresses, strict=True):
+            await member.start(address)
+        pool = router.open_host("pool", f"ipv4:{','.join(addresses)}", tls=tls, pooled=True)
+        assert await router.watch_host(pool, first_wait_s=5.0, policy=FAST) == ["watch.echo"]
+        for n in range(8):
+            outcome = await router.invoke(
+                "watch.echo", f'{{"n": {n}}}', metadata=meta(f"p{n}"), timeout_s=5.0
+            )
+            assert outcome.result_json is not None, outcome
+        calls = [member.counters["invocations"] for member in members]
+        assert sum(calls) == 8 and min(calls) >= 2, calls  # round robin, not one member
+    finally:
+        await router.close()
+        for member in members:
+            await member.stop(grace=None)
