@@ -1,14 +1,16 @@
 """A tool host plugin for the pool tests, loaded by path (``--plugin .../_pool_plugin.py``).
 
-``pool.whoami`` (READ_ONLY) answers with the host's process id, so a test sees which member of a
-pool served each call; ``--set pool.version=N`` sets its version, and ``--set pool.extra=1``
-also serves ``pool.extra``: a host restarted with other options lists other tools.
+``pool.whoami`` (READ_ONLY) answers with the host's process id and the time it answered, so a
+test sees which member of a pool served each call, and when; ``--set pool.version=N`` sets its
+version, and ``--set pool.extra=1`` also serves ``pool.extra``: a host restarted with other
+options lists other tools.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import pydantic
@@ -37,7 +39,7 @@ def _whoami(version: str) -> Tool:
     )
     async def whoami(args: WhoamiArgs, ctx: ToolContext) -> dict[str, Any]:
         await asyncio.sleep(args.sleep_s)
-        return {"pid": os.getpid(), "version": version, "n": args.n}
+        return {"pid": os.getpid(), "version": version, "n": args.n, "at": time.time()}
 
     return whoami
 
