@@ -3,7 +3,7 @@
 ``pool.whoami`` (READ_ONLY) answers with the host's process id and the time it answered, so a
 test sees which member of a pool served each call, and when; ``--set pool.version=N`` sets its
 version, and ``--set pool.extra=1`` also serves ``pool.extra``: a host restarted with other
-options lists other tools.
+options lists other tools. ``pool.guarded`` needs a person's approval for every call.
 """
 
 from __future__ import annotations
@@ -55,9 +55,21 @@ def extra(args: WhoamiArgs, ctx: ToolContext) -> dict[str, Any]:
     return {"pid": os.getpid()}
 
 
+@tool(
+    name="pool.guarded",
+    description="A tool a person approves each call of.",
+    side_effect=SideEffect.READ_ONLY,
+    idempotent=True,
+    requires_approval=True,
+    timeout=5.0,
+)
+def guarded(args: WhoamiArgs, ctx: ToolContext) -> dict[str, Any]:
+    return {"pid": os.getpid()}
+
+
 @hookimpl
 def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
-    tools = [_whoami(config.options.get("pool.version", "1"))]
+    tools = [_whoami(config.options.get("pool.version", "1")), guarded]
     if config.options.get("pool.extra") == "1":
         tools.append(extra)
     return tools

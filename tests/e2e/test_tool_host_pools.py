@@ -61,10 +61,11 @@ def host_toml(name: str, **fields: Any) -> str:
     return f'[[tool_hosts]]\nname = "{name}"\n{values}'
 
 
-def base_toml(db_url: str) -> str:
+def base_toml(db_url: str, *, tool_attempts: int = 5) -> str:
     # tool_attempts: a call to a pending tool waits connect_s (5 s) per attempt for its host.
     return (
-        f'db_url = "{db_url}"\nlease_ttl_s = 3.0\npoll_interval_s = 0.2\ngrace_s = 1.0\ntool_attempts = 5\n'
+        f'db_url = "{db_url}"\nlease_ttl_s = 3.0\npoll_interval_s = 0.2\ngrace_s = 1.0\n'
+        f"tool_attempts = {tool_attempts}\n"
     )
 
 
@@ -128,6 +129,7 @@ def test_a_host_down_at_start_is_served_once_it_is_up_and_listed_again_when_it_r
         {"text": "ok"},
     ]
     extra = [{"text": "extra", "tool_calls": [{"tool": "pool.extra", "arguments": {}}]}, {"text": "ok"}]
+    guarded = [{"text": "guarded", "tool_calls": [{"tool": "pool.guarded", "arguments": {}}]}, {"text": "ok"}]
     config = tmp_path / "agentrt.toml"
     config.write_text(
         base_toml(sqlite_url)
@@ -136,16 +138,18 @@ def test_a_host_down_at_start_is_served_once_it_is_up_and_listed_again_when_it_r
         + agent("echo", ["noop.echo"], echo)
         + agent("who", ["pool.whoami"], whoami_steps(1))
         + agent("extra", ["pool.extra"], extra)
+        + agent("guarded", ["pool.guarded"], guarded)
     )
     began = time.monotonic()
     with spawn_runtime(runtime_args(config), cwd=tmp_path) as runtime:
         print(f"host down at start: the runtime served after {time.monotonic() - began:.2f}s")
-        assert "pool.extra', 'pool.whoami'] are pending" in runtime.stderr_text()
+        assert "['pool.extra', 'pool.guarded', 'pool.whoami'] are pending" in runtime.stderr_text()
         with Client(runtime.address) as client:
             # The other host's tools are served at once.
             assert completed(run(client, "echo")) == [{"text": "hi"}]
-            # A run of a pending tool is accepted; its call waits for the host, which comes up now.
+            # Runs of pending tools are accepted; their calls wait for the host, which comes up now.
             waiting = client.start_run("who", "go")
+            to_approve = client.start_run("guarded", "go")
             late = start_tool_host(
                 tmp_path / "late-host",
                 plugins=[PLUGIN],
@@ -158,6 +162,13 @@ def test_a_host_down_at_start_is_served_once_it_is_up_and_listed_again_when_it_r
                 print(f"host up: the waiting run completed {time.monotonic() - up:.2f}s after it listened")
                 assert served == {"pid": late.pid, "version": "1", "n": 0}
                 assert completed(run(client, "extra")) == [{"pid": late.pid}]
+                # The call waited unstarted: once its spec was learned it was put to a person, not run.
+                for event in client.stream_events(to_approve.run_id, follow=True, timeout=30):
+                    assert not event.HasField("tool_completed") and not event.HasField("tool_started")
+                    if event.HasField("approval_requested"):
+                        assert event.approval_requested.tool == "pool.guarded"
+                        break
+                client.cancel_run(to_approve.run_id, reason="test over")
                 # Restarted with a new plugin version and without pool.extra: listed again.
                 seen = len(runtime.stderr_text())
                 late.stop()
@@ -225,7 +236,11 @@ def test_sighup_removes_and_adds_hosts_and_a_bad_config_changes_nothing(
 ) -> None:
     with spawn_tool_host(tmp_path / "host", plugins=[PLUGIN]) as host:
         port = host.address.rpartition(":")[2]
-        common = base_toml(sqlite_url) + agent("who", ["pool.whoami"], whoami_steps(1))
+        # A short connect layer: a call of a pending tool gives up on its host in 2 x 0.5 s.
+        timeouts = "[timeouts]\nconnect_s = 0.5\n"
+        common = (
+            base_toml(sqlite_url, tool_attempts=2) + timeouts + agent("who", ["pool.whoami"], whoami_steps(1))
+        )
         config = tmp_path / "agentrt.toml"
         config.write_text(common + host_toml("a", address=host.address))
         with spawn_runtime(runtime_args(config), cwd=tmp_path) as runtime:
@@ -246,6 +261,14 @@ def test_sighup_removes_and_adds_hosts_and_a_bad_config_changes_nothing(
                     client.start_run("who", "go")
                 assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
                 # Back behind a DNS name, a pool of one here (localhost resolves to 127.0.0.1 only).
-                reload(common + host_toml("b", address=f"dns:///localhost:{port}"), "tool hosts added ['b']")
+                # "b" at an address nobody listens on: its tools are pending, a call gives up unsent.
+                dead = f"127.0.0.1:{free_port()}"
+                reload(common + host_toml("b", address=dead), "tool hosts added ['b']")
+                events = run(client, "who")
+                assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED  # the model went on
+                (failed,) = [e.tool_failed for e in events if e.HasField("tool_failed")]
+                assert "pool.whoami is not served yet" in failed.error.message
+                assert not any(e.HasField("tool_started") for e in events)  # never started, never sent
+                reload(common + host_toml("b", address=f"dns:///localhost:{port}"), "replaced ['b']")
                 assert completed(run(client, "who"))[0]["pid"] == host.pid
             assert runtime.process.poll() is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt.server.core import tool_hosts
+from agentrt.server.core import ToolErrorCode, tool_hosts
 
 Conflict, RelistPolicy = tool_hosts.Conflict, tool_hosts.RelistPolicy
 plan_routes, relist_delay_s = tool_hosts.plan_routes, tool_hosts.relist_delay_s
@@ -58,3 +58,18 @@ def test_the_relist_backoff_doubles_to_its_cap_with_jitter_and_never_spins() -> 
     assert relist_delay_s(failures=3, policy=policy, rand=0.5) == 0.4
     assert relist_delay_s(failures=50, policy=policy, rand=0.999) < 5.0
     assert relist_delay_s(failures=4, policy=policy, rand=0.0) == 0.02  # a tenth of base at least
+
+
+def test_a_pending_call_waits_connect_s_per_attempt_within_the_run_deadline() -> None:
+    wait = tool_hosts.pending_call_wait_s
+    assert wait(connect_s=5.0, attempts=3, now_s=100.0, run_deadline_s=200.0, reserve_s=0.2) == 15.0
+    assert wait(connect_s=5.0, attempts=3, now_s=100.0, run_deadline_s=110.0, reserve_s=0.5) == 9.5
+    assert wait(connect_s=5.0, attempts=3, now_s=100.0, run_deadline_s=100.1, reserve_s=0.5) == 0.0
+
+
+def test_a_pending_call_that_gives_up_is_transient_and_says_it_was_not_sent() -> None:
+    error = tool_hosts.pending_tool_error("pool.whoami", 2.5)
+    assert error.code is ToolErrorCode.TRANSIENT
+    assert (
+        error.message == "pool.whoami is not served yet: its tool host has not answered within 2.5s; not sent"
+    )

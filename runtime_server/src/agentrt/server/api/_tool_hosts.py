@@ -180,8 +180,9 @@ def log_pending(tools: ToolRouter) -> None:
     pending = sorted(tools.pending_tools())
     if pending:
         log.warning(
-            "tools %s are pending: tool hosts %s have not answered ListTools yet; a call to one waits "
-            "for them up to [timeouts] connect_s, then fails TRANSIENT and is retried by the retry policy",
+            "tools %s are pending: tool hosts %s have not answered ListTools yet; a call of one waits "
+            "for its host before it starts ([timeouts] connect_s for each of tool_attempts), then fails "
+            "TRANSIENT, unsent",
             pending,
             tools.unlisted_hosts(),
         )

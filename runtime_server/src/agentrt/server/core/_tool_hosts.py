@@ -14,8 +14,17 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from agentrt.server.core._deadline import backoff_delay_s
+from agentrt.server.core._events import ToolError, ToolErrorCode
 
-__all__ = ["Conflict", "RelistPolicy", "RoutePlan", "plan_routes", "relist_delay_s"]
+__all__ = [
+    "Conflict",
+    "RelistPolicy",
+    "RoutePlan",
+    "pending_call_wait_s",
+    "pending_tool_error",
+    "plan_routes",
+    "relist_delay_s",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +87,21 @@ def relist_delay_s(*, failures: int, policy: RelistPolicy, rand: float) -> float
         return policy.every_s
     drawn = backoff_delay_s(attempt=failures, base_s=policy.base_s, cap_s=policy.cap_s, rand=rand)
     return max(policy.base_s / 10, drawn)
+
+
+def pending_call_wait_s(
+    *, connect_s: float, attempts: int, now_s: float, run_deadline_s: float, reserve_s: float
+) -> float:
+    """How long a call of a pending tool waits for its host before it may start: the connect
+    layer's time for each attempt the retry policy allows, within the run's deadline less its
+    reserve (0 when none is left)."""
+    return max(0.0, min(connect_s * attempts, run_deadline_s - now_s - reserve_s))
+
+
+def pending_tool_error(tool: str, waited_s: float) -> ToolError:
+    """Why a call of a tool still pending after its wait ends unstarted: transient, the model may
+    ask again later."""
+    return ToolError(
+        ToolErrorCode.TRANSIENT,
+        f"{tool} is not served yet: its tool host has not answered within {waited_s:g}s; not sent",
+    )
