@@ -24,6 +24,8 @@ async def hold_unlearned_calls(ctx: RunContext) -> None:
     if ctx.state.phase is not Phase.TOOL_STEP:
         return
     tools, policy = ctx.ports.tools, ctx.policy
+    limit_s: float | None = None  # one wait per pass: once a host did not answer in time, no other waits
+    given_up = False
     for call in ctx.state.calls:
         if call.started or call.finished or not policy.allows(call.tool):
             continue
@@ -32,17 +34,19 @@ async def hold_unlearned_calls(ctx: RunContext) -> None:
         if tools.spec(call.tool) is not None:
             continue
         settings = ctx.settings
-        wait_s = tool_hosts.pending_call_wait_s(
-            connect_s=settings.timeouts.connect_s,
-            attempts=settings.tool_attempts,
-            now_s=ctx.ports.clock(),
-            run_deadline_s=ctx.deadline_s,
-            reserve_s=settings.call_reserve_s,
-        )
+        if limit_s is None:
+            limit_s = tool_hosts.pending_call_wait_s(
+                connect_s=settings.timeouts.connect_s,
+                attempts=settings.tool_attempts,
+                now_s=ctx.ports.clock(),
+                run_deadline_s=ctx.deadline_s,
+                reserve_s=settings.call_reserve_s,
+            )
         try:
-            learned = await ctx.io(partial(tools.wait_for_spec, call.tool, wait_s))
+            learned = await ctx.io(partial(tools.wait_for_spec, call.tool, 0.0 if given_up else limit_s))
         except Cancelled:
             return  # the driver applies the cancel next
         if not learned:
-            error = tool_hosts.pending_tool_error(call.tool, wait_s)
+            given_up = True
+            error = tool_hosts.pending_tool_error(call.tool, limit_s)
             ctx.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error))
