@@ -272,3 +272,43 @@ def test_sighup_removes_and_adds_hosts_and_a_bad_config_changes_nothing(
                 reload(common + host_toml("b", address=f"dns:///localhost:{port}"), "replaced ['b']")
                 assert completed(run(client, "who"))[0]["pid"] == host.pid
             assert runtime.process.poll() is None
+
+
+def test_a_run_recovered_while_its_tool_host_is_down_finishes_its_read_once_the_host_is_up(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        base_toml(sqlite_url)
+        + host_toml("late", address=address)
+        + agent("slow", ["pool.whoami"], whoami_steps(1, sleep_s=1.0))
+    )
+    host = start_tool_host(tmp_path / "host", plugins=[PLUGIN], listen=address)
+    try:
+        first = RuntimeProcess(runtime_args(config), cwd=tmp_path)
+        try:
+            first.wait_ready()
+            with Client(first.address) as client:
+                run_id = client.start_run("slow", "go").run_id
+                for event in client.stream_events(run_id, follow=True, timeout=30):
+                    if event.HasField("tool_started"):
+                        break
+            first.kill()  # -9 with the read in flight
+        finally:
+            first.close()
+        host.stop()
+        # A new runtime with the host down takes the run over once the lease lapses. The read's
+        # spec is not known yet: the call waits for its host rather than be taken for a write.
+        with spawn_runtime(runtime_args(config), cwd=tmp_path) as second, Client(second.address) as client:
+            wait_for_stderr(second, "does not answer ListTools yet")
+            host = start_tool_host(tmp_path / "host", plugins=[PLUGIN], listen=address)
+            events = list(client.stream_events(run_id, follow=True, timeout=60))
+            ended = next(e for e in reversed(events) if e.HasField("run_ended"))
+            assert ended.run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
+            assert not any(e.HasField("tool_outcome_unknown") for e in events)
+            assert [
+                json.loads(e.tool_completed.result_json)["n"] for e in events if e.HasField("tool_completed")
+            ] == [0]
+    finally:
+        host.stop()

@@ -10,13 +10,37 @@ TRANSIENT, never started and never sent, and the model hears why (the run goes o
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 
-from agentrt.server.core import Phase, ToolFailed, tool_hosts
+from agentrt.server.core import CallState, Phase, ToolFailed, tool_hosts
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._run import RunContext
 
-__all__ = ["hold_unlearned_calls"]
+__all__ = ["hold_unlearned_calls", "learn_tool_of_started_call"]
+
+
+def _wait_s(ctx: RunContext) -> float:
+    settings = ctx.settings
+    return tool_hosts.pending_call_wait_s(
+        connect_s=settings.timeouts.connect_s,
+        attempts=settings.tool_attempts,
+        now_s=ctx.ports.clock(),
+        run_deadline_s=ctx.deadline_s,
+        reserve_s=settings.call_reserve_s,
+    )
+
+
+async def learn_tool_of_started_call(ctx: RunContext, call: CallState) -> None:
+    """A started call whose tool is pending (a run recovered while its host is not up yet) waits
+    for the tool as a new call would: a read is then not taken for a write for want of its spec.
+
+    Still pending after the wait (or cut by a cancel), the call goes on as a write would.
+    """
+    if call.tool.startswith(AGENT_TOOL_PREFIX) or ctx.ports.tools.spec(call.tool) is not None:
+        return
+    with contextlib.suppress(Cancelled):  # the call's own path sees the cancel next
+        await ctx.io(partial(ctx.ports.tools.wait_for_spec, call.tool, _wait_s(ctx)))
 
 
 async def hold_unlearned_calls(ctx: RunContext) -> None:
@@ -33,15 +57,8 @@ async def hold_unlearned_calls(ctx: RunContext) -> None:
             continue
         if tools.spec(call.tool) is not None:
             continue
-        settings = ctx.settings
         if limit_s is None:
-            limit_s = tool_hosts.pending_call_wait_s(
-                connect_s=settings.timeouts.connect_s,
-                attempts=settings.tool_attempts,
-                now_s=ctx.ports.clock(),
-                run_deadline_s=ctx.deadline_s,
-                reserve_s=settings.call_reserve_s,
-            )
+            limit_s = _wait_s(ctx)
         try:
             learned = await ctx.io(partial(tools.wait_for_spec, call.tool, 0.0 if given_up else limit_s))
         except Cancelled:
