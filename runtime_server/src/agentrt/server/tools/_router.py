@@ -10,7 +10,9 @@ are learned when it answers ListTools (a :class:`HostWatcher` asks when it (re)a
 ``relist_s``, and with a backoff while it does not answer), and dropped when a later listing
 no longer has them. While a host has never answered, the tools the configuration names that no
 host serves are *pending*: a call to one waits for it within the connect layer's time, then
-fails TRANSIENT and provably unsent, so the tool scheduler retries it by the retry policy.
+fails TRANSIENT and provably unsent, so the tool scheduler retries it by the retry policy. (The
+engine holds a new call of a pending tool before it starts, until its spec is known:
+``engine/_pending_tools.py``.)
 """
 
 from __future__ import annotations
