@@ -158,7 +158,10 @@ def test_a_host_down_at_start_is_served_once_it_is_up_and_listed_again_when_it_r
             )
             try:
                 up = time.monotonic()
-                (served,) = completed(events_of(client, waiting.run_id))
+                waited = events_of(client, waiting.run_id)
+                (served,) = completed(waited)
+                # It started once learned, with the contract version the host listed (R5.6).
+                assert [e.tool_started.tool_version for e in waited if e.HasField("tool_started")] == ["1"]
                 print(f"host up: the waiting run completed {time.monotonic() - up:.2f}s after it listened")
                 assert served == {"pid": late.pid, "version": "1", "n": 0}
                 assert completed(run(client, "extra")) == [{"pid": late.pid}]

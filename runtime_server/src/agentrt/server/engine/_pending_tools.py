@@ -15,7 +15,7 @@ from functools import partial
 
 from agentrt.server.core import CallState, Phase, ToolFailed, tool_hosts
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
-from agentrt.server.engine._run import RunContext
+from agentrt.server.engine._run import RunContext, agent_policy
 
 __all__ = ["hold_unlearned_calls", "learn_tool_of_started_call"]
 
@@ -63,7 +63,11 @@ async def hold_unlearned_calls(ctx: RunContext) -> None:
             learned = await ctx.io(partial(tools.wait_for_spec, call.tool, 0.0 if given_up else limit_s))
         except Cancelled:
             return  # the driver applies the cancel next
-        if not learned:
-            given_up = True
-            error = tool_hosts.pending_tool_error(call.tool, limit_s)
-            ctx.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error))
+        if learned:
+            if tools.spec(call.tool) is not None:
+                # Its version and whether it may run in parallel come with the spec: the rules again.
+                ctx.policy = agent_policy(ctx.agent, tools)
+            continue
+        given_up = True
+        error = tool_hosts.pending_tool_error(call.tool, limit_s)
+        ctx.add(ToolFailed(step=call.step, call_id=call.call_id, tool=call.tool, error=error))
