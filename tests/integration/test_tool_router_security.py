@@ -195,7 +195,7 @@ def test_a_run_completes_against_a_host_with_mtls_and_grants(tmp_path: Path, sql
     assert secured.signing_key_file.read_text() not in logs
 
 
-def test_a_host_certificate_from_another_ca_stops_the_runtime_with_exit_2(
+def test_a_host_certificate_from_another_ca_is_never_called_and_the_log_says_why(
     tmp_path: Path, sqlite_url: str
 ) -> None:
     secured = Secured(tmp_path)
@@ -205,15 +205,14 @@ def test_a_host_certificate_from_another_ca_stops_the_runtime_with_exit_2(
     )
     with _stopping(host):
         config = secured.config(tmp_path / "agentrt.toml", db_url=sqlite_url, address=host.address)
-        config.write_text("connect_timeout_s = 2.0\n" + config.read_text())  # the handshake keeps failing
-        runtime = RuntimeProcess(["--config", str(config), "--listen", "127.0.0.1:0"], cwd=tmp_path)
-        try:
-            assert runtime.wait_exit(timeout=60) == 2
+        # The runtime serves without a host it cannot reach (it may be fixed later): the handshake
+        # keeps failing, so its tools stay pending and nothing is ever sent to it.
+        with _runtime(config, tmp_path) as runtime:
             stderr = runtime.stderr_text()
-        finally:
-            runtime.close()
-    assert "tool host 'local'" in stderr and "did not answer ListTools over mTLS" in stderr
-    assert "Tls handshake failed" in stderr  # the reason, not only a deadline
+            assert runtime.process.poll() is None
+    assert "tool host 'local'" in stderr and "does not answer ListTools over mTLS" in stderr
+    assert "are pending" in stderr
+    assert "handshake failed" in stderr.lower()  # the reason, not only a deadline
     assert count_refunds(host.data_dir) == 0
 
 

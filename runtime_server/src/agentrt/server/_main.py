@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None, *, prog: str = "agentrt serve") -> int:
     from agentrt.server.api import serve
 
     try:
-        asyncio.run(serve(settings, announce=lambda line: print(line, flush=True)))
+        # SIGHUP reads the config again (file, env, flags): tool hosts are added or removed live.
+        reload_settings = lambda: build_settings(args)  # noqa: E731
+        asyncio.run(
+            serve(settings, announce=lambda line: print(line, flush=True), reload_settings=reload_settings)
+        )
     except ConfigError as exc:
         print(f"agentrt serve: {exc}", file=sys.stderr)
         return 2

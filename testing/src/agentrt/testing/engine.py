@@ -382,6 +382,9 @@ class FakeTools:
     def host_of(self, tool: str) -> str:
         return self.host if tool in self.specs else ""
 
+    async def wait_for_spec(self, tool: str, timeout_s: float) -> bool:
+        return True  # every tool a fake serves is known from the start
+
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:

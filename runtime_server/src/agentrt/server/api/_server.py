@@ -7,7 +7,6 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 import pluggy
@@ -19,14 +18,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
 from agentrt.server.api._interceptor import AuthInterceptor
 from agentrt.server.api._servicer import RuntimeServicer
+from agentrt.server.api._tool_hosts import ToolHostSet
 from agentrt.server.auth import Authentication, build_authentication, local_principal
-from agentrt.server.config import ConfigError, ModelConfig, Settings, ToolHostConfig
+from agentrt.server.config import ConfigError, ModelConfig, Settings
 from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from agentrt.server.store import SchemaNotCurrent, Store, describe_database_error, load_cipher
 from agentrt.server.telemetry import GaugeCounts, RuntimeMetrics, setup_tracing, shutdown_tracing
-from agentrt.server.tools import HostTls, SpawnedToolHost, ToolHostError, ToolRouter, ToolSlots
+from agentrt.server.tools import ToolRouter, ToolSlots
 from agentrt.toolhost import LedgerRetention
 from agentrt.toolhost.security import GrantSigner, ReloadingServerCredentials, TlsFileError, is_loopback_host
 from agentrt.toolhost.tracing import TraceContextInterceptor, TracingError
@@ -55,7 +55,7 @@ class RuntimeServer:
             max_result_bytes=settings.payloads.max_tool_result_bytes,
             connect_s=settings.timeouts.connect_s,
         )
-        self.spawned: list[SpawnedToolHost] = []
+        self.hosts: ToolHostSet | None = None
         self.store: Store | None = None
         self.models: ModelRegistry | None = None
         self.engine: Engine | None = None
@@ -67,8 +67,9 @@ class RuntimeServer:
         """Start everything; returns the address the gRPC server listens on.
 
         Raises:
-            ConfigError: a tool host is unreachable, an agent names a tool no host serves, or the
-                listen address cannot be bound.
+            ConfigError: a tool host's TLS files cannot be used, a spawned host does not start, an
+                agent names a tool no host serves while every host answered, or the listen address
+                cannot be bound. A host that does not answer is no error: its tools are pending.
         """
         settings = self.settings
         # Everything that can reject the configuration runs before the database is touched.
@@ -83,38 +84,9 @@ class RuntimeServer:
         self.metrics = RuntimeMetrics.build(settings.metrics)
         self.metrics_address = self.metrics.start_endpoint()
         self.tools.signer = _grant_signer(settings)
-        ledger_keep_s = _ledger_keep_s(settings)
-        try:
-            for host in settings.tool_hosts:
-                address, tls = host.address, _host_tls(settings, host)
-                signer = None
-                if host.spawn:
-                    data_dir = host.data_dir or str(Path(settings.data_dir) / f"toolhost-{host.name}")
-                    # Our own child trusts a key pair of its own, grants on or off: it obeys no
-                    # other local process, and rotating the configured key never locks it out.
-                    spawned = await SpawnedToolHost.start(
-                        data_dir=data_dir,
-                        plugins=host.plugins,
-                        entrypoints=host.entrypoints,
-                        grant_ttl_s=settings.grants.ttl_s,
-                        encryption_key_file=settings.encryption.key_file,
-                        ledger_keep_s=ledger_keep_s,
-                    )
-                    self.spawned.append(spawned)
-                    address, tls, signer = spawned.address, spawned.tls, spawned.signer
-                await self.tools.add_host(
-                    host.name, address, tls=tls, signer=signer, timeout_s=settings.connect_timeout_s
-                )
-        except (ToolHostError, RuntimeError) as exc:
-            raise ConfigError(str(exc)) from exc
-        served = set(self.tools.tool_names())
-        for name, agent in settings.agents.items():
-            missing = [t for t in agent.tools if t not in served]
-            if missing:
-                raise ConfigError(f"agent {name!r} names tools no tool host serves: {missing}")
-        missing = [t for t in settings.inline_agents.tools if t not in served]
-        if missing:
-            raise ConfigError(f"inline_agents.tools names tools no tool host serves: {missing}")
+        self.tools.counters = self.metrics.counters
+        self.hosts = ToolHostSet(router=self.tools, settings=settings, ledger_keep_s=_ledger_keep_s(settings))
+        await self.hosts.start()
         try:
             cipher = load_cipher(settings.encryption.key_file)
         except ValueError as exc:  # names the file, never key bytes
@@ -186,8 +158,8 @@ class RuntimeServer:
         if self.server is not None:
             await self.server.stop(self.settings.rpc_grace_s)
         await self.tools.close()
-        for spawned in self.spawned:
-            await spawned.stop()
+        if self.hosts is not None:
+            await self.hosts.stop()
         if self.models is not None:
             await self.models.aclose()
         if self.metrics is not None:
@@ -338,38 +310,17 @@ def _grant_signer(settings: Settings) -> GrantSigner | None:
         raise ConfigError(f"grants: signing_key_file {grants.signing_key_file}: {exc}") from exc
 
 
-def _host_tls(settings: Settings, host: ToolHostConfig) -> HostTls | None:
-    """mTLS to a host at an address; plaintext only on loopback or with ``--insecure``.
+async def serve(
+    settings: Settings,
+    *,
+    announce: Callable[[str], None] = print,
+    reload_settings: Callable[[], Settings] | None = None,
+) -> None:
+    """Run until SIGTERM or SIGINT; on SIGHUP, reload the tool hosts from ``reload_settings()``.
 
-    Raises:
-        ConfigError: a non-loopback host address without ``ca_file`` (and no ``--insecure``).
+    ``reload_settings`` reads the configuration again (file, environment, flags); a
+    :class:`ConfigError` it raises keeps the tool hosts as they are, and is logged.
     """
-    if host.spawn:
-        return None  # a spawned host gets its own TLS material
-    if host.tls:
-        return HostTls(
-            ca_file=host.ca_file,
-            cert_file=host.cert_file,
-            key_file=host.key_file,
-            server_name=host.server_name,
-        )
-    if not is_loopback_host(host.address.rpartition(":")[0]):
-        if not settings.insecure:
-            raise ConfigError(
-                f"tool host {host.name!r} at {host.address} is not on loopback: configure its ca_file, "
-                "cert_file and key_file (mTLS), or pass --insecure"
-            )
-        log.warning(
-            "INSECURE (--insecure): calling tool host %r at %s without TLS; anyone on the path can read "
-            "and alter tool calls",
-            host.name,
-            host.address,
-        )
-    return None
-
-
-async def serve(settings: Settings, *, announce: Callable[[str], None] = print) -> None:
-    """Run until SIGTERM or SIGINT."""
     try:
         provider = setup_tracing(settings.tracing)  # off unless an exporter is configured
     except TracingError as exc:
@@ -379,12 +330,43 @@ async def serve(settings: Settings, *, announce: Callable[[str], None] = print) 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    reloads: asyncio.Task[None] | None = None
     try:
         address = await server.start()
+        if reload_settings is not None:
+            reloads = _reload_on_sighup(server, reload_settings)
         if server.metrics_address:
             announce(f"{METRICS_PREFIX}{server.metrics_address}")
         announce(f"{READY_PREFIX}{address}")
         await stop.wait()
     finally:
+        if reloads is not None:
+            reloads.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reloads
         await server.stop()
         shutdown_tracing(provider)  # SIGTERM: the spans of the drained runs are exported first
+
+
+def _reload_on_sighup(server: RuntimeServer, reload_settings: Callable[[], Settings]) -> asyncio.Task[None]:
+    """One reload at a time, in order: a SIGHUP during a reload runs another after it."""
+    wanted = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, wanted.set)
+
+    async def reload_loop() -> None:
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            log.info("SIGHUP: reading the configuration again")
+            try:
+                settings = reload_settings()
+            except ConfigError as exc:
+                log.error("config reload (SIGHUP) refused, the tool hosts stay as they were: %s", exc)
+                continue
+            try:
+                if server.hosts is not None:
+                    await server.hosts.reload(settings)
+            except Exception:  # the next SIGHUP still gets its reload
+                log.exception("config reload (SIGHUP) failed")
+
+    return asyncio.get_running_loop().create_task(reload_loop(), name="sighup-reload")

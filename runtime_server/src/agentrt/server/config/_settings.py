@@ -7,6 +7,7 @@ JSON (numbers, booleans, lists), others as strings.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tomllib
@@ -141,10 +142,17 @@ class AgentConfig(_Strict):
 
 
 class ToolHostConfig(_Strict):
-    """A tool host the runtime reaches: an address, or a local child process it spawns."""
+    """A tool host the runtime reaches: an address, a pool of them, or a local child process it spawns.
+
+    ``address`` is ``HOST:PORT``, or ``dns:///NAME:PORT`` for a pool behind a name that resolves to
+    many hosts (a headless Kubernetes Service); ``addresses`` lists a pool's ``IP:PORT`` members. A
+    pool is one gRPC channel with ``round_robin`` load balancing and health checking: calls spread
+    over the members that serve, and a member that stops serving gets no new calls.
+    """
 
     name: str
     address: str = ""
+    addresses: list[str] = Field(default_factory=list)
     spawn: bool = False
     plugins: list[str] = Field(default_factory=list)
     entrypoints: bool = True
@@ -155,13 +163,22 @@ class ToolHostConfig(_Strict):
     cert_file: str = ""
     key_file: str = ""
     server_name: str = ""  # the name to verify in the host's certificate, when not its address
+    # Seconds between re-lists of the host's tools while it answers (it is also re-listed when its
+    # channel connects again, and retried with a backoff while it does not answer).
+    relist_s: float = Field(30.0, gt=0)
 
     @model_validator(mode="after")
     def _address_or_spawn(self) -> ToolHostConfig:
-        if bool(self.address) == self.spawn:
-            raise ValueError("give exactly one of address or spawn = true")
-        if self.address and ":" not in self.address:
-            raise ValueError(f"address {self.address!r} is not HOST:PORT")
+        if (bool(self.address) + bool(self.addresses) + self.spawn) != 1:
+            raise ValueError("give exactly one of address, addresses or spawn = true")
+        if self.address:
+            _check_address(self.address)
+        if self.addresses:
+            _check_pool(self.addresses)
+            if self.ca_file and not self.server_name:
+                raise ValueError(
+                    "addresses over TLS need server_name: the name every member's certificate carries"
+                )
         if bool(self.cert_file) != bool(self.key_file):
             raise ValueError("give both cert_file and key_file, or neither")
         if (self.cert_file or self.server_name) and not self.ca_file:
@@ -173,6 +190,62 @@ class ToolHostConfig(_Strict):
     @property
     def tls(self) -> bool:
         return bool(self.ca_file)
+
+    @property
+    def pooled(self) -> bool:
+        """Several hosts behind one entry: round_robin over those that pass their health check."""
+        return bool(self.addresses) or self.address.startswith(_DNS_SCHEME)
+
+    @property
+    def target(self) -> str:
+        """The gRPC target: the address as given, or ``ipv4:``/``ipv6:`` and the members."""
+        if not self.addresses:
+            return self.address
+        scheme = "ipv6" if self.addresses[0].startswith("[") else "ipv4"
+        return f"{scheme}:{','.join(self.addresses)}"
+
+    @property
+    def host_names(self) -> list[str]:
+        """The host part of every address (for the loopback check)."""
+        return [_split_host(a)[0] for a in (self.addresses or [self.address]) if a]
+
+
+_DNS_SCHEME = "dns:"
+
+
+def _split_host(address: str) -> tuple[str, str]:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``dns:[//AUTHORITY]/HOST:PORT`` as (host, port)."""
+    rest = address.removeprefix(_DNS_SCHEME)
+    if rest != address:
+        rest = rest.rpartition("/")[2] if "/" in rest else rest
+    host, _, port = rest.rpartition(":")
+    return host.strip("[]"), port
+
+
+def _check_address(address: str) -> None:
+    host, port = _split_host(address)
+    if not host or not port.isdigit():
+        raise ValueError(f"address {address!r} is not HOST:PORT or dns:///NAME:PORT")
+
+
+def _check_pool(addresses: list[str]) -> None:
+    families = set()
+    for address in addresses:
+        host, port = _split_host(address)
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(
+                f"addresses: {address!r} is not IP:PORT; for a name that resolves to many hosts give "
+                'address = "dns:///NAME:PORT"'
+            ) from None
+        if not port.isdigit() or (ip.version == 6) != address.startswith("["):
+            raise ValueError(f"addresses: {address!r} is not IP:PORT ([V6]:PORT for IPv6)")
+        families.add(ip.version)
+    if len(families) > 1:
+        raise ValueError("addresses: give IPv4 or IPv6 members, not both")
+    if len(set(addresses)) != len(addresses):
+        raise ValueError(f"addresses repeat: {addresses}")
 
 
 class PriceConfig(_Strict):
@@ -214,7 +287,8 @@ class Settings(_Strict):
     poll_interval_s: float = Field(1.0, gt=0)
     max_concurrent_runs: int = Field(512, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
-    # How long start waits for each tool host to answer ListTools; a call's connect: [timeouts] connect_s.
+    # How long start waits for a tool host that lets its connection hang (one that refuses is not
+    # waited for), and the deadline of each re-list; a call's connect: [timeouts] connect_s.
     connect_timeout_s: float = Field(10.0, gt=0)
     model_timeout_s: float = Field(120.0, gt=0)
     call_reserve_s: float = Field(0.2, ge=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agentrt.server.core import _attempts as attempts
 from agentrt.server.core import _events as events
+from agentrt.server.core import _tool_hosts as tool_hosts
 from agentrt.server.core._budgets import (
     Budgets,
     Usage,
@@ -444,6 +445,7 @@ __all__ = [
     "schema_verdict",
     "step_deadline_s",
     "token_scale_permille",
+    "tool_hosts",
     "trace_id_of",
     "transition",
     "unauthorized_pause",

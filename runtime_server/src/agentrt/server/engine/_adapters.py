@@ -30,6 +30,10 @@ class RouterTools:
     def host_of(self, tool: str) -> str:
         return self.router.host_of(tool)
 
+    async def wait_for_spec(self, tool: str, timeout_s: float) -> bool:
+        await self.router.routes.wait_for(tool, timeout_s)
+        return tool not in self.router.pending_tools()
+
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:

@@ -53,6 +53,7 @@ from agentrt.server.engine._control import Cancelled, Parked
 from agentrt.server.engine._finalize import finalize
 from agentrt.server.engine._model_step import ModelStep
 from agentrt.server.engine._payload_step import hydrate_input
+from agentrt.server.engine._pending_tools import hold_unlearned_calls
 from agentrt.server.engine._ports import Fresh, Ports
 from agentrt.server.engine._run import RunContext, RunHandle, commit_after_row
 from agentrt.server.engine._signals import apply_cancel_request, apply_queued_signals
@@ -285,6 +286,7 @@ class StepLoop:
             clock = Clock(
                 now_s=ports.clock(), deadline_s=ctx.deadline_s, reserve_s=ctx.settings.call_reserve_s
             )
+            await hold_unlearned_calls(ctx)  # a tool host down at start: before calls are weighed
             policy = ctx.policy
             if ctx.state.phase is Phase.TOOL_STEP:
                 policy = dataclasses.replace(policy, needs_approval=self.approvals.needing_approval())

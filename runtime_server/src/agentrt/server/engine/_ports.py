@@ -135,6 +135,14 @@ class ToolPort(Protocol):
         """The name of the tool host that serves ``tool`` ("" when none does)."""
         ...
 
+    async def wait_for_spec(self, tool: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a *pending* tool (its host has not answered yet) to be learned.
+
+        False only when ``tool`` is still pending then; True when its spec is known, or when no
+        host is expected to serve it (the unknown-tool path decides).
+        """
+        ...
+
     async def invoke(
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> ToolOutcome:

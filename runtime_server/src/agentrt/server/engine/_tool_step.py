@@ -63,6 +63,7 @@ from agentrt.server.engine._approval_step import recheck_approved
 from agentrt.server.engine._cleanup_step import register_child_run, register_cleanups
 from agentrt.server.engine._control import AGENT_TOOL_PREFIX, Cancelled
 from agentrt.server.engine._payload_step import bound_tool_outcome
+from agentrt.server.engine._pending_tools import learn_tool_of_started_call
 from agentrt.server.engine._ports import StartRequest
 from agentrt.server.engine._run import RunContext
 from agentrt.server.store import RowUpdate
@@ -98,6 +99,7 @@ class ToolStep:
         if call.tool.startswith(AGENT_TOOL_PREFIX):
             self.record(call, await bound_tool_outcome(ctx, await self._child_run(call)))
             return
+        await learn_tool_of_started_call(ctx, call)  # recovered while its tool host is not up yet
         write = is_write(ctx.ports.tools.spec(call.tool))
         inherited = write and call.call_id not in ctx.started_here
         if inherited and not await self._resume_inherited(call):

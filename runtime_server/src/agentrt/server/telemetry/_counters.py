@@ -48,6 +48,9 @@ COUNTER_NAMES: tuple[str, ...] = (
     "cleanup_refused_count",  # cleanup registrations refused (malformed, untrusted tool)
     "cleanup_recovered_count",  # given-up cleanups the cleanup job released later
     "unknown_handed_over_count",  # cancelled runs ended with a write nobody can tell, for a person
+    # A tool host's tools listed again (it reconnected, or its listing changed) or a failed
+    # ListTools; attributes ``host`` and ``outcome`` (changed, unchanged, failed).
+    "tool_host_relist_count",
 )
 
 OTHER = "other"
@@ -56,7 +59,7 @@ _MAX_VALUE_CHARS = 64
 
 # The attributes a call site may give; inside a run, tenant and agent come from bind_run.
 _SITE_ATTRIBUTES = frozenset(
-    {"tenant", "agent", "tool", "provider", "model", "error_class", "outcome", "kind", "token_type"}
+    {"tenant", "agent", "tool", "provider", "model", "error_class", "outcome", "kind", "token_type", "host"}
 )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentrt.server.core import ToolOutcome
-from agentrt.server.tools._channel import HostTls
+from agentrt.server.tools._channel import HostChannel, HostTls
 from agentrt.server.tools._router import (
     CallMetadata,
     ToolHostError,
@@ -16,6 +16,7 @@ from agentrt.server.tools._spawn import SpawnedToolHost
 
 __all__ = [
     "CallMetadata",
+    "HostChannel",
     "HostTls",
     "SlotTimeout",
     "SpawnedToolHost",

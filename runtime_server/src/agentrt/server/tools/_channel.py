@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -29,7 +30,7 @@ from agentrt.toolhost.security import TlsFileError, channel_credentials
 if TYPE_CHECKING:
     from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceAsyncStub
 
-__all__ = ["CHANNEL_OPTIONS", "HostChannel", "HostTls"]
+__all__ = ["CHANNEL_OPTIONS", "POOL_SERVICE_CONFIG", "HostChannel", "HostTls"]
 
 # gRPC spaces its reconnects to a down host up to 120 s by default: a host back after a long
 # outage would stay unreachable to the runtime that long, past the reconcile interval of an
@@ -43,6 +44,11 @@ CHANNEL_OPTIONS = (
     ("grpc.enable_retries", 0),
     ("grpc.max_receive_message_length", 16 * 1024 * 1024),
     *RECONNECT_OPTIONS,
+)
+# A pool (several addresses, or a DNS name of many): calls go round robin over the members whose
+# gRPC health check says SERVING; a draining or dead member gets no new calls.
+POOL_SERVICE_CONFIG = json.dumps(
+    {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
 )
 TLS_CHECK_S = 3.0
 # Calls still running on a replaced channel get this long before it is closed under them; tool
@@ -95,7 +101,8 @@ class HostChannel:
 
     Args:
         name: The host's configured name (for logs).
-        address: ``HOST:PORT``.
+        address: The gRPC target: ``HOST:PORT``, ``dns:///NAME:PORT`` or ``ipv4:IP:PORT,IP:PORT``.
+        pooled: Several hosts behind ``address``: round_robin over the healthy ones.
         tls: mTLS material; None for plaintext (loopback, or ``--insecure``).
         check_every_s: Seconds between looks at the TLS files.
         clock: Monotonic seconds (tests pass their own).
@@ -114,6 +121,7 @@ class HostChannel:
         check_every_s: float = TLS_CHECK_S,
         clock: Callable[[], float] = time.monotonic,
         max_receive_bytes: int = 0,
+        pooled: bool = False,
     ) -> None:
         self.name = name
         self._options: tuple[tuple[str, str | int], ...] = CHANNEL_OPTIONS
@@ -123,6 +131,9 @@ class HostChannel:
                 ("grpc.max_receive_message_length", max_receive_bytes),
                 *RECONNECT_OPTIONS,
             )
+        if pooled:
+            self._options = (*self._options, ("grpc.service_config", POOL_SERVICE_CONFIG))
+        self.pooled = pooled
         self.address = address
         self._tls = tls
         self._check_every = check_every_s
@@ -133,6 +144,11 @@ class HostChannel:
         self._checked = clock()
         self.channel = self._open()
         self._stub: ToolHostServiceAsyncStub = svc_grpc.ToolHostServiceStub(self.channel)
+
+    @property
+    def secured(self) -> bool:
+        """Over mTLS."""
+        return self._tls is not None
 
     def _open(self) -> grpc.aio.Channel:
         tls = self._tls

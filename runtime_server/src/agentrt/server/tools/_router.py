@@ -4,6 +4,15 @@ Channel-level retries are off: the runtime's tool scheduler is the one owner of
 tool retries (R6.3). Every call carries its deadline and the R3.3 metadata, and,
 when the router has a signer, a call grant binding that metadata to the tool and
 the exact arguments text sent: the host obeys nothing else (R3.3).
+
+Hosts come and go: a host added with :meth:`ToolRouter.watch_host` need not be up. Its tools
+are learned when it answers ListTools (a :class:`HostWatcher` asks when it (re)appears, every
+``relist_s``, and with a backoff while it does not answer), and dropped when a later listing
+no longer has them. While a host has never answered, the tools the configuration names that no
+host serves are *pending*: a call to one waits for it within the connect layer's time, then
+fails TRANSIENT and provably unsent, so the tool scheduler retries it by the retry policy. (The
+engine holds a new call of a pending tool before it starts, until its spec is known:
+``engine/_pending_tools.py``.)
 """
 
 from __future__ import annotations
@@ -29,9 +38,13 @@ from agentrt.server.core import (
     ToolErrorCode,
     ToolOutcome,
     connect_timeout_s,
+    tool_hosts,
 )
+from agentrt.server.telemetry import Counters
 from agentrt.server.tools._channel import TLS_CHECK_S, HostChannel, HostTls
+from agentrt.server.tools._routes import ToolRoutes
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
+from agentrt.server.tools._watcher import list_tools, rpc_error_text
 from agentrt.toolhost.metadata import call_metadata_pairs
 from agentrt.toolhost.security import GRANT_HEADER, GrantSigner, TlsFileError, key_id
 
@@ -102,17 +115,37 @@ class ToolRouter:
         slots: ToolSlots | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         connect_s: float = 5.0,
+        counters: Counters | None = None,
     ) -> None:
         self.signer = signer
         self.connect_s = connect_s
         self.slots = slots or ToolSlots()
         self.max_result_bytes = max_result_bytes
+        self.routes = ToolRoutes(counters=counters or Counters())
         self._tls_check_s = tls_check_s
-        self._hosts: dict[str, HostChannel] = {}
-        self._specs: dict[str, tuple[tool_pb2.ToolSpec, HostChannel]] = {}
         self._signing_kid = ""
         self._kid_checked = 0.0
         self._host_signers: dict[str, GrantSigner] = {}
+
+    def open_host(
+        self, name: str, target: str, *, tls: HostTls | None = None, pooled: bool = False
+    ) -> HostChannel:
+        """A channel to a host (or pool), not yet connected nor added: nothing is sent.
+
+        Raises:
+            ToolHostError: unusable TLS files.
+        """
+        try:
+            return HostChannel(
+                name=name,
+                address=target,
+                tls=tls,
+                check_every_s=self._tls_check_s,
+                max_receive_bytes=self.max_result_bytes + RESPONSE_OVERHEAD_BYTES,
+                pooled=pooled,
+            )
+        except TlsFileError as exc:
+            raise ToolHostError(f"tool host {name!r}: {exc}") from exc
 
     async def add_host(
         self,
@@ -123,7 +156,7 @@ class ToolRouter:
         signer: GrantSigner | None = None,
         timeout_s: float = 10.0,
     ) -> list[str]:
-        """Connect to a host (over mTLS when ``tls`` is given) and learn its tools.
+        """Connect to a host (over mTLS when ``tls`` is given) and learn its tools, once, now.
 
         ``signer`` signs this host's grants instead of the router's: a host the runtime spawned
         trusts a key of its own, which lives as long as the child and never needs rotating.
@@ -132,20 +165,9 @@ class ToolRouter:
             ToolHostError: unreachable host, unusable TLS files, a failed TLS handshake, or a tool
                 name another host already serves.
         """
+        host = self.open_host(name, address, tls=tls)
         try:
-            host = HostChannel(
-                name=name,
-                address=address,
-                tls=tls,
-                check_every_s=self._tls_check_s,
-                max_receive_bytes=self.max_result_bytes + RESPONSE_OVERHEAD_BYTES,
-            )
-        except TlsFileError as exc:
-            raise ToolHostError(f"tool host {name!r}: {exc}") from exc
-        try:
-            listed = await host.stub().ListTools(
-                svc.ListToolsRequest(), timeout=timeout_s, wait_for_ready=True
-            )
+            listed = await list_tools(host, timeout_s=timeout_s, wait_for_ready=True)
         except grpc.aio.AioRpcError as exc:
             detail = f"{exc.code().name} {exc.details()}"
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -156,29 +178,117 @@ class ToolRouter:
                 f"tool host {name!r} at {address} did not answer ListTools {secured}within {timeout_s:g}s: "
                 f"{detail}"
             ) from exc
-        for spec in listed.tools:
-            if spec.name in self._specs:
+        for spec in listed:
+            if (found := self.routes.find(spec.name)) is not None:
                 await host.close()
-                other = self._specs[spec.name][1].name
+                other = found[1].name
                 raise ToolHostError(f"tool {spec.name!r} is served by both {other!r} and {name!r}")
-        self._hosts[name] = host
+        self._register(host, signer)
+        self.routes.learn(name, listed, "first")
+        return [spec.name for spec in listed]
+
+    async def watch_host(
+        self,
+        host: HostChannel,
+        *,
+        signer: GrantSigner | None = None,
+        first_wait_s: float = 10.0,
+        policy: tool_hosts.RelistPolicy | None = None,
+    ) -> list[str]:
+        """Add a host that need not be up (see :meth:`open_host`): list it now, then keep it listed.
+
+        A host that refuses the connection is not waited for: its tools are learned when it
+        answers. One that lets the connection hang is waited for up to ``first_wait_s``.
+
+        Returns:
+            The tools it serves now ([] when it did not answer).
+        """
+        self._register(host, signer)
+        listed: list[tool_pb2.ToolSpec] | None = None
+        error = ""
+        try:
+            listed = await list_tools(host, timeout_s=first_wait_s, wait_for_ready=False)
+        except grpc.aio.AioRpcError as exc:
+            self.routes.failed(host.name)
+            error = rpc_error_text(exc)
+            _log.warning(
+                "tool host %r at %s does not answer ListTools %syet (%s): the runtime serves without it, "
+                "and learns its tools when it does",
+                host.name,
+                host.address,
+                "over mTLS " if host.secured else "",
+                error,
+            )
+        if listed is not None:
+            self.routes.learn(host.name, listed, "first")
+        self.routes.watch(
+            host,
+            policy=policy or tool_hosts.RelistPolicy(),
+            list_timeout_s=first_wait_s,
+            listed=listed is not None,
+            first_error=error,
+        )
+        return [spec.name for spec in listed or ()]
+
+    async def remove_host(self, name: str) -> None:
+        """Stop routing to a host and close its channel; its tools are routed no more."""
+        self._host_signers.pop(name, None)
+        await self.routes.remove(name)
+
+    def _register(self, host: HostChannel, signer: GrantSigner | None) -> None:
+        self.routes.add(host)
         if signer is not None:
-            self._host_signers[name] = signer
-        for spec in listed.tools:
-            self._specs[spec.name] = (spec, host)
-        return [spec.name for spec in listed.tools]
+            self._host_signers[host.name] = signer
+
+    # The host table, as the server reads it.
+
+    @property
+    def counters(self) -> Counters:
+        return self.routes.counters
+
+    @counters.setter
+    def counters(self, counters: Counters) -> None:
+        self.routes.counters = counters
+
+    @property
+    def expected(self) -> frozenset[str]:
+        """Tools the configuration names: pending, not unknown, while a host has never answered."""
+        return self.routes.expected
+
+    @expected.setter
+    def expected(self, names: frozenset[str]) -> None:
+        self.routes.expected = names
+
+    @property
+    def conflicts(self) -> tuple[tool_hosts.Conflict, ...]:
+        return self.routes.conflicts
+
+    def host_names(self) -> list[str]:
+        return self.routes.host_names()
+
+    def unlisted_hosts(self) -> list[str]:
+        return self.routes.unlisted_hosts()
+
+    def pending_tools(self) -> frozenset[str]:
+        return self.routes.pending_tools()
+
+    async def _route(self, tool: str, timeout_s: float) -> tuple[tool_pb2.ToolSpec, HostChannel] | None:
+        """The spec and host of ``tool``; a pending tool is waited for within the connect layer's time."""
+        wait_s = connect_timeout_s(connect_s=self.connect_s, call_timeout_s=timeout_s)
+        return await self.routes.wait_for(tool, wait_s)
 
     def spec(self, tool: str) -> tool_pb2.ToolSpec | None:
-        found = self._specs.get(tool)
+        found = self.routes.find(tool)
         return found[0] if found else None
 
     def host_of(self, tool: str) -> str:
         """The configured name of the tool host serving ``tool``; "" when none does."""
-        found = self._specs.get(tool)
+        found = self.routes.find(tool)
         return found[1].name if found is not None else ""
 
     def tool_names(self) -> list[str]:
-        return sorted(self._specs)
+        """The tools a run may name: those served, and the pending ones (see :meth:`pending_tools`)."""
+        return self.routes.tool_names()
 
     def _metadata(
         self, host: HostChannel, tool: str, arguments_json: str, metadata: CallMetadata
@@ -225,10 +335,19 @@ class ToolRouter:
         Past the tool's concurrency limit the call first waits for a slot, within ``timeout_s``;
         with none free in time it fails TRANSIENT, never sent.
         """
-        found = self._specs.get(tool)
+        began = time.monotonic()
+        found = await self._route(tool, timeout_s)
         if found is None:
+            if tool in self.pending_tools():
+                hosts = self.unlisted_hosts()
+                return ToolOutcome.failure(
+                    "TRANSIENT",
+                    f"no tool host has listed {tool!r} yet (not answering: {hosts}); not sent",
+                    connect_failed=True,
+                )
             return ToolOutcome.failure("UNKNOWN_TOOL", f"no configured tool host serves {tool!r}")
         spec, host = found
+        timeout_s = max(0.001, timeout_s - (time.monotonic() - began))
         limit = self.slots.limit(tool, spec)
         if not limit:
             return await self._invoke(host, tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
@@ -277,7 +396,7 @@ class ToolRouter:
             ToolHostUnreachable: no connection to the host within the connect layer's time.
             grpc.aio.AioRpcError: the host could not be asked (deadline, no such key, refused).
         """
-        found = self._specs.get(tool)
+        found = self.routes.find(tool)
         if found is None:
             return False
         host = found[1]
@@ -297,9 +416,10 @@ class ToolRouter:
         A recorded outcome comes back ``replayed``; NOT_FOUND when the host has no entry; UNKNOWN when
         the call is still running there, or the host cannot be reached or refuses to answer.
         """
-        found = self._specs.get(tool)
+        found = self.routes.find(tool)
         if found is None:
-            return LedgerSilence.NOT_FOUND
+            # A pending tool's host has not been reached: it cannot say whether the call ran.
+            return LedgerSilence.UNKNOWN if tool in self.pending_tools() else LedgerSilence.NOT_FOUND
         host = found[1]
         try:
             stub = await self._ready_stub(host, timeout_s)
@@ -327,7 +447,9 @@ class ToolRouter:
         self, tool: str, arguments_json: str, *, metadata: CallMetadata, timeout_s: float
     ) -> str:
         """The tool host's impact summary for approvers; a plain fallback when it cannot give one."""
-        found = self._specs.get(tool)
+        found = self.routes.find(tool)
+        if found is None and tool in self.pending_tools():
+            return f"Would call {tool} with {arguments_json} (no preview: its tool host is not reachable yet)"
         if found is None:
             return f"{tool} is not served by any tool host"
         host = found[1]
@@ -357,10 +479,7 @@ class ToolRouter:
         return stub
 
     async def close(self) -> None:
-        for host in self._hosts.values():
-            await host.close()
-        self._hosts.clear()
-        self._specs.clear()
+        await self.routes.close()
 
 
 async def _last_connect_error(host: HostChannel) -> str:
