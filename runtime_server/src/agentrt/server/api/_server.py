@@ -16,12 +16,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.server.api._fanout import Fanout, build_bus, check_redis
 from agentrt.server.api._interceptor import AuthInterceptor
 from agentrt.server.api._servicer import RuntimeServicer
 from agentrt.server.auth import Authentication, build_authentication, local_principal
 from agentrt.server.config import ConfigError, ModelConfig, Settings, ToolHostConfig
 from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
-from agentrt.server.events import EventBus
+from agentrt.server.events import RedisEventBus
 from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from agentrt.server.store import Store, load_cipher
 from agentrt.server.telemetry import GaugeCounts, RuntimeMetrics, setup_tracing, shutdown_tracing
@@ -44,10 +45,8 @@ class RuntimeServer:
         self.settings = settings
         self.metrics: RuntimeMetrics | None = None
         self.metrics_address = ""
-        self.bus = EventBus(
-            buffer_events=settings.streams.follower_buffer_events,
-            buffer_bytes=settings.streams.follower_buffer_bytes,
-        )
+        self.bus = build_bus(settings)
+        self.fanout: Fanout | None = None  # the Redis fan-out, with [redis]
         limits = settings.tool_limits
         self.tools = ToolRouter(
             slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls),
@@ -83,6 +82,7 @@ class RuntimeServer:
         self.metrics_address = self.metrics.start_endpoint()
         self.tools.signer = _grant_signer(settings)
         ledger_keep_s = _ledger_keep_s(settings)
+        redis_password = check_redis(settings.redis) if settings.redis.enabled else None
         try:
             for host in settings.tool_hosts:
                 address, tls = host.address, _host_tls(settings, host)
@@ -132,6 +132,15 @@ class RuntimeServer:
             settings=settings,
             counters=self.metrics.counters,
         )
+        if isinstance(self.bus, RedisEventBus):
+            self.fanout = await Fanout.start(
+                settings.redis,
+                password=redis_password,
+                bus=self.bus,
+                engine=self.engine,
+                counters=self.metrics.counters,
+            )
+            self.metrics.redis_up = lambda: self.fanout.up if self.fanout is not None else None
         self.server = grpc.aio.server(
             # Tracing first: the RPC's span (under the caller's traceparent) covers its authentication.
             interceptors=[
@@ -160,6 +169,8 @@ class RuntimeServer:
             raise ConfigError(f"cannot listen on {settings.listen}: {exc}") from exc
         await self.server.start()
         await self.engine.start()
+        if self.fanout is not None:
+            self.fanout.serve_wakes(self.engine)
         self._watch_gauges(self.metrics, self.engine, self.store)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -175,6 +186,8 @@ class RuntimeServer:
             await self.server.stop(grace)
         if self.engine is not None:
             await self.engine.stop(grace_s=grace)
+        if self.fanout is not None:
+            await self.fanout.close()
         await self.tools.close()
         for spawned in self.spawned:
             await spawned.stop()

@@ -234,6 +234,10 @@ class Follower:
             if live is None:
                 return  # idle for a while, or paused: back to the store
             item = live.event
+            if live.nudge:
+                if item.seq > last:
+                    return  # committed on another replica: the store has it
+                continue
             if item.seq == 0:
                 # A delta belongs right after the event it was published after; elsewhere it would
                 # be out of order, so a follower that is not exactly there skips it.

@@ -30,6 +30,7 @@ from agentrt.server.config._limits import (
 )
 from agentrt.server.config._logging import LoggingConfig
 from agentrt.server.config._metrics import MetricsConfig
+from agentrt.server.config._redis import RedisConfig
 from agentrt.server.config._security import (
     AuthConfig,
     EncryptionConfig,
@@ -247,6 +248,7 @@ class Settings(_Strict):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    redis: RedisConfig = Field(default_factory=RedisConfig)  # cross-replica fan-out; off by default
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 

@@ -48,6 +48,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     "cleanup_refused_count",  # cleanup registrations refused (malformed, untrusted tool)
     "cleanup_recovered_count",  # given-up cleanups the cleanup job released later
     "unknown_handed_over_count",  # cancelled runs ended with a write nobody can tell, for a person
+    "redis_fallback",  # the Redis fan-out went down: replicas fell back to store polling
+    "redis_dropped",  # fan-out messages dropped because too many waited to go out
 )
 
 OTHER = "other"
