@@ -343,6 +343,7 @@ _CLIENT_ENV = frozenset(
         "AGENTRT_FAULT_POINT",
         "AGENTRT_TOOLHOST_FAULT",
         "AGENTRT_TEST_PG",
+        "AGENTRT_TEST_REDIS",
         "AGENTRT_BENCH_PG",
         # The fuzz tests' example count and seed (tests/fuzz, bench/fuzz_rpcs.py).
         "AGENTRT_FUZZ_EXAMPLES",
