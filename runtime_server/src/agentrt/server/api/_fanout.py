@@ -12,8 +12,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from agentrt.server.config import ConfigError, RedisConfig, Settings
-from agentrt.server.engine import Engine
-from agentrt.server.engine._wakes import ChannelWakes, WakeInbox
+from agentrt.server.engine import ChannelWakes, Engine, WakeInbox
 from agentrt.server.events import EventBus, RedisEventBus
 from agentrt.server.events._redis_files import RedisSetupError, check_tls_files, read_password
 from agentrt.server.telemetry import Counters
