@@ -73,9 +73,8 @@ def samples(work: Path, *, db_url: str, redis_url: str, runs: int, ttl: float) -
 
 def report(label: str, taken: list[float]) -> None:
     ms = sorted(t * 1000 for t in taken)
-    print(
-        f"{label:>14}: median {statistics.median(ms):7.1f} ms  (min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)})"
-    )
+    median = statistics.median(ms)
+    print(f"{label:>14}: median {median:7.1f} ms  (min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)})")
 
 
 def main() -> None:
