@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -68,6 +69,14 @@ def subscribers(server: RedisServer, channel: str) -> int:
     client = redis.Redis(host="127.0.0.1", port=server.port, username=USER, password=PASSWORD)
     try:
         return int(client.pubsub_numsub(channel)[0][1])
+    finally:
+        client.close()
+
+
+def slots_taken(server: RedisServer, key: str) -> int:
+    client = redis.Redis(host="127.0.0.1", port=server.port, username=USER, password=PASSWORD)
+    try:
+        return int(client.zcard(key))
     finally:
         client.close()
 
@@ -152,9 +161,16 @@ def test_a_cancel_on_the_non_owner_reaches_the_owner_at_once(
     # A 30 s lease is renewed every 10 s: only the wake through Redis can explain a fast cancel.
     with serve_fake_openai(LONG_NAP) as (_, model_url):
         env = env_for(
-            redis_acl, redis_prefix, db_url=pg_url, tool_host=refund_host.address, model_url=model_url
+            redis_acl,
+            redis_prefix,
+            redis_extra={"tool_limits": "global"},
+            db_url=pg_url,
+            tool_host=refund_host.address,
+            model_url=model_url,
         )
         env["AGENTRT_LEASE_TTL_S"] = "30"
+        # The nap holds the one slot over both replicas, counted in Redis, while it runs.
+        env["AGENTRT_TOOL_LIMITS"] = json.dumps({"max_concurrent_calls": {"sleep.wait": 1}})
         owner, other = start_runtime(tmp_path, env), start_runtime(tmp_path, env)
         latencies: list[float] = []
         try:
@@ -164,6 +180,9 @@ def test_a_cancel_on_the_non_owner_reaches_the_owner_at_once(
                     for event in client.stream_events(run_id, follow=True, timeout=30):
                         if event_type(event) == "tool.started":
                             break
+                # tool.started is committed before the call takes its slot and goes out.
+                key = f"{redis_prefix}slots:sleep.wait"
+                poll(lambda k=key: slots_taken(redis_acl, k) == 1, owner.stderr_text()[-2000:], within_s=10)
                 with Client(other.address) as client:
                     asked_at = time.time()
                     client.cancel_run(run_id, reason="asked elsewhere")
@@ -176,6 +195,7 @@ def test_a_cancel_on_the_non_owner_reaches_the_owner_at_once(
         finally:
             owner.close()
             other.close()
+    assert slots_taken(redis_acl, f"{redis_prefix}slots:sleep.wait") == 0  # each given back
     median = statistics.median(latencies)
     print(f"cross-replica cancel, median of {len(latencies)}: {median * 1000:.0f} ms ({latencies})")
     assert max(latencies) < 3.0, latencies  # the renew period is 10 s

@@ -24,6 +24,10 @@ from typing import Self
 __all__ = ["RedisServer", "redis_server_available"]
 
 
+#: What the runtime's global tool limits run ([redis] tool_limits = "global"; README, Redis).
+SLOT_COMMANDS = "+evalsha +eval +script|load +zadd +zrem +zcard +zscore +zremrangebyscore +pexpire +time"
+
+
 def redis_server_available() -> bool:
     return shutil.which("redis-server") is not None
 
@@ -40,8 +44,9 @@ class RedisServer:
     Args:
         directory: Where its ACL file and log go (created).
         users: ACL users and their passwords; each may use the channels under ``channel_prefix``
-            for pub/sub, PING and connection commands only. The default user is then off.
-        channel_prefix: The channel pattern prefix the users are allowed (``&PREFIX*``).
+            for pub/sub, the keys under it for the global tool limits (``SLOT_COMMANDS``), and
+            connection commands, nothing else. The default user is then off.
+        channel_prefix: The channel and key prefix the users are allowed (``&PREFIX*``, ``~PREFIX*``).
         tls: ``(ca_file, cert_file, key_file)``: serve TLS only (``rediss://``), clients not asked
             for a certificate.
     """
@@ -81,7 +86,7 @@ class RedisServer:
             for name, password in self.users.items():
                 lines.append(
                     f"user {name} on >{password} resetchannels &{self.channel_prefix}* "
-                    "-@all +@pubsub +@connection"
+                    f"resetkeys ~{self.channel_prefix}* -@all +@pubsub +@connection {SLOT_COMMANDS}"
                 )
             acl.write_text("\n".join(lines) + "\n")
             args += ["--aclfile", str(acl)]

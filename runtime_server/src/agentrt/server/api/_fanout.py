@@ -16,9 +16,11 @@ from agentrt.server.engine import ChannelWakes, Engine, WakeInbox
 from agentrt.server.events import EventBus, RedisEventBus
 from agentrt.server.events._redis_files import RedisSetupError, check_tls_files, read_password
 from agentrt.server.telemetry import Counters
+from agentrt.server.tools import ToolRouter
 
 if TYPE_CHECKING:
     from agentrt.server.events._redis import RedisLink
+    from agentrt.server.tools._shared_slots import SharedToolSlots
 
 __all__ = ["Fanout", "build_bus", "check_redis"]
 
@@ -56,9 +58,10 @@ def check_redis(config: RedisConfig) -> str | None:
 class Fanout:
     """The running fan-out: the link to Redis and the task handing wakes to the engine."""
 
-    def __init__(self, *, link: RedisLink, inbox: WakeInbox):
+    def __init__(self, *, link: RedisLink, inbox: WakeInbox, slots: SharedToolSlots | None = None):
         self.link = link
         self.inbox = inbox
+        self.slots = slots
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -70,9 +73,10 @@ class Fanout:
         bus: RedisEventBus,
         engine: Engine,
         counters: Counters,
+        tools: ToolRouter,
     ) -> Fanout:
         """Connect (a refused user or password is a ConfigError; an unreachable Redis is not) and
-        wire the bus and the engine's wakes to the link.
+        wire the bus, the engine's wakes and (``tool_limits = "global"``) the tools' slots to it.
 
         Raises:
             ConfigError: Redis refused the configured user, password or ACL.
@@ -95,7 +99,19 @@ class Fanout:
             raise ConfigError(f"redis: {exc}") from None
         bus.attach(link)
         engine.wakes = ChannelWakes(link=link, key_prefix=config.key_prefix, origin=engine.owner)
-        return cls(link=link, inbox=inbox)
+        slots = None
+        if config.tool_limits == "global":
+            from agentrt.server.tools._shared_slots import SharedToolSlots
+
+            slots = SharedToolSlots.replacing(
+                tools.slots,
+                client=link.new_client(),
+                key_prefix=config.key_prefix,
+                lease_s=config.slot_lease_s,
+                command_timeout_s=config.command_timeout_s,
+            )
+            tools.slots = slots
+        return cls(link=link, inbox=inbox, slots=slots)
 
     @property
     def up(self) -> bool | None:
@@ -111,3 +127,5 @@ class Fanout:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.link.close()
+        if self.slots is not None:
+            await self.slots.aclose()

@@ -139,6 +139,7 @@ class RuntimeServer:
                 bus=self.bus,
                 engine=self.engine,
                 counters=self.metrics.counters,
+                tools=self.tools,
             )
             self.metrics.redis_up = lambda: self.fanout.up if self.fanout is not None else None
         self.server = grpc.aio.server(

@@ -9,6 +9,7 @@ or ``rediss://`` (TLS) URL turns the fan-out on. The URL never carries a secret:
 from __future__ import annotations
 
 import re
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -40,6 +41,10 @@ class RedisConfig(BaseModel):
     reconnect_cap_s: float = Field(5.0, gt=0, le=600)
     # Messages waiting to go out; past it new ones are dropped (the store still has every fact).
     max_pending_messages: int = Field(10_000, ge=1, le=1_000_000)
+    # "global": [tool_limits] hold over all replicas, counted in Redis (tools/_shared_slots);
+    # "process": each replica counts its own calls.
+    tool_limits: Literal["process", "global"] = "process"
+    slot_lease_s: float = Field(30.0, ge=1, le=3600)  # a killed replica's slots free up after it
 
     @property
     def enabled(self) -> bool:

@@ -151,7 +151,8 @@ class RedisLink:
 
     # -- the link -----------------------------------------------------------------------------------
 
-    def _new_client(self) -> aioredis.Redis:
+    def new_client(self) -> aioredis.Redis:
+        """A client of this link's server, user and TLS, with a connection pool of its own."""
         config = self.config
         options: dict[str, Any] = {
             "username": config.username or None,
@@ -170,7 +171,7 @@ class RedisLink:
         return aioredis.Redis.from_url(config.url, **options)
 
     async def _connect(self) -> None:
-        client = self._client = self._new_client()
+        client = self._client = self.new_client()
         timeout = self.config.connect_timeout_s + self.config.command_timeout_s
         async with asyncio.timeout(timeout):
             await client.ping()
