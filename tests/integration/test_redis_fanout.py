@@ -7,6 +7,7 @@ configure its ACL or TLS start a redis-server of their own on a free port.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -188,6 +189,38 @@ async def test_redis_killed_falls_back_counts_once_and_recovers(
             assert item.event.payload == '{"text": "back"}'
             assert owner.counters.get("redis_fallback") == 1
     finally:
+        server.stop()
+
+
+async def test_a_partition_is_noticed_by_the_probe_and_healed(
+    tmp_path: Path, redis_server_binary: None, redis_prefix: str
+) -> None:
+    # SIGSTOP: connections stay open and nothing answers, as behind a partition (no FIN, no RST).
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    assert server.process is not None
+    try:
+        config = RedisConfig(
+            url=server.url,
+            key_prefix=redis_prefix,
+            command_timeout_s=0.3,
+            health_interval_s=0.1,
+            reconnect_base_s=0.05,
+            reconnect_cap_s=0.2,
+        )
+        async with replicas(config, "owner") as (owner,):
+            assert owner.link.up is True
+            server.process.send_signal(signal.SIGSTOP)
+            began = asyncio.get_running_loop().time()
+            await until(lambda: _now(owner.link.up is False), within_s=5)
+            assert asyncio.get_running_loop().time() - began < 2  # probe period + command timeout
+            assert owner.counters.get("redis_fallback") == 1
+            server.process.send_signal(signal.SIGCONT)
+            await until(lambda: _now(owner.link.up is True), within_s=10)
+            assert owner.counters.get("redis_fallback") == 1
+    finally:
+        if server.process is not None:
+            server.process.send_signal(signal.SIGCONT)
         server.stop()
 
 

@@ -186,12 +186,15 @@ class RedisLink:
     async def _close(self) -> None:
         pubsub, client = self._pubsub, self._client
         self._pubsub = self._client = None
-        with contextlib.suppress(Exception):  # closing a broken connection may fail as it likes
+        # Closing a broken connection may fail as it likes, and behind a partition it may hang.
+        with contextlib.suppress(Exception):
             if pubsub is not None:
-                await pubsub.aclose()
+                async with asyncio.timeout(self.config.command_timeout_s):
+                    await pubsub.aclose()
         with contextlib.suppress(Exception):
             if client is not None:
-                await client.aclose()
+                async with asyncio.timeout(self.config.command_timeout_s):
+                    await client.aclose()
 
     async def _keep_up(self) -> None:
         failures = 0 if self.up else 1
