@@ -136,14 +136,27 @@ def test_a_follower_on_the_non_owner_sees_every_delta_and_event(
             with Client(owner.address) as client:
                 run_id = client.start_run("refund", "What about A100?").run_id
             assert answer.paused.wait(20)
+            listening = redis.Redis(
+                host="127.0.0.1", port=redis_acl.port, username=USER, password=PASSWORD
+            ).pubsub(ignore_subscribe_messages=True)
+            listening.subscribe(f"{redis_prefix}interest")
             followers = [Follower(owner.address, run_id), Follower(other.address, run_id)]
             for follower in followers:
                 follower.start()
-            # Both replicas listen on the run's channel: each has a local follower of it.
+            # Both replicas listen on the run's channel (each has a local follower of it) and
+            # announced it, so the owner, whose earlier publishes nobody heard, publishes again.
             poll(
                 lambda: subscribers(redis_acl, f"{redis_prefix}run:{run_id}") == 2,
                 "followers never subscribed",
             )
+            announced: set[str] = set()
+            deadline = time.monotonic() + 20
+            while len(announced) < 2:
+                assert time.monotonic() < deadline, "no announcement"
+                message = listening.get_message(timeout=1)
+                if message is not None and json.loads(message["data"])["n"] == run_id:
+                    announced.add(json.loads(message["data"])["o"])
+            listening.close()
             answer.gate.set()
             on_owner, on_other = (f.result() for f in followers)
         finally:

@@ -43,6 +43,8 @@ class Replica:
             counters=self.counters,
             on_run=self.bus.deliver,
             on_wake=self.inbox.received,
+            on_unheard=self.bus.unheard,
+            on_interest=self.bus.heard,
         )
         self.wakes = ChannelWakes(link=self.link, key_prefix=config.key_prefix, origin=origin)
 
@@ -116,6 +118,33 @@ async def test_a_publish_reaches_the_other_replicas_followers_as_nudges_and_delt
         # The last local follower gone, the replica leaves the run's channel.
         other.bus.unsubscribe(remote)
         await until(lambda: _is(subscribers(redis_url, run_channel(redis_prefix, "r1")), 1))
+
+
+async def test_a_run_nobody_else_hears_stays_local_until_a_replica_listens(
+    redis_url: str, redis_prefix: str
+) -> None:
+    config = RedisConfig(url=redis_url, key_prefix=redis_prefix)
+    channel = run_channel(redis_prefix, "r2")
+    async with replicas(config, "owner", "other") as (owner, other):
+        owner.bus.publish("r2", [delta("r2", "nobody")], after_seq=0)
+        await until(lambda: _now("r2" in owner.bus._quiet))  # PUBLISH answered 0 receivers
+        eavesdropper = aioredis.Redis.from_url(redis_url).pubsub()
+        await eavesdropper.subscribe(channel)
+        try:
+            confirmed = await eavesdropper.get_message(timeout=5)
+            assert confirmed is not None and confirmed["type"] == "subscribe"
+            # A bare subscriber announces nothing: the quiet run's publishes stay local.
+            owner.bus.publish("r2", [delta("r2", "skipped")], after_seq=0)
+            assert await eavesdropper.get_message(ignore_subscribe_messages=True, timeout=0.3) is None
+            # A replica listening on the run announces it: the owner publishes the run again.
+            remote = other.bus.subscribe("r2")
+            await until(lambda: _now("r2" not in owner.bus._quiet))
+            owner.bus.publish("r2", [delta("r2", "heard")], after_seq=0)
+            assert (await next_item(remote)).event.payload == '{"text": "heard"}'
+            got = await eavesdropper.get_message(ignore_subscribe_messages=True, timeout=5)
+            assert got is not None and b"heard" in got["data"]
+        finally:
+            await eavesdropper.aclose()
 
 
 async def test_a_full_follower_buffer_pauses_instead_of_queueing(redis_url: str, redis_prefix: str) -> None:

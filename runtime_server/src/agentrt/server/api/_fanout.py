@@ -29,14 +29,13 @@ REDIS_MISSING = "redis.url is set but redis-py is not installed: pip install 'ag
 
 def build_bus(settings: Settings) -> EventBus:
     """The process's event bus: across replicas with ``[redis]``, in process without."""
-    bounds = {
-        "buffer_events": settings.streams.follower_buffer_events,
-        "buffer_bytes": settings.streams.follower_buffer_bytes,
-    }
+    events, size = settings.streams.follower_buffer_events, settings.streams.follower_buffer_bytes
     if settings.redis.enabled:
         # The origin is the engine's owner id, set once the engine exists (Fanout.start).
-        return RedisEventBus(origin="", key_prefix=settings.redis.key_prefix, **bounds)
-    return EventBus(**bounds)
+        return RedisEventBus(
+            origin="", key_prefix=settings.redis.key_prefix, buffer_events=events, buffer_bytes=size
+        )
+    return EventBus(buffer_events=events, buffer_bytes=size)
 
 
 def check_redis(config: RedisConfig) -> str | None:
@@ -92,6 +91,8 @@ class Fanout:
             counters=counters,
             on_run=bus.deliver,
             on_wake=inbox.received,
+            on_unheard=bus.unheard,
+            on_interest=bus.heard,
         )
         try:
             await link.start()

@@ -6,12 +6,20 @@ A publish reaches this replica's subscribers as before and goes out on the run's
 run's channel only while it has local subscribers of that run, and hands what other replicas
 publish to them, within the same per-subscription bounds: nothing queues without a bound.
 
+Most runs have no follower on another replica, and a publish costs the owner a Redis round trip:
+when a publish of a run reached nobody else (``PUBLISH`` counts receivers), the run goes *quiet*
+and its publishes stay local, until a replica announces it now listens on the run's channel
+(the interest channel) or ``quiet_s`` passes, whichever comes first. A follower that joins
+misses at most the deltas published in the moment before its announcement arrives; persisted
+events it reads from the store in any case.
+
 The link is imported lazily (it needs redis-py); this module itself does not import redis.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from agentrt.server.events._bus import EventBus, LiveItem, Subscription
@@ -19,6 +27,9 @@ from agentrt.server.events._wire import RunMessage, encode_run_message, run_chan
 from agentrt.server.store import StoredEvent
 
 __all__ = ["ChannelLink", "RedisEventBus"]
+
+QUIET_S = 2.0  # how long a run nobody else heard stays local without an announcement
+MAX_QUIET_RUNS = 100_000
 
 
 class ChannelLink(Protocol):
@@ -39,10 +50,15 @@ class RedisEventBus(EventBus):
         key_prefix: str,
         buffer_events: int = 256,
         buffer_bytes: int = 4 * 1024 * 1024,
+        quiet_s: float = QUIET_S,
+        clock: Callable[[], float] = time.monotonic,
     ):
         super().__init__(buffer_events=buffer_events, buffer_bytes=buffer_bytes)
         self.origin = origin
         self.key_prefix = key_prefix
+        self.quiet_s = quiet_s
+        self._clock = clock
+        self._quiet: dict[str, float] = {}  # run id -> until when its publishes stay local
         self.link: ChannelLink | None = None  # attached once the link exists (it calls back into us)
 
     def attach(self, link: ChannelLink) -> None:
@@ -68,9 +84,24 @@ class RedisEventBus(EventBus):
         super().publish(run_id, items, after_seq=after_seq)
         if self.link is None:
             return
+        until = self._quiet.get(run_id)
+        if until is not None:
+            if self._clock() < until:
+                return  # nobody else listens
+            del self._quiet[run_id]
         data = encode_run_message(self.origin, run_id, items, after_seq=after_seq)
         if data is not None:
             self.link.publish(run_channel(self.key_prefix, run_id), data)
+
+    def unheard(self, run_id: str) -> None:
+        """A publish of ``run_id`` reached no other replica: keep its next ones local for a while."""
+        if run_id not in self._quiet and len(self._quiet) >= MAX_QUIET_RUNS:
+            del self._quiet[next(iter(self._quiet))]  # the oldest: it only publishes once more
+        self._quiet[run_id] = self._clock() + self.quiet_s
+
+    def heard(self, run_id: str) -> None:
+        """Another replica now listens on ``run_id``'s channel: publish it again."""
+        self._quiet.pop(run_id, None)
 
     def deliver(self, message: RunMessage) -> None:
         """Hand another replica's publish to this replica's subscribers of the run."""

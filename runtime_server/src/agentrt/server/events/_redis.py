@@ -34,9 +34,13 @@ from agentrt.server.events._redis_files import RedisSetupError, check_tls_files
 from agentrt.server.events._wire import (
     RunMessage,
     WakeMessage,
+    decode_interest,
     decode_run_message,
     decode_wake,
+    encode_interest,
+    interest_channel,
     owner_channel,
+    run_of_channel,
 )
 from agentrt.server.telemetry import Counters
 
@@ -58,6 +62,8 @@ class RedisLink:
         counters: Where fallbacks and drops are counted.
         on_run: Gets each run message from another replica.
         on_wake: Gets each wake sent to this replica.
+        on_unheard: Gets the run id of a run channel a publish reached nobody else on.
+        on_interest: Gets the run id another replica now listens on.
     """
 
     def __init__(
@@ -69,6 +75,8 @@ class RedisLink:
         counters: Counters,
         on_run: Callable[[RunMessage], None],
         on_wake: Callable[[WakeMessage], None],
+        on_unheard: Callable[[str], None] = lambda run_id: None,
+        on_interest: Callable[[str], None] = lambda run_id: None,
         rand: Callable[[], float] = random.random,
     ):
         self.config = config
@@ -78,6 +86,9 @@ class RedisLink:
         self._counters = counters
         self._on_run = on_run
         self._on_wake = on_wake
+        self._on_unheard = on_unheard
+        self._on_interest = on_interest
+        self._interest_channel = interest_channel(config.key_prefix)
         self._rand = rand
         self._owner_channel = owner_channel(config.key_prefix, origin)
         self._wanted: set[str] = set()  # run channels with local followers
@@ -178,8 +189,9 @@ class RedisLink:
             # An empty message proves PUBLISH is allowed; receivers drop it (it does not decode).
             await client.publish(self._owner_channel, b"")
             pubsub = self._pubsub = client.pubsub()
-            await pubsub.subscribe(self._owner_channel, *self._wanted)
-        self._subscribed = {self._owner_channel, *self._wanted}
+            await pubsub.subscribe(self._owner_channel, self._interest_channel, *self._wanted)
+            await self._announce(self._wanted)  # owners that stopped publishing them start again
+        self._subscribed = {self._owner_channel, self._interest_channel, *self._wanted}
         self._outbox.clear()
         self._set_up(True)
 
@@ -250,6 +262,10 @@ class RedisLink:
                 wake = decode_wake(data)
                 if wake is not None and wake.origin != self.origin:
                     self._on_wake(wake)
+            elif channel == self._interest_channel:
+                interest = decode_interest(data)
+                if interest is not None and interest.origin != self.origin:
+                    self._on_interest(interest.run_id)
             else:
                 run = decode_run_message(data)
                 if run is not None and run.origin != self.origin:
@@ -267,7 +283,13 @@ class RedisLink:
                 for channel, data in batch:
                     pipe.publish(channel, data)
                 async with asyncio.timeout(self.config.command_timeout_s):
-                    await pipe.execute()
+                    receivers = await pipe.execute()
+            for (channel, _), heard in zip(batch, receivers, strict=True):
+                # PUBLISH counts this replica's own subscription too.
+                others = int(heard) - (1 if channel in self._subscribed else 0)
+                run_id = run_of_channel(self.config.key_prefix, channel) if others <= 0 else None
+                if run_id is not None:
+                    self._on_unheard(run_id)
 
     async def _probe(self) -> None:
         assert self._client is not None
@@ -280,14 +302,23 @@ class RedisLink:
         while True:
             await self._changed.wait()
             self._changed.clear()
-            wanted = {self._owner_channel, *self._wanted}
+            wanted = {self._owner_channel, self._interest_channel, *self._wanted}
             add, drop = wanted - self._subscribed, self._subscribed - wanted
             async with asyncio.timeout(self.config.command_timeout_s):
                 if add:
                     await self._pubsub.subscribe(*add)
+                    await self._announce(add)
                 if drop:
                     await self._pubsub.unsubscribe(*drop)
             self._subscribed = wanted
+
+    async def _announce(self, channels: set[str]) -> None:
+        """Tell every replica this one now listens on these run channels."""
+        assert self._client is not None
+        for channel in channels:
+            run_id = run_of_channel(self.config.key_prefix, channel)
+            if run_id is not None:
+                await self._client.publish(self._interest_channel, encode_interest(self.origin, run_id))
 
     def _set_up(self, up: bool, exc: BaseException | None = None) -> None:
         change = link_change(was_up=self.up, up=up)

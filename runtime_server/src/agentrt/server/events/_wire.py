@@ -5,6 +5,9 @@
   store, which stays the truth), and live-only deltas whole, stamped with ``after_seq``.
 - An owner's channel (``{prefix}owner:{owner}``) carries wakes: "a signal or cancel for this run
   was recorded; re-read its row now".
+- The interest channel (``{prefix}interest``) says "this replica now listens on the channel of
+  this run": an owner that stopped publishing a run nobody heard (``PUBLISH`` answered 0
+  receivers) publishes it again.
 
 Every message names the replica that sent it (``origin``), so a replica skips its own. A message
 that does not decode is dropped: Redis may be shared, and nothing from it is trusted as a fact.
@@ -22,12 +25,16 @@ from agentrt.server.store import StoredEvent
 __all__ = [
     "RunMessage",
     "WakeMessage",
+    "decode_interest",
     "decode_run_message",
     "decode_wake",
+    "encode_interest",
     "encode_run_message",
     "encode_wake",
+    "interest_channel",
     "owner_channel",
     "run_channel",
+    "run_of_channel",
 ]
 
 _MAX_ID_CHARS = 256
@@ -39,6 +46,16 @@ def run_channel(prefix: str, run_id: str) -> str:
 
 def owner_channel(prefix: str, owner: str) -> str:
     return f"{prefix}owner:{owner}"
+
+
+def interest_channel(prefix: str) -> str:
+    return f"{prefix}interest"
+
+
+def run_of_channel(prefix: str, channel: str) -> str | None:
+    """The run id of a run channel's name, or None for another channel."""
+    head = f"{prefix}run:"
+    return channel[len(head) :] if channel.startswith(head) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +122,22 @@ def decode_wake(data: bytes) -> WakeMessage | None:
     try:
         raw = json.loads(data)
         origin, run_id = raw["o"], raw["w"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (_an_id(origin) and _an_id(run_id)):
+        return None
+    return WakeMessage(origin, run_id)
+
+
+def encode_interest(origin: str, run_id: str) -> bytes:
+    return json.dumps({"o": origin, "n": run_id}, separators=(",", ":")).encode()
+
+
+def decode_interest(data: bytes) -> WakeMessage | None:
+    """Who now listens on which run (the same two fields as a wake)."""
+    try:
+        raw = json.loads(data)
+        origin, run_id = raw["o"], raw["n"]
     except (ValueError, KeyError, TypeError):
         return None
     if not (_an_id(origin) and _an_id(run_id)):
