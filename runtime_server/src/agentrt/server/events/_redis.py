@@ -315,10 +315,13 @@ class RedisLink:
     async def _announce(self, channels: set[str]) -> None:
         """Tell every replica this one now listens on these run channels."""
         assert self._client is not None
-        for channel in channels:
-            run_id = run_of_channel(self.config.key_prefix, channel)
-            if run_id is not None:
-                await self._client.publish(self._interest_channel, encode_interest(self.origin, run_id))
+        runs = [r for c in channels if (r := run_of_channel(self.config.key_prefix, c)) is not None]
+        if not runs:
+            return
+        async with self._client.pipeline(transaction=False) as pipe:  # one round trip for them all
+            for run_id in runs:
+                pipe.publish(self._interest_channel, encode_interest(self.origin, run_id))
+            await pipe.execute()
 
     def _set_up(self, up: bool, exc: BaseException | None = None) -> None:
         change = link_change(was_up=self.up, up=up)
