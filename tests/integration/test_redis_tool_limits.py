@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
 from agentrt.server.tools import ToolSlots
-from agentrt.server.tools._shared_slots import SharedToolSlots
+from agentrt.server.tools._shared_slots import SharedToolSlots, SlotsNotPermitted
 from agentrt.server.tools._slots import SlotTimeout
+from agentrt.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -99,3 +101,21 @@ async def test_unreachable_redis_falls_back_to_the_process_limit(redis_prefix: s
                     pass
     finally:
         await slots.aclose()
+
+
+async def test_an_acl_without_the_slot_commands_fails_the_check(
+    tmp_path: Path, redis_server_binary: None, redis_prefix: str
+) -> None:
+    with RedisServer(tmp_path / "redis", users={"rt": "pw-1"}, channel_prefix=redis_prefix) as server:
+        for prefix, allowed in ((redis_prefix, True), ("elsewhere:", False)):
+            client = aioredis.Redis.from_url(server.url, username="rt", password="pw-1")
+            slots = SharedToolSlots.replacing(ToolSlots(), client=client, key_prefix=prefix)
+            try:
+                if allowed:
+                    await slots.check()
+                    assert slots.reachable
+                else:
+                    with pytest.raises(SlotsNotPermitted, match="ACL denies"):
+                        await slots.check()
+            finally:
+                await slots.aclose()

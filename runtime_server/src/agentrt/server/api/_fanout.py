@@ -102,7 +102,7 @@ class Fanout:
         engine.wakes = ChannelWakes(link=link, key_prefix=config.key_prefix, origin=engine.owner)
         slots = None
         if config.tool_limits == "global":
-            from agentrt.server.tools._shared_slots import SharedToolSlots
+            from agentrt.server.tools._shared_slots import SharedToolSlots, SlotsNotPermitted
 
             slots = SharedToolSlots.replacing(
                 tools.slots,
@@ -111,6 +111,12 @@ class Fanout:
                 lease_s=config.slot_lease_s,
                 command_timeout_s=config.command_timeout_s,
             )
+            try:
+                await slots.check()
+            except SlotsNotPermitted as exc:
+                await slots.aclose()
+                await link.close()
+                raise ConfigError(f"redis: {exc}") from None
             tools.slots = slots
         return cls(link=link, inbox=inbox, slots=slots)
 

@@ -27,11 +27,11 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
 
 from agentrt.server.tools._slots import SlotTimeout, ToolSlots
 
-__all__ = ["SharedToolSlots"]
+__all__ = ["SharedToolSlots", "SlotsNotPermitted"]
 
 log = logging.getLogger("agentrt.tools")
 
@@ -60,6 +60,10 @@ return 0
 """
 _FIRST_POLL_S = 0.01
 _MAX_POLL_S = 0.2
+
+
+class SlotsNotPermitted(Exception):
+    """The ACL denies the commands the global limits run (a configuration fault, not an outage)."""
 
 
 class SharedToolSlots(ToolSlots):
@@ -95,6 +99,27 @@ class SharedToolSlots(ToolSlots):
     def replacing(cls, slots: ToolSlots, **options: Any) -> SharedToolSlots:
         """The shared version of ``slots``, with the same per-process limits."""
         return cls(limits=slots._limits, default=slots._default, **options)
+
+    async def check(self) -> None:
+        """Take and give back a slot of no tool, so a missing ACL permission fails the start.
+
+        An unreachable Redis is not an error here: calls fall back to the process limit.
+
+        Raises:
+            SlotsNotPermitted: the ACL denies a command or key the limits need.
+        """
+        key, holder = f"{self._prefix}slots:", uuid.uuid4().hex  # no tool has an empty name
+        try:
+            async with asyncio.timeout(self._command_timeout_s):
+                await self._take(keys=[key], args=[1, holder, self._lease_ms])
+                await self._renew(keys=[key], args=[holder, self._lease_ms])
+                await self._client.zrem(key, holder)
+        except NoPermissionError:
+            raise SlotsNotPermitted(
+                f"the ACL denies the global tool limits' commands on keys {self._prefix}* (README, Redis)"
+            ) from None
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._note_reachable(False, exc)
 
     @asynccontextmanager
     async def hold(self, tool: str, limit: int, timeout_s: float) -> AsyncIterator[float]:
