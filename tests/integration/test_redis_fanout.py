@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from agentrt.server.config import RedisConfig
 from agentrt.server.engine._wakes import ChannelWakes, WakeInbox
-from agentrt.server.events import LiveItem, RedisEventBus, Subscription, WakeMessage
+from agentrt.server.events import LiveItem, RedisEventBus, RunMessage, Subscription, WakeMessage
 from agentrt.server.events._redis import RedisLink
 from agentrt.server.events._redis_files import RedisSetupError
 from agentrt.server.events._wire import owner_channel, run_channel
@@ -145,6 +145,32 @@ async def test_a_run_nobody_else_hears_stays_local_until_a_replica_listens(
             assert got is not None and b"heard" in got["data"]
         finally:
             await eavesdropper.aclose()
+
+
+async def test_a_failing_handler_costs_a_reconnect_not_the_link(
+    redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = RedisConfig(url=redis_url, key_prefix=redis_prefix, reconnect_base_s=0.05, reconnect_cap_s=0.1)
+    async with replicas(config, "owner", "other") as (owner, other):
+        remote = other.bus.subscribe("r1")
+        calls = 0
+
+        def flaky(message: RunMessage) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug in a handler")
+            other.bus.deliver(message)
+
+        other.link._on_run = flaky
+        await until(lambda: _is(subscribers(redis_url, run_channel(redis_prefix, "r1")), 1))
+        owner.bus.publish("r1", [delta("r1", "first")], after_seq=0)
+        await until(lambda: _now(other.counters.get("redis_fallback") == 1))
+        assert "the redis link failed" in caplog.text
+        await until(lambda: _now(other.link.up is True))
+        await until(lambda: _is(subscribers(redis_url, run_channel(redis_prefix, "r1")), 1))
+        owner.bus.publish("r1", [delta("r1", "second")], after_seq=0)
+        assert (await next_item(remote)).event.payload == '{"text": "second"}'
 
 
 async def test_a_full_follower_buffer_pauses_instead_of_queueing(redis_url: str, redis_prefix: str) -> None:

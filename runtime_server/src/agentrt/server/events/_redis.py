@@ -231,6 +231,9 @@ class RedisLink:
                 await self._serve()
             except (RedisError, OSError, TimeoutError) as exc:
                 self._set_up(False, exc)
+            except Exception as exc:  # a bug: the link must outlive it (the store covers the gap)
+                log.error("the redis link failed; reconnecting", exc_info=exc)
+                self._set_up(False, exc)
             await self._close()
             failures = 1
 
