@@ -453,7 +453,9 @@ class Engine:
     async def on_wake(self, run_id: str) -> None:
         """Another replica recorded a signal or cancel for ``run_id``: act now, as renewals would.
 
-        A run this replica drives gets its pending cancel; one it does not is claimed if free.
+        A run this replica drives gets its pending cancel; one it does not is claimed if free. (A
+        signal queued while this replica still drives the run is applied when it is next taken:
+        a parked run with a queued signal is claimed by the poll loop.)
         """
         handle = self._runs.get(run_id)
         if handle is None:
@@ -463,23 +465,6 @@ class Engine:
         if record is not None and record.lease_owner == self.owner and record.cancel_requested_ms is not None:
             reason, by = record.cancel_reason or "cancelled", record.cancel_requested_by or ""
             signal_cancel(handle, reason, by, record.cancel_requested_ms)
-        elif handle.task is not None:
-            # A queued signal is applied when a driver takes the run; this one may be parking it
-            # right now, so take the run again the moment it lets go rather than at the next poll.
-            handle.task.add_done_callback(lambda _: self._wake_soon(run_id))
-
-    def _wake_soon(self, run_id: str) -> None:
-        if self._stopping:
-            return
-        task = asyncio.get_running_loop().create_task(self._rewake(run_id))
-        self._background.append(task)
-        task.add_done_callback(self._forget_background)
-
-    async def _rewake(self, run_id: str) -> None:
-        try:
-            await self.wake(run_id)
-        except Exception as exc:
-            log_failure(log, exc, "claiming a woken run failed")
 
     def _wake_owner(self, record: RunRecord) -> None:
         if self.wakes is not None and record.lease_owner and record.lease_owner != self.owner:
