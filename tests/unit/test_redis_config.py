@@ -169,3 +169,8 @@ def test_wire_round_trip_and_foreign_messages() -> None:
     ):
         assert decode_run_message(junk) is None
         assert decode_wake(junk) is None
+
+
+def test_a_password_given_directly_is_refused_without_being_echoed() -> None:
+    message = settings_error({"AGENTRT_REDIS__URL": "redis://h", "AGENTRT_REDIS__PASSWORD": "hunter2"})
+    assert "redis.password" in message and "hunter2" not in message
