@@ -60,3 +60,39 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'agentrt.sqlite'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+REDIS_TEST_URL = os.environ.get("AGENTRT_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The machine's Redis (fails under CI=true when it is missing, else skips)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(REDIS_TEST_URL)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), 2).close()
+    except OSError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Redis is required under CI=true: {exc}")
+        pytest.skip(f"Redis not available: {exc}")
+    return REDIS_TEST_URL
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A key prefix of this test's own: tests sharing one Redis never hear each other."""
+    return f"agentrt-test-{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+def redis_server_binary() -> None:
+    """Tests that start (and kill) their own redis-server need the binary."""
+    from agentrt.testing.redis_server import redis_server_available
+
+    if not redis_server_available():
+        if os.environ.get("CI") == "true":
+            pytest.fail("redis-server is required under CI=true")
+        pytest.skip("redis-server not installed")

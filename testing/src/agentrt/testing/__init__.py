@@ -13,6 +13,8 @@ Nothing in the product imports this package (a test walks the production modules
   through the real step loop, crashes them and hands them to a new owner, without a process.
 - :mod:`agentrt.testing.otlp`: :class:`~agentrt.testing.otlp.OtlpReceiver`, a real OTLP receiver
   (the collector's TraceService and MetricsService over gRPC, and OTLP/HTTP) keeping what it got.
+- :mod:`agentrt.testing.redis_server`: :class:`~agentrt.testing.redis_server.RedisServer`, a
+  ``redis-server`` of the test's own on a free port (ACL users, TLS), to kill and restart.
 - :class:`FakeModelServer`: an OpenAI- and Anthropic-compatible HTTP server speaking the real wire
   protocol from queued answers, and :class:`Exchange`, recorded exchanges loaded from JSON.
 

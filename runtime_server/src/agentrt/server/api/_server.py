@@ -16,13 +16,14 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.server.api._fanout import Fanout, build_bus, check_redis
 from agentrt.server.api._interceptor import AuthInterceptor
 from agentrt.server.api._servicer import RuntimeServicer
 from agentrt.server.api._tool_hosts import ToolHostSet
 from agentrt.server.auth import Authentication, build_authentication, local_principal
 from agentrt.server.config import ConfigError, ModelConfig, Settings
 from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
-from agentrt.server.events import EventBus
+from agentrt.server.events import RedisEventBus
 from agentrt.server.models import ModelConfigError, ModelRegistry, ModelSpecData, get_model_plugin_manager
 from agentrt.server.store import SchemaNotCurrent, Store, describe_database_error, load_cipher
 from agentrt.server.telemetry import GaugeCounts, RuntimeMetrics, setup_tracing, shutdown_tracing
@@ -45,10 +46,8 @@ class RuntimeServer:
         self.settings = settings
         self.metrics: RuntimeMetrics | None = None
         self.metrics_address = ""
-        self.bus = EventBus(
-            buffer_events=settings.streams.follower_buffer_events,
-            buffer_bytes=settings.streams.follower_buffer_bytes,
-        )
+        self.bus = build_bus(settings)
+        self.fanout: Fanout | None = None  # the Redis fan-out, with [redis]
         limits = settings.tool_limits
         self.tools = ToolRouter(
             slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls),
@@ -84,6 +83,7 @@ class RuntimeServer:
         self.metrics = RuntimeMetrics.build(settings.metrics)
         self.metrics_address = self.metrics.start_endpoint()
         self.tools.signer = _grant_signer(settings)
+        redis_password = check_redis(settings.redis) if settings.redis.enabled else None
         self.tools.counters = self.metrics.counters
         self.hosts = ToolHostSet(router=self.tools, settings=settings, ledger_keep_s=_ledger_keep_s(settings))
         await self.hosts.start()
@@ -111,6 +111,16 @@ class RuntimeServer:
             settings=settings,
             counters=self.metrics.counters,
         )
+        if isinstance(self.bus, RedisEventBus):
+            self.fanout = await Fanout.start(
+                settings.redis,
+                password=redis_password,
+                bus=self.bus,
+                engine=self.engine,
+                counters=self.metrics.counters,
+                tools=self.tools,
+            )
+            self.metrics.redis_up = lambda: self.fanout.up if self.fanout is not None else None
         self.server = grpc.aio.server(
             # Tracing first: the RPC's span (under the caller's traceparent) covers its authentication.
             interceptors=[
@@ -139,6 +149,8 @@ class RuntimeServer:
             raise ConfigError(f"cannot listen on {settings.listen}: {exc}") from exc
         await self.server.start()
         await self.engine.start()
+        if self.fanout is not None:
+            self.fanout.serve_wakes(self.engine)
         self._watch_gauges(self.metrics, self.engine, self.store)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -157,6 +169,8 @@ class RuntimeServer:
             await self.engine.stop(grace_s=self.settings.grace_s)
         if self.server is not None:
             await self.server.stop(self.settings.rpc_grace_s)
+        if self.fanout is not None:  # after the RPCs: their followers hear the runs' next owners
+            await self.fanout.close()
         await self.tools.close()
         if self.hosts is not None:
             await self.hosts.stop()

@@ -15,8 +15,9 @@ last event delivered (an event and its row move in one transaction). From that p
 - with ``stop_at_wait`` (RunAgent) a run waiting for something outside itself
   ends the stream with a ``run.waiting`` item saying what;
 - otherwise live items follow. Live items at or below the last delivered seq are
-  dropped; a gap, a paused (overfull) subscription or an idle second sends the
-  follower back to the row and the store, which also covers other replicas. So does
+  dropped; a gap, a paused (overfull) subscription, a nudge (another replica committed
+  that seq; ``[redis]``) or an idle second sends the follower back to the row and the
+  store, which also covers other replicas (and Redis being down). So does
   ``run.ended``: the row after it says whether a tail follows.
 
 Memory: replay pages are bounded in bytes as well as rows, and the live buffer is
@@ -234,6 +235,10 @@ class Follower:
             if live is None:
                 return  # idle for a while, or paused: back to the store
             item = live.event
+            if live.nudge:
+                if item.seq > last:
+                    return  # committed on another replica: the store has it
+                continue
             if item.seq == 0:
                 # A delta belongs right after the event it was published after; elsewhere it would
                 # be out of order, so a follower that is not exactly there skips it.

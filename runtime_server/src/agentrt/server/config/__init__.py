@@ -24,6 +24,7 @@ from agentrt.server.config._limits import (
 )
 from agentrt.server.config._logging import LoggingConfig
 from agentrt.server.config._metrics import MetricsConfig
+from agentrt.server.config._redis import RedisConfig
 from agentrt.server.config._security import (
     ROLES,
     ApproverScopeConfig,
@@ -94,6 +95,7 @@ __all__ = [
     "PayloadsConfig",
     "PriceConfig",
     "ReconcileConfig",
+    "RedisConfig",
     "RetentionConfig",
     "Role",
     "Settings",

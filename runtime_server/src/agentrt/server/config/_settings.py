@@ -31,6 +31,7 @@ from agentrt.server.config._limits import (
 )
 from agentrt.server.config._logging import LoggingConfig
 from agentrt.server.config._metrics import MetricsConfig
+from agentrt.server.config._redis import RedisConfig
 from agentrt.server.config._security import (
     AuthConfig,
     EncryptionConfig,
@@ -326,6 +327,7 @@ class Settings(_Strict):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    redis: RedisConfig = Field(default_factory=RedisConfig)  # cross-replica fan-out; off by default
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
 
@@ -420,6 +422,7 @@ _CLIENT_ENV = frozenset(
         "AGENTRT_FAULT_POINT",
         "AGENTRT_TOOLHOST_FAULT",
         "AGENTRT_TEST_PG",
+        "AGENTRT_TEST_REDIS",
         "AGENTRT_BENCH_PG",
         # The fuzz tests' example count and seed (tests/fuzz, bench/fuzz_rpcs.py).
         "AGENTRT_FUZZ_EXAMPLES",

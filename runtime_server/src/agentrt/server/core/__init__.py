@@ -141,6 +141,7 @@ from agentrt.server.core._events import (
     VariablesSet,
     VariableValue,
 )
+from agentrt.server.core._fanout import LinkChange, link_change, reconnect_delay_s
 from agentrt.server.core._faults import (
     FAULT_PARK_S,
     EnvironmentalRetry,
@@ -318,6 +319,7 @@ __all__ = [
     "LeaseLost",
     "LedgerSilence",
     "LedgerWord",
+    "LinkChange",
     "LoopPolicy",
     "LoopTracker",
     "ModelCompleted",
@@ -423,6 +425,7 @@ __all__ = [
     "is_budget_pause",
     "is_unauthorized_pause",
     "lease_lapsed",
+    "link_change",
     "loads_bounded",
     "micros_to_usd",
     "nesting_depth",
@@ -435,6 +438,7 @@ __all__ = [
     "price_micros",
     "prompt_estimate",
     "reconcile_delay_ms",
+    "reconnect_delay_s",
     "redact_secrets",
     "replay",
     "restore_checkpoint",

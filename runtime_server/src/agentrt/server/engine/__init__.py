@@ -40,6 +40,7 @@ from agentrt.server.engine._retention import (
     ledger_keep_bound_s,
 )
 from agentrt.server.engine._run import RunHandle, signal_cancel
+from agentrt.server.engine._wakes import ChannelWakes, WakeInbox, WakeSender
 
 __all__ = [
     "LEDGER_RECONCILE_HORIZON_S",
@@ -47,6 +48,7 @@ __all__ = [
     "RUNTIME_VERSION",
     "STATE_VERSION",
     "BoundModel",
+    "ChannelWakes",
     "ChildRuns",
     "Counters",
     "Engine",
@@ -64,6 +66,8 @@ __all__ = [
     "RunLog",
     "StartRequest",
     "ToolPort",
+    "WakeInbox",
+    "WakeSender",
     "bind_model",
     "build_pruner",
     "drive_contained",

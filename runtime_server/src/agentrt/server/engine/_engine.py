@@ -45,6 +45,7 @@ from agentrt.server.engine._ports import Fresh, Ports, StartRequest
 from agentrt.server.engine._request_keys import same_request
 from agentrt.server.engine._retention import RetentionJob, build_pruner
 from agentrt.server.engine._run import RunHandle, signal_cancel
+from agentrt.server.engine._wakes import WakeSender
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
@@ -108,8 +109,10 @@ class Engine:
         rand: Callable[[], float] = random.random,
         faults: FaultPlan | None = None,
         policies: Policies | None = None,
+        wakes: WakeSender | None = None,
     ):
         self.store = store
+        self.wakes = wakes  # wakes another replica's run at once ([redis]); None: renewals only
         self.payloads = store.payload_store(
             mode=settings.payloads.store, root=Path(settings.data_dir) / "payloads"
         )
@@ -415,8 +418,10 @@ class Engine:
                 record.cancel_requested_by or "",
                 record.cancel_requested_ms or self.now_ms(),
             )
-        elif not self._stopping:
-            await self._claim_and_launch(run_ids=[run_id])
+        else:
+            self._wake_owner(record)
+            if not self._stopping:
+                await self._claim_and_launch(run_ids=[run_id])
         return record
 
     async def send_signal(
@@ -459,12 +464,35 @@ class Engine:
                 f"run {record.run_id} changed while deciding", metadata={"run_id": record.run_id}
             )
         await self.wake(record.run_id)
-        return await self.store.get_run(record.run_id, tenant_id=record.tenant_id) or record
+        updated = await self.store.get_run(record.run_id, tenant_id=record.tenant_id) or record
+        if record.run_id not in self._runs:
+            self._wake_owner(updated)
+        return updated
 
     async def wake(self, run_id: str) -> None:
         """Take a parked or paused run now (a signal for it was queued) if it is free."""
         if run_id not in self._runs and not self._stopping:
             await self._claim_and_launch(run_ids=[run_id])
+
+    async def on_wake(self, run_id: str) -> None:
+        """Another replica recorded a signal or cancel for ``run_id``: act now, as renewals would.
+
+        A run this replica drives gets its pending cancel; one it does not is claimed if free. (A
+        signal queued while this replica still drives the run is applied when it is next taken:
+        a parked run with a queued signal is claimed by the poll loop.)
+        """
+        handle = self._runs.get(run_id)
+        if handle is None:
+            await self.wake(run_id)
+            return
+        record = await self.store.get_run(run_id)
+        if record is not None and record.lease_owner == self.owner and record.cancel_requested_ms is not None:
+            reason, by = record.cancel_reason or "cancelled", record.cancel_requested_by or ""
+            signal_cancel(handle, reason, by, record.cancel_requested_ms)
+
+    def _wake_owner(self, record: RunRecord) -> None:
+        if self.wakes is not None and record.lease_owner and record.lease_owner != self.owner:
+            self.wakes.wake_owner(record.run_id, record.lease_owner)
 
     # -- ownership ----------------------------------------------------------------------------------
 

@@ -10,6 +10,10 @@ subscriber as the same object, so many subscribers of one run share its payloads
 A live-only item (a model text delta, seq 0) is stamped with the seq of the last
 persisted event before it (``after_seq``), so a reader can tell whether the delta
 still belongs where it stands in its own sequence.
+
+With ``[redis]`` on, :class:`~agentrt.server.events.RedisEventBus` extends this bus across
+replicas: what a run's owner publishes elsewhere arrives as deltas and *nudges* (a seq the
+store now has, without content: persisted facts are only ever read from the store).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class LiveItem:
 
     event: StoredEvent
     after_seq: int | None = None  # live-only items: seq of the last persisted event before it, if known
+    # From another replica (events/_fanout): "the store has the event of this seq", no content.
+    nudge: bool = False
 
 
 class Subscription:

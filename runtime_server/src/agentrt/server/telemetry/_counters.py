@@ -51,6 +51,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     # A tool host's tools listed again (it reconnected, or its listing changed) or a failed
     # ListTools; attributes ``host`` and ``outcome`` (changed, unchanged, failed).
     "tool_host_relist_count",
+    "redis_fallback",  # the Redis fan-out went down: replicas fell back to store polling
+    "redis_dropped",  # fan-out messages dropped because too many waited to go out
 )
 
 OTHER = "other"

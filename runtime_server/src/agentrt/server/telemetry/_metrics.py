@@ -40,6 +40,7 @@ GAUGES: Mapping[str, str] = {
     "agentrt.runs.needing_attention": "Runs whose wait was escalated to a person (cached)",
     "agentrt.leases.owned": "Runs this process holds the lease of",
     "agentrt.streams.followers": "Open event streams following a run live",
+    "agentrt.redis.up": "1 while the Redis fan-out is up, 0 while on store polling (absent without [redis])",
 }
 
 
@@ -70,6 +71,7 @@ class RuntimeMetrics:
         self.server: MetricsServer | None = None
         self._counts = GaugeCounts()
         self._live: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        self.redis_up: Callable[[], bool | None] = lambda: None  # set when [redis] is on
         self._refresher: asyncio.Task[None] | None = None
         if meter is not None:
             self._gauges(meter)
@@ -132,6 +134,12 @@ class RuntimeMetrics:
             provider, self._provider = self._provider, None
             await asyncio.to_thread(provider.shutdown)
 
+    def _redis_up(self, _: Any) -> Iterable[Any]:
+        from opentelemetry.metrics import Observation
+
+        up = self.redis_up()
+        return [] if up is None else [Observation(int(up))]
+
     def _gauges(self, meter: Any) -> None:
         from opentelemetry.metrics import CallbackOptions, Observation
 
@@ -147,6 +155,7 @@ class RuntimeMetrics:
             "agentrt.runs.needing_attention": one(lambda: self._counts.needing_attention),
             "agentrt.leases.owned": one(lambda: self._live()[0]),
             "agentrt.streams.followers": one(lambda: self._live()[1]),
+            "agentrt.redis.up": self._redis_up,
         }
         for name, description in GAUGES.items():
             meter.create_observable_gauge(name, callbacks=[readers[name]], unit="1", description=description)

@@ -1,0 +1,194 @@
+"""Tool concurrency limits across replicas, counted in Redis (``[redis] tool_limits = "global"``).
+
+A limited tool's slots are one sorted set in Redis (``{prefix}slots:{tool}``): each member is a
+call holding a slot, scored by when its hold expires (Redis's own clock, in a script, so replica
+clocks do not matter). Taking a slot is one script call that first forgets expired holds; a held
+slot is renewed every third of ``slot_lease_s``, and given back when the call ends. A replica
+killed mid-call leaks nothing for longer than ``slot_lease_s``.
+
+The process's own limit still applies first (:class:`ToolSlots`), so a replica never asks Redis
+for more than it could run. While Redis cannot be reached a call is limited by that process
+limit alone (logged once per transition): the limit fails open to N replicas x the limit rather
+than failing calls on a Redis outage.
+
+Cost: two round trips per limited call (take, give back), one per ``slot_lease_s / 3`` of a long
+call, and while every slot is taken a retry every ``poll_s`` (10 ms growing to 200 ms) until one
+frees up or the call's deadline passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from redis.exceptions import NoPermissionError, RedisError
+
+from agentrt.server.tools._slots import SlotTimeout, ToolSlots
+
+__all__ = ["SharedToolSlots", "SlotsNotPermitted"]
+
+log = logging.getLogger("agentrt.tools")
+
+# KEYS[1] the tool's set; ARGV: limit, holder, lease ms. 1 when the slot was taken.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[3]))
+  return 1
+end
+return 0
+"""
+# KEYS[1] the tool's set; ARGV: holder, lease ms. 1 while the hold is still there.
+_RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], 2 * tonumber(ARGV[2]))
+  return 1
+end
+return 0
+"""
+_FIRST_POLL_S = 0.01
+_MAX_POLL_S = 0.2
+
+
+class SlotsNotPermitted(Exception):
+    """The ACL denies the commands the global limits run (a configuration fault, not an outage)."""
+
+
+class SharedToolSlots(ToolSlots):
+    """:class:`ToolSlots` whose limits hold across every replica sharing one Redis.
+
+    Args:
+        client: A redis-py asyncio client (its own connection pool).
+        key_prefix: ``[redis] key_prefix``.
+        lease_s: How long a hold lasts without renewal (a killed replica's holds end then).
+        command_timeout_s: A Redis command taking longer counts as Redis being unreachable.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Any,
+        key_prefix: str,
+        lease_s: float = 30.0,
+        command_timeout_s: float = 2.0,
+        limits: Mapping[str, int] | None = None,
+        default: int = 0,
+    ) -> None:
+        super().__init__(limits=limits, default=default)
+        self._client = client
+        self._prefix = key_prefix
+        self._lease_ms = int(lease_s * 1000)
+        self._command_timeout_s = command_timeout_s
+        self._take = client.register_script(_TAKE)
+        self._renew = client.register_script(_RENEW)
+        self.reachable = True  # False while calls are limited per process only
+
+    @classmethod
+    def replacing(cls, slots: ToolSlots, **options: Any) -> SharedToolSlots:
+        """The shared version of ``slots``, with the same per-process limits."""
+        return cls(limits=slots._limits, default=slots._default, **options)
+
+    async def check(self) -> None:
+        """Take and give back a slot of no tool, so a missing ACL permission fails the start.
+
+        An unreachable Redis is not an error here: calls fall back to the process limit.
+
+        Raises:
+            SlotsNotPermitted: the ACL denies a command or key the limits need.
+        """
+        key, holder = f"{self._prefix}slots:", uuid.uuid4().hex  # no tool has an empty name
+        try:
+            async with asyncio.timeout(self._command_timeout_s):
+                await self._take(keys=[key], args=[1, holder, self._lease_ms])
+                await self._renew(keys=[key], args=[holder, self._lease_ms])
+                await self._client.zrem(key, holder)
+        except NoPermissionError:
+            raise SlotsNotPermitted(
+                f"the ACL denies the global tool limits' commands on keys {self._prefix}* (README, Redis)"
+            ) from None
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._note_reachable(False, exc)
+
+    @asynccontextmanager
+    async def hold(self, tool: str, limit: int, timeout_s: float) -> AsyncIterator[float]:
+        started = time.monotonic()
+        async with super().hold(tool, limit, timeout_s):
+            key = f"{self._prefix}slots:{tool}"
+            holder = uuid.uuid4().hex
+            deadline = started + timeout_s
+            taken = await self._wait_for_slot(key, holder, tool, limit, deadline)
+            renewing = asyncio.create_task(self._keep(key, holder)) if taken else None
+            try:
+                yield time.monotonic() - started
+            finally:
+                if renewing is not None:
+                    renewing.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await renewing
+                    await self._give_back(key, holder)
+
+    async def _wait_for_slot(self, key: str, holder: str, tool: str, limit: int, deadline: float) -> bool:
+        """True once a shared slot is held; False when Redis is unreachable (process limit only).
+
+        Raises:
+            SlotTimeout: every slot stayed taken until the deadline.
+        """
+        poll_s = _FIRST_POLL_S
+        while True:
+            try:
+                async with asyncio.timeout(self._command_timeout_s):
+                    took = await self._take(keys=[key], args=[limit, holder, self._lease_ms])
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._note_reachable(False, exc)
+                return False
+            self._note_reachable(True)
+            if took == 1:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SlotTimeout(
+                    f"no free slot of tool {tool!r} (at most {limit} calls at once over all replicas) "
+                    "before the call's deadline"
+                )
+            await asyncio.sleep(min(poll_s, left))
+            poll_s = min(_MAX_POLL_S, poll_s * 2)
+
+    async def _keep(self, key: str, holder: str) -> None:
+        while True:
+            await asyncio.sleep(self._lease_ms / 3000)
+            with contextlib.suppress(RedisError, OSError, TimeoutError):  # a lost hold only over-admits
+                async with asyncio.timeout(self._command_timeout_s):
+                    await self._renew(keys=[key], args=[holder, self._lease_ms])
+
+    async def _give_back(self, key: str, holder: str) -> None:
+        with contextlib.suppress(RedisError, OSError, TimeoutError):  # it expires with its lease
+            async with asyncio.timeout(self._command_timeout_s):
+                await self._client.zrem(key, holder)
+
+    def _note_reachable(self, reachable: bool, exc: BaseException | None = None) -> None:
+        if reachable == self.reachable:
+            return
+        self.reachable = reachable
+        if reachable:
+            log.info("global tool limits: Redis is reachable again; limits hold over all replicas")
+        else:
+            log.warning(
+                "global tool limits: Redis is unreachable (%s); each replica limits its own calls only",
+                type(exc).__name__,
+            )
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._client.aclose()
