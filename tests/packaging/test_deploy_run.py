@@ -46,6 +46,8 @@ def test_a_runtime_and_tool_host_on_the_deploy_files_complete_a_run_over_mtls(
     secrets: Path,
     pg_url: str,
     pg_database: str,
+    redis_url: str,
+    redis_prefix: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -76,6 +78,9 @@ def test_a_runtime_and_tool_host_on_the_deploy_files_complete_a_run_over_mtls(
         assert tomllib.loads(config.read_text())["tool_hosts"][0]["server_name"] == "agentrt-toolhost"
         env = {**os.environ, "AGENTRT_DB_URL": pg_url, "AGENTRT_DATA_DIR": str(tmp_path / "runtime-data")}
         env |= {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
+        # The [redis] of the file, pointed at this machine's Redis as a cluster's env does it.
+        assert tomllib.loads(config.read_text())["redis"]["url"] == "redis://redis:6379/0"
+        env |= {"AGENTRT_REDIS__URL": redis_url, "AGENTRT_REDIS__KEY_PREFIX": redis_prefix}
         # The assistant agent's key, checked at start; the scripted agent below never uses it.
         env["OPENAI_API_KEY"] = "not-used-by-the-scripted-agent"
         # The servers run with migrate = "check": the schema first, as the migration Job does it.
