@@ -11,10 +11,11 @@ synchronous=FULL) and PostgreSQL it prints:
 
 Run: ``make bench`` (or ``python bench/step_loop.py --runs 200 --concurrent 100 --bursts 5``).
 ``--encrypt`` turns on payload encryption at rest (a fresh key file, ``[encryption] key_file``).
-``--tracing`` runs each backend again with tracing on in the runtime and the tool host (100%
+``--tracing`` also runs each backend with tracing on in a second runtime and tool host (100%
 sampling, OTLP/gRPC to agentrt.testing's receiver in a process of its own, set by OTEL_*
-variables alone, on a fresh database) and prints the per-step time with tracing off against on
-(issue 17 targets <= +10%).
+variables alone, on a database of its own), side by side: runs alternate between the two, so
+both meet the same moments of a noisy machine. It prints the per-step time and CPU with tracing
+off against on (issue 17 targets <= +10%).
 Prints figures; asserts nothing.
 """
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -130,20 +134,24 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def bench_backend(
-    name: str,
-    db_url: str,
-    floor_s: float,
-    work: Path,
-    args: argparse.Namespace,
-    *,
-    otel: dict[str, str] | None = None,
-) -> tuple[float, float]:
-    """Print the backend's figures; returns its mean seconds per step (sequential runs) and the
-    runtime's and tool host's CPU milliseconds per step."""
+@dataclasses.dataclass
+class Figures:
+    """What one configuration measured: per-run seconds, burst seconds, CPU seconds, peak RSS."""
+
+    sequential: list[float] = dataclasses.field(default_factory=list)
+    bursts: list[float] = dataclasses.field(default_factory=list)
+    cpu: tuple[float, float] = (0.0, 0.0)  # runtime, tool host
+    rss_mb: float = float("nan")
+
+
+@contextlib.contextmanager
+def serving(
+    db_url: str, work: Path, args: argparse.Namespace, *, otel: dict[str, str] | None = None
+) -> Iterator[tuple[str, tuple[int, int]]]:
+    """A tool host and a runtime on ``db_url``: (the runtime's address, (runtime pid, host pid))."""
     key_file = None
     if args.encrypt:
-        key_file = work / "keys.json"
+        key_file = work / f"keys-{uuid.uuid4().hex[:8]}.json"
         write_key_file(key_file)
     # The tool host inherits this process's environment: OTEL_* reach it (and the runtime) so.
     saved = {key: os.environ.get(key) for key in otel or {}}
@@ -154,24 +162,54 @@ def bench_backend(
         ) as host:
             env = runtime_env(db_url, host.address, key_file=key_file)
             with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
-                pids = (runtime.process.pid, host.process.pid)
-                cpu_before = [cpu_s(pid) for pid in pids]
-                sequential, bursts = asyncio.run(
-                    measure(runtime.address, args.runs, args.concurrent, args.bursts)
-                )
-                cpu = [cpu_s(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
-                rss = peak_rss_mb(runtime.process.pid)
+                for key, value in saved.items():  # what is spawned next starts as it would have
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+                saved = {}
+                yield runtime.address, (runtime.process.pid, host.process.pid)
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    ordered = sorted(sequential)
+
+
+async def measure_side_by_side(
+    addresses: list[str], runs: int, concurrent: int, bursts: int
+) -> list[Figures]:
+    """Interleaved: one run on each runtime in turn (the order flips every round), then bursts in
+    turn, so every configuration meets the same moments of a noisy machine."""
+    figures = [Figures() for _ in addresses]
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(AsyncClient(address, timeout=60)) for address in addresses]
+        for client in clients:
+            for _ in range(WARM_UP_RUNS):
+                await one_run(client)
+        order = list(range(len(clients)))
+        for _ in range(runs):
+            for i in order:
+                figures[i].sequential.append(await one_run(clients[i]))
+            order.reverse()
+        for _ in range(bursts):
+            for i in order:
+                begun = time.perf_counter()
+                await asyncio.gather(*(one_run(clients[i]) for _ in range(concurrent)))
+                figures[i].bursts.append(time.perf_counter() - begun)
+            order.reverse()
+    return figures
+
+
+def report(name: str, figures: Figures, floor_s: float, args: argparse.Namespace) -> tuple[float, float]:
+    """Print one configuration's figures; returns its mean seconds per step (sequential runs) and
+    the runtime's and tool host's CPU milliseconds per step."""
+    ordered = sorted(figures.sequential)
     p50 = statistics.median(ordered)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    per_step = statistics.mean(sequential) / STEPS_PER_RUN
-    rates = sorted(args.concurrent * STEPS_PER_RUN / seconds for seconds in bursts)
+    per_step = statistics.mean(figures.sequential) / STEPS_PER_RUN
+    rates = sorted(args.concurrent * STEPS_PER_RUN / seconds for seconds in figures.bursts)
     rate = statistics.median(rates)
     print(f"\n== {name}{', payloads encrypted at rest' if args.encrypt else ''}")
     print(f"floor: bare INSERT+COMMIT            {floor_s * 1000:8.3f} ms")
@@ -181,46 +219,71 @@ def bench_backend(
         f"({per_step / floor_s:4.1f}x floor)"
     )
     spread = f"median of {len(rates)} bursts, {rates[0]:.0f}-{rates[-1]:.0f}" if len(rates) > 1 else ""
-    spread = spread or f"{bursts[0]:.2f} s"
+    spread = spread or f"{figures.bursts[0]:.2f} s"
     print(f"concurrent {args.concurrent} runs:            {rate:8.0f} steps/s  ({spread})")
-    print(f"runtime peak RSS:                  {rss:8.1f} MB")
+    print(f"runtime peak RSS:                  {figures.rss_mb:8.1f} MB")
     steps = (WARM_UP_RUNS + args.runs + args.bursts * args.concurrent) * STEPS_PER_RUN
-    cpu_ms = [seconds * 1000 / steps for seconds in cpu]
+    cpu_ms = [seconds * 1000 / steps for seconds in figures.cpu]
     print(f"CPU per step: runtime {cpu_ms[0]:.3f} ms, tool host {cpu_ms[1]:.3f} ms (all passes)")
     return per_step, sum(cpu_ms)
 
 
-def bench_with_tracing(
+def bench_backend(
     name: str, db_urls: tuple[str, str], floor_s: float, work: Path, args: argparse.Namespace
 ) -> None:
-    """The backend untraced, then (with ``--tracing``) traced; the second URL is for the traced pass."""
-    off, off_cpu = bench_backend(name, db_urls[0], floor_s, work, args)
+    """The backend untraced and, with ``--tracing``, traced side by side (the second URL, a
+    database of its own), then the overhead."""
+    sink = None
+    try:
+        with contextlib.ExitStack() as stack:
+            stacks = [stack.enter_context(serving(db_urls[0], work, args))]
+            if args.tracing:
+                # The receiver (a collector's stand-in) runs in its own process, not under the
+                # client's GIL.
+                sink = subprocess.Popen(
+                    [sys.executable, str(Path(__file__).with_name("_otlp_sink.py"))],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                assert sink.stdout is not None
+                endpoints = {"grpc": sink.stdout.readline().strip()}
+                endpoints["http/protobuf"] = sink.stdout.readline().strip()
+                otel = {
+                    "OTEL_TRACES_EXPORTER": "otlp",
+                    "OTEL_EXPORTER_OTLP_PROTOCOL": args.otlp_protocol,
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": endpoints[args.otlp_protocol],
+                    "OTEL_TRACES_SAMPLER": args.sampler,
+                    "OTEL_TRACES_SAMPLER_ARG": str(args.sampler_arg),
+                }
+                stacks.append(stack.enter_context(serving(db_urls[1], work, args, otel=otel)))
+            pids = [pid for _, pair in stacks for pid in pair]
+            before = [cpu_s(pid) for pid in pids]
+            figures = asyncio.run(
+                measure_side_by_side(
+                    [address for address, _ in stacks], args.runs, args.concurrent, args.bursts
+                )
+            )
+            used = [cpu_s(pid) - b for pid, b in zip(pids, before, strict=True)]
+            for i, (_, (runtime_pid, _)) in enumerate(stacks):
+                figures[i].cpu = (used[2 * i], used[2 * i + 1])
+                figures[i].rss_mb = peak_rss_mb(runtime_pid)
+    finally:
+        spans = 0
+        if sink is not None:
+            assert sink.stdin is not None and sink.stdout is not None
+            sink.stdin.close()
+            spans = int(sink.stdout.readline() or 0)
+            sink.wait(timeout=30)
+    off, off_cpu = report(name, figures[0], floor_s, args)
     if not args.tracing:
         return
-    # The receiver (a collector's stand-in) runs in its own process, not under the client's GIL.
-    sink = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("_otlp_sink.py"))],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert sink.stdin is not None and sink.stdout is not None
-    try:
-        otel = {
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_EXPORTER_OTLP_ENDPOINT": sink.stdout.readline().strip(),
-            "OTEL_TRACES_SAMPLER": "always_on",
-        }
-        traced = f"{name}, tracing on (100% sampled, OTLP/gRPC to a local receiver process)"
-        on, on_cpu = bench_backend(traced, db_urls[1], floor_s, work, args, otel=otel)
-    finally:
-        sink.stdin.close()
-        spans = int(sink.stdout.readline() or 0)
-        sink.wait(timeout=30)
+    sampled = "100% sampled" if args.sampler == "always_on" else f"{args.sampler} {args.sampler_arg:g}"
+    traced = f"{name}, tracing on ({sampled}, OTLP {args.otlp_protocol} to a local receiver process)"
+    on, on_cpu = report(traced, figures[1], floor_s, args)
     print(
-        f"tracing overhead per step: {off * 1000:.3f} ms off, {on * 1000:.3f} ms on "
-        f"({(on / off - 1) * 100:+.1f}%; target <= +10%), {spans} spans received"
+        f"tracing overhead per step (runs interleaved with the untraced ones): {off * 1000:.3f} ms off, "
+        f"{on * 1000:.3f} ms on ({(on / off - 1) * 100:+.1f}%; target <= +10%), {spans} spans received"
     )
     print(
         f"tracing overhead in CPU per step (runtime + tool host): {off_cpu:.3f} ms off, "
@@ -244,6 +307,9 @@ def main() -> None:
     parser.add_argument(
         "--tracing", action="store_true", help="also run traced (100%% sampling, OTLP) and print the overhead"
     )
+    parser.add_argument("--otlp-protocol", choices=["grpc", "http/protobuf"], default="grpc")
+    parser.add_argument("--sampler", default="always_on", help="OTEL_TRACES_SAMPLER of the traced pass")
+    parser.add_argument("--sampler-arg", type=float, default=1.0, help="OTEL_TRACES_SAMPLER_ARG")
     args = parser.parse_args()
     print(
         f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "
@@ -254,7 +320,7 @@ def main() -> None:
         if not args.skip_sqlite:
             floor = floor_sqlite(work / "floor.sqlite", args.floor_commits)
             urls = (f"sqlite:///{work / 'bench.sqlite'}", f"sqlite:///{work / 'bench-traced.sqlite'}")
-            bench_with_tracing("sqlite (WAL, synchronous=FULL)", urls, floor, work, args)
+            bench_backend("sqlite (WAL, synchronous=FULL)", urls, floor, work, args)
         if args.skip_postgres:
             return
         # Two databases: the traced pass starts as empty as the untraced one did.
@@ -266,7 +332,7 @@ def main() -> None:
         url, traced_url = (f"{base}/{name}" for name in names)
         try:
             floor = floor_postgres(url, args.floor_commits)
-            bench_with_tracing("postgresql (local)", (url, traced_url), floor, work, args)
+            bench_backend("postgresql (local)", (url, traced_url), floor, work, args)
         finally:
             with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
                 for name in names:
