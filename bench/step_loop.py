@@ -15,7 +15,8 @@ Run: ``make bench`` (or ``python bench/step_loop.py --runs 200 --concurrent 100 
 sampling, OTLP/gRPC to agentrt.testing's receiver in a process of its own, set by OTEL_*
 variables alone, on a database of its own), side by side: runs alternate between the two, so
 both meet the same moments of a noisy machine. It prints the per-step time and CPU with tracing
-off against on (issue 17 targets <= +10%).
+off against on (issue 17 targets <= +10%). ``--against CHECKOUT`` runs that checkout's runtime and
+tool host (its .venv) side by side with this one's, untraced: a before/after on the same moments.
 Prints figures; asserts nothing.
 """
 
@@ -146,9 +147,15 @@ class Figures:
 
 @contextlib.contextmanager
 def serving(
-    db_url: str, work: Path, args: argparse.Namespace, *, otel: dict[str, str] | None = None
+    db_url: str,
+    work: Path,
+    args: argparse.Namespace,
+    *,
+    otel: dict[str, str] | None = None,
+    python: str = "",
 ) -> Iterator[tuple[str, tuple[int, int]]]:
-    """A tool host and a runtime on ``db_url``: (the runtime's address, (runtime pid, host pid))."""
+    """A tool host and a runtime on ``db_url`` (run by ``python``, default this interpreter):
+    (the runtime's address, (runtime pid, host pid))."""
     key_file = None
     if args.encrypt:
         key_file = work / f"keys-{uuid.uuid4().hex[:8]}.json"
@@ -158,10 +165,10 @@ def serving(
     os.environ.update(otel or {})
     try:
         with spawn_tool_host(
-            work / f"host-{uuid.uuid4().hex[:8]}", plugins=["agentrt.plugins.demo_tools"]
+            work / f"host-{uuid.uuid4().hex[:8]}", plugins=["agentrt.plugins.demo_tools"], python=python
         ) as host:
             env = runtime_env(db_url, host.address, key_file=key_file)
-            with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
+            with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env, python=python) as runtime:
                 for key, value in saved.items():  # what is spawned next starts as it would have
                     if value is None:
                         os.environ.pop(key, None)
@@ -237,7 +244,10 @@ def bench_backend(
     try:
         with contextlib.ExitStack() as stack:
             stacks = [stack.enter_context(serving(db_urls[0], work, args))]
-            if args.tracing:
+            if args.against:
+                python = str(Path(args.against).resolve() / ".venv" / "bin" / "python")
+                stacks.append(stack.enter_context(serving(db_urls[1], work, args, python=python)))
+            elif args.tracing:
                 # The receiver (a collector's stand-in) runs in its own process, not under the
                 # client's GIL.
                 sink = subprocess.Popen(
@@ -276,6 +286,14 @@ def bench_backend(
             spans = int(sink.stdout.readline() or 0)
             sink.wait(timeout=30)
     off, off_cpu = report(name, figures[0], floor_s, args)
+    if args.against:
+        before, before_cpu = report(f"{name}, {args.against}", figures[1], floor_s, args)
+        print(
+            f"this checkout against {args.against} (runs interleaved): {off * 1000:.3f} ms/step against "
+            f"{before * 1000:.3f} ({(off / before - 1) * 100:+.1f}%), CPU {off_cpu:.3f} ms/step against "
+            f"{before_cpu:.3f} ({(off_cpu / before_cpu - 1) * 100:+.1f}%)"
+        )
+        return
     if not args.tracing:
         return
     sampled = "100% sampled" if args.sampler == "always_on" else f"{args.sampler} {args.sampler_arg:g}"
@@ -307,10 +325,19 @@ def main() -> None:
     parser.add_argument(
         "--tracing", action="store_true", help="also run traced (100%% sampling, OTLP) and print the overhead"
     )
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="run another checkout's runtime and tool host (its .venv) side by side, untraced",
+    )
     parser.add_argument("--otlp-protocol", choices=["grpc", "http/protobuf"], default="grpc")
     parser.add_argument("--sampler", default="always_on", help="OTEL_TRACES_SAMPLER of the traced pass")
     parser.add_argument("--sampler-arg", type=float, default=1.0, help="OTEL_TRACES_SAMPLER_ARG")
     args = parser.parse_args()
+    if args.against and args.tracing:
+        parser.error("--against compares two checkouts untraced: leave out --tracing")
+    if args.against and not (Path(args.against) / ".venv" / "bin" / "python").exists():
+        parser.error(f"--against {args.against}: no .venv/bin/python there (make .venv/.installed in it)")
     print(
         f"agentrt step-loop benchmark: K={K} no-op tool calls per run ({STEPS_PER_RUN} steps), "
         f"tool host and runtime as real processes, {os.cpu_count()} cores"
@@ -319,20 +346,20 @@ def main() -> None:
         work = Path(tmp)
         if not args.skip_sqlite:
             floor = floor_sqlite(work / "floor.sqlite", args.floor_commits)
-            urls = (f"sqlite:///{work / 'bench.sqlite'}", f"sqlite:///{work / 'bench-traced.sqlite'}")
+            urls = (f"sqlite:///{work / 'bench.sqlite'}", f"sqlite:///{work / 'bench-2.sqlite'}")
             bench_backend("sqlite (WAL, synchronous=FULL)", urls, floor, work, args)
         if args.skip_postgres:
             return
-        # Two databases: the traced pass starts as empty as the untraced one did.
+        # Two databases: the second stack (traced, or --against) starts as empty as the first.
         names = [f"agentrt_bench_{uuid.uuid4().hex[:8]}" for _ in range(2)]
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             for name in names:
                 conn.execute(f'CREATE DATABASE "{name}"')
         base = PG_ADMIN.rsplit("/", 1)[0]
-        url, traced_url = (f"{base}/{name}" for name in names)
+        url, second_url = (f"{base}/{name}" for name in names)
         try:
             floor = floor_postgres(url, args.floor_commits)
-            bench_backend("postgresql (local)", (url, traced_url), floor, work, args)
+            bench_backend("postgresql (local)", (url, second_url), floor, work, args)
         finally:
             with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
                 for name in names:

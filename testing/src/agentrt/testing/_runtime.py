@@ -34,17 +34,25 @@ class RuntimeProcess:
     """A running ``python -m agentrt.server`` child; ``address`` is where it serves gRPC.
 
     It serves ``/metrics`` on a free loopback port (``metrics_address``) unless ``args`` give
-    ``--metrics-listen`` themselves (``--metrics-listen ""`` turns it off).
+    ``--metrics-listen`` themselves (``--metrics-listen ""`` turns it off). ``python`` is the
+    interpreter to run (default: this one, so it imports the same agentrt distributions; another
+    checkout's venv compares two versions side by side).
     """
 
-    def __init__(self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str] | None = None,
+        python: str | Path = "",
+    ):
         if not any(a == "--metrics-listen" or a.startswith("--metrics-listen=") for a in args):
             args = [*args, "--metrics-listen", "127.0.0.1:0"]
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the child
-        # The child is this interpreter, so it imports the same agentrt distributions.
         child_env = dict(os.environ if env is None else env)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "agentrt.server", *args],
+            [str(python or sys.executable), "-m", "agentrt.server", *args],
             cwd=cwd,
             env=child_env,
             stdout=subprocess.PIPE,
@@ -135,10 +143,16 @@ class RuntimeProcess:
 
 @contextlib.contextmanager
 def spawn_runtime(
-    args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 60.0
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+    python: str | Path = "",
 ) -> Iterator[RuntimeProcess]:
-    """Start a runtime process with ``args``, wait until it serves, stop it on exit."""
-    runtime = RuntimeProcess(args, cwd=cwd, env=env)
+    """Start a runtime process with ``args`` (under ``python``, default this interpreter), wait
+    until it serves, stop it on exit."""
+    runtime = RuntimeProcess(args, cwd=cwd, env=env, python=python)
     try:
         runtime.wait_ready(timeout)
         yield runtime
