@@ -65,6 +65,7 @@ WRITES = 3  # pool.charge calls per run, one per step
 KILLS = 3  # SIGKILLs of a replica
 REPLICAS = 3
 CANCELS = 6
+FEEDERS = 4  # starts in flight at once
 SEED = int(os.environ.get("SCALE_OUT_SEED") or random.SystemRandom().randrange(1 << 32))
 
 PLUGIN = str(Path(__file__).with_name("_pool_plugin.py"))
@@ -73,7 +74,7 @@ AGENTRT = str(Path(sys.executable).with_name("agentrt"))
 # The values the replicas take from the deploy config; the rest is the fault suite's loopback setup.
 DEPLOY_KEYS = ("lease_ttl_s", "poll_interval_s", "grace_s", "db_pool_size", "migrate")
 LEDGER_OWNER_TTL_S = 2.0  # a killed host's writes read as running this long, then get settled
-WRITE_HOLD_S = 0.05  # each write stays in flight this long after its effect: kills land mid-write
+WRITE_HOLD_S = 0.1  # each write stays in flight this long after its effect: kills land mid-write
 
 WRITE_SCRIPT: dict[int, dict[str, Any]] = {
     **{
@@ -264,24 +265,29 @@ def poll(check: Callable[[], bool], what: str, within_s: float, every_s: float =
     return time.monotonic() - began
 
 
-class Feeder(threading.Thread):
-    """Starts the runs round-robin over the live replicas, as far as the chaos loop allows.
+class Feeder:
+    """Starts the runs round-robin over the live replicas, FEEDERS at a time, as far as the chaos
+    loop allows.
 
     Each start carries a request key, so one whose replica died mid-call is sent again to the
     next replica and attaches to the run if it was created.
     """
 
     def __init__(self, replicas: Replicas) -> None:
-        super().__init__(daemon=True)
         self.replicas = replicas
         self.run_ids: list[str] = []
         self.started_on: Counter[str] = Counter()
         self.retried = 0
-        self.error: BaseException | None = None
+        self.errors: list[BaseException] = []
+        self._next_job = 0
         self._allowed = 0
         self._halted = False
         self._cond = threading.Condition()
-        self._clients: dict[str, Client] = {}
+        self._threads = [threading.Thread(target=self._feed, daemon=True) for _ in range(FEEDERS)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
 
     def allow(self, runs: int) -> None:
         with self._cond:
@@ -298,44 +304,53 @@ class Feeder(threading.Thread):
         with self._cond:
             return list(self.run_ids)
 
-    def run(self) -> None:
+    def _take_job(self) -> int | None:
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._next_job < self._allowed or self._next_job >= RUNS or self._halted
+            )
+            if self._halted or self._next_job >= RUNS:
+                return None
+            self._next_job += 1
+            return self._next_job - 1
+
+    def _feed(self) -> None:
+        clients: dict[str, Client] = {}
         try:
-            for job in range(RUNS):
-                with self._cond:
-                    self._cond.wait_for(lambda job=job: job < self._allowed or self._halted)
-                    if self._halted:
-                        return
-                run_id = self._start(job)
+            while (job := self._take_job()) is not None:
+                run_id, name = self._start(job, clients)
                 with self._cond:
                     self.run_ids.append(run_id)
+                    self.started_on[name] += 1
         except BaseException as exc:
-            self.error = exc
+            self.errors.append(exc)
         finally:
-            for client in self._clients.values():
+            for client in clients.values():
                 client.close()
 
-    def _start(self, job: int) -> str:
+    def _start(self, job: int, clients: dict[str, Client]) -> tuple[str, str]:
         deadline = time.monotonic() + 60
         attempt = 0
         while True:
             live = self.replicas.live()
             replica = live[(job + attempt) % len(live)]
-            client = self._clients.get(replica.name)
+            client = clients.get(replica.name)
             if client is None:
-                client = self._clients[replica.name] = Client(replica.address, timeout=10)
+                client = clients[replica.name] = Client(replica.address, timeout=10)
             try:
                 run = client.start_run("writer", f"charge job {job}", request_key=f"job-{job}")
             except RPCError:
                 assert time.monotonic() < deadline, f"job {job}: no replica took it"
                 attempt += 1
-                self.retried += 1
+                with self._cond:
+                    self.retried += 1
                 continue
-            self.started_on[replica.name] += 1
-            return str(run.run_id)
+            return str(run.run_id), replica.name
 
     def result(self) -> list[str]:
-        self.join(180)
-        assert not self.is_alive() and self.error is None, self.error
+        for thread in self._threads:
+            thread.join(180)
+        assert not any(t.is_alive() for t in self._threads) and not self.errors, self.errors
         return self.run_ids
 
 
@@ -397,6 +412,11 @@ def chaos(
     figures = Figures(kill_takeovers=[])
     began = time.monotonic()
     for i, action in enumerate(actions):
+        victim = rng.choice(replicas.live())
+        if action == "SIGTERM replica":
+            # A rolling update's surge: the new replica serves before the old one drains.
+            heir = replicas.spawn(victim.slot)
+            replicas.join(heir)
         writes_before = sum(charge_counts(pool.store).values())
         feeder.allow((i + 1) * batch)
         more = rng.randint(batch // 4, batch * WRITES // 2)
@@ -405,7 +425,6 @@ def chaos(
             f"{action}: {more} more writes never happened",
             within_s=120,
         )
-        victim = rng.choice(replicas.live())
         if action.endswith("replica"):
             with Client(replicas.other_than(victim.name).address, timeout=10) as client:
                 poll(lambda c=client, v=victim: bool(owned_by(c, v.name)), f"{victim.name} owns no run", 30)
@@ -438,12 +457,10 @@ def chaos(
             assert owned, f"{victim.name} owns no run any more"
             victim.process.process.send_signal(signal.SIGTERM)
             sigterm_at = time.time()
-            heir = replicas.spawn(victim.slot)  # the surge a rolling update starts
             took = takeover_s(asker.address, victim.name, owned, sigterm_at, within_s=20, every_s=0.02)
             code = victim.process.wait_exit(settings.grace_s + settings.rpc_grace_s + 15)
             exit_s = time.time() - sigterm_at
             assert code == 0, victim.process.stderr_text()[-3000:]
-            replicas.join(heir)
             figures.sigterm = (victim.name, len(owned), took, exit_s)
         elif action == "kill -9 tool host":
             figures.host_away_s = pool.kill_and_restart(rng.randrange(2))
