@@ -1,8 +1,9 @@
 """A write tool for the tool host pool tests, loaded with ``--plugin`` into real host processes.
 
 ``pool.charge`` records its effect in the plugin's own SQLite store (``--set store=PATH``), one
-row per raw execution, then holds until the file ``--set release=PATH`` exists, so a test can
-have it in flight on one host, or kill that host mid-write after the effect. Its query hook
+row per raw execution, then holds until the file ``--set release=PATH`` exists (at most
+``--set hold_s=S`` seconds, 60 by default), so a test can have it in flight on one host, or kill
+that host mid-write after the effect. Its query hook
 answers from the same store, so any host of the pool can settle a call another host left.
 """
 
@@ -32,6 +33,7 @@ def _store(config: ToolHostConfig) -> sqlite3.Connection:
 @hookimpl
 def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
     release = Path(config.options["release"])
+    hold_s = float(config.options.get("hold_s", 60))
 
     def charge(args: ChargeArgs, ctx: ToolContext) -> dict[str, Any]:
         db = _store(config)
@@ -42,7 +44,7 @@ def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
         finally:
             db.close()
         # Held after the effect until the test lets go (bounded, should the test never do so).
-        give_up = time.monotonic() + 60
+        give_up = time.monotonic() + hold_s
         while not release.exists() and not ctx.cancelled.is_set() and time.monotonic() < give_up:
             time.sleep(0.01)
         return {"charged": args.order_id}
@@ -78,5 +80,17 @@ def charges(store: Path, key: str) -> int:
         # The file may exist a moment before its table does (the plugin creates both).
         db.execute("CREATE TABLE IF NOT EXISTS charges (key TEXT NOT NULL, order_id TEXT NOT NULL)")
         return int(db.execute("SELECT count(*) FROM charges WHERE key = ?", (key,)).fetchone()[0])
+    finally:
+        db.close()
+
+
+def charge_counts(store: Path) -> dict[str, int]:
+    """Raw executions of ``pool.charge`` per idempotency key, as the plugin's own store counts them."""
+    if not store.exists():
+        return {}
+    db = sqlite3.connect(store, timeout=10)
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS charges (key TEXT NOT NULL, order_id TEXT NOT NULL)")
+        return dict(db.execute("SELECT key, count(*) FROM charges GROUP BY key").fetchall())
     finally:
         db.close()
