@@ -270,8 +270,8 @@ async def test_a_draining_tool_host_finishes_its_call_refuses_new_ones_retryably
             wait_not_serving(host.address)
             with pytest.raises(grpc.RpcError) as refused:
                 _invoke(stub, "too-late", 0.1).result()
-            # What the runtime makes of it: in doubt, so a write is looked up before it is sent
-            # again, and the draining host still answers that it has no such call.
+            # What the runtime makes of it: provably never sent (the host's typed word), with the
+            # host's RetryInfo delay; and the draining host still answers that it has no such call.
             arguments = json.dumps({"seconds": 0.1, "note": "routed"})
             routed = await router.invoke("slow.write", arguments, metadata=call_of("routed"), timeout_s=5)
             word = await router.query("slow.write", arguments, metadata=call_of("routed"), timeout_s=5)
@@ -289,7 +289,8 @@ async def test_a_draining_tool_host_finishes_its_call_refuses_new_ones_retryably
     info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
     assert status.details[0].Unpack(info) and info.reason == "DRAINING"
     assert status.details[1].Unpack(retry) and retry.retry_delay.seconds == 10
-    assert routed.code is ToolErrorCode.TRANSIENT and routed.in_doubt  # retryable, looked up first
+    assert routed.code is ToolErrorCode.TRANSIENT and routed.never_sent and not routed.in_doubt
+    assert routed.retry_after_s == 10.0  # a lone host: its RetryInfo is the earliest retry
     assert word is LedgerSilence.NOT_FOUND
     assert asked.operation.idempotency_key == "in-flight"
     with Ledger(tmp_path / "ledger.sqlite", owner="reader") as ledger:

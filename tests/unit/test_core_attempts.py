@@ -184,6 +184,19 @@ def test_a_retry_must_fit_the_run_with_the_calls_expected_time() -> None:
     assert verdict(TRANSIENT, began_s=NOW - 10, run_left=10.6) == attempts.Retry(0.5)
 
 
+def test_a_call_refused_untaken_with_a_delay_is_retried_no_sooner_and_a_write_is_not_looked_up() -> None:
+    drained = ToolOutcome.failure("TRANSIENT", "draining", never_sent=True, retry_after_s=3.0)
+    assert not drained.in_doubt
+    assert verdict(drained, write=True) == attempts.Retry(3.0)  # not AskLedger: the host took nothing
+    assert verdict(drained, write=True, rand=0.0) == attempts.Retry(3.0)  # the delay, not the backoff
+    longer = ToolOutcome.failure("TRANSIENT", "draining", never_sent=True, retry_after_s=0.1)
+    assert verdict(longer, attempt=2) == attempts.Retry(1.0)  # the backoff when it is the longer
+    # A delay that does not fit the run is no retry; the step's is a step timeout, as any retry.
+    assert verdict(drained, began_s=NOW - 0.5, run_left=3.2) == attempts.Done(exhausted=True)
+    assert verdict(drained, began_s=NOW - 0.5, step_left=3.2) == attempts.StepTimeout(exhausted=True)
+    assert verdict(drained, attempt=3) == attempts.Done(exhausted=True)  # attempts still count
+
+
 def test_a_retry_that_fits_the_run_but_not_the_step_is_a_step_timeout() -> None:
     got = verdict(TRANSIENT, began_s=NOW - 10, step_left=10.0, run_left=100.0)
     assert got == attempts.StepTimeout(exhausted=True)

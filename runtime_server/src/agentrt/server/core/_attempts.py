@@ -270,13 +270,11 @@ def tool_verdict(
         return StepTimeout()
     if outcome.code is not ToolErrorCode.TRANSIENT or cancelled:
         return Done()
-    return _retry_or(
-        Done(exhausted=True),
-        attempt=attempt,
-        clock=clock,
-        retry=retry,
-        delay_s=backoff_delay_s(attempt=attempt, base_s=retry.base_s, cap_s=retry.cap_s, rand=rand),
-    )
+    delay_s = backoff_delay_s(attempt=attempt, base_s=retry.base_s, cap_s=retry.cap_s, rand=rand)
+    if outcome.never_sent and outcome.retry_after_s is not None:
+        # The host refused it untaken and said when to come back (a drain): not sooner.
+        delay_s = max(delay_s, outcome.retry_after_s)
+    return _retry_or(Done(exhausted=True), attempt=attempt, clock=clock, retry=retry, delay_s=delay_s)
 
 
 def recorded_verdict(

@@ -33,6 +33,9 @@ class ToolOutcome:
     # The host's own word: it stopped the tool at the call's deadline. Counted as a timeout; the
     # verdict reads host_unsure / still_running, which the host sets with it.
     host_timed_out: bool = False
+    # The host's own word (RetryInfo, with never_sent): it took nothing of the call and asks not
+    # to be sent it again for this many seconds (it is draining). None: no such word.
+    retry_after_s: float | None = None
     # -- where a result went ---------------------------------------------------------------------------
     # Set when the result is stored as a payload: its reference (proto3 JSON of PayloadRef), and
     # whether result_json is a truncated view of it.
@@ -61,6 +64,7 @@ class ToolOutcome:
         host_unsure: bool = False,
         still_running: bool = False,
         host_timed_out: bool = False,
+        retry_after_s: float | None = None,
     ) -> ToolOutcome:
         """A failed attempt; ``code`` is a ToolErrorCode or its name (``"TRANSIENT"``)."""
         return cls(
@@ -73,6 +77,7 @@ class ToolOutcome:
             host_unsure=host_unsure,
             still_running=still_running,
             host_timed_out=host_timed_out,
+            retry_after_s=retry_after_s,
         )
 
     @property

@@ -53,6 +53,8 @@ COUNTER_NAMES: tuple[str, ...] = (
     "tool_host_relist_count",
     "redis_fallback",  # the Redis fan-out went down: replicas fell back to store polling
     "redis_dropped",  # fan-out messages dropped because too many waited to go out
+    # Calls a draining pool member refused untaken, sent again at once to another member (``host``).
+    "tool_drain_resend_count",
 )
 
 OTHER = "other"

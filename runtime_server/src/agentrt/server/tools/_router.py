@@ -28,6 +28,10 @@ import grpc
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+# googleapis-common-protos ships no type information.
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as svc
 from agentrt.proto.toolhost.v1 import tool_pb2
@@ -368,15 +372,30 @@ class ToolRouter:
             return ToolOutcome.failure(
                 "TRANSIENT", f"tool host UNAVAILABLE: {exc}; not sent", connect_failed=True
             )
-        left = max(0.0, timeout_s - (time.monotonic() - began))
-        try:
-            reply = await stub.InvokeTool(
-                svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json),
-                timeout=left,
-                metadata=self._metadata(host, tool, arguments_json, metadata),
-            )
-        except grpc.aio.AioRpcError as exc:
-            return _transport_failure(exc)
+        request = svc.InvokeToolRequest(tool=tool, arguments_json=arguments_json)
+        call_metadata = self._metadata(host, tool, arguments_json, metadata)
+        resends = _DRAIN_RESENDS if host.pooled else 0
+        while True:
+            left = max(0.0, timeout_s - (time.monotonic() - began))
+            try:
+                reply = await stub.InvokeTool(request, timeout=left, metadata=call_metadata)
+                break
+            except grpc.aio.AioRpcError as exc:
+                refusal = _drain_refusal(exc)
+                if refusal is None:
+                    return _transport_failure(exc)
+                if resends and left > 0:
+                    # A pool member that began draining after the channel picked it: it took
+                    # nothing, and the channel now picks a member whose health says SERVING.
+                    resends -= 1
+                    self.counters.inc("tool_drain_resend_count", host=host.name)
+                    continue
+                return ToolOutcome.failure(
+                    "TRANSIENT",
+                    f"tool host {host.name!r} is draining; the call was not started",
+                    never_sent=True,
+                    retry_after_s=refusal,
+                )
         if reply.WhichOneof("outcome") == "error":
             return host_failure(reply.error, replayed=reply.replayed)
         if reply.deduplicated:
@@ -525,6 +544,12 @@ def _core_code(code: int) -> ToolErrorCode:
 
 
 _MAY_BE_UNSURE = (tool_pb2.TOOL_ERROR_CODE_TRANSIENT, tool_pb2.TOOL_ERROR_CODE_CANCELLED)
+# Re-sends, within one attempt, of a call a pooled host refused as draining (each to a member the
+# channel picks again); past them the refusal is the attempt's outcome.
+_DRAIN_RESENDS = 2
+# A RetryInfo delay past this is read as this: a hostile or broken host cannot park a call for long.
+_MAX_RETRY_AFTER_S = 60.0
+TOOLHOST_DOMAIN = "toolhost.agentrt"  # the ErrorInfo domain of the tool host's own statuses
 
 
 def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
@@ -556,6 +581,42 @@ def _transport_failure(exc: grpc.aio.AioRpcError) -> ToolOutcome:
         # The host does not trust this runtime's grants: a configuration error, never the model's.
         _log.error("a tool host refused the runtime's call grant: %s %s", code.name, exc.details())
     return ToolOutcome.failure("PERMANENT", f"tool host {code.name}: {exc.details()}")
+
+
+def _drain_refusal(exc: grpc.aio.AioRpcError) -> float | None:
+    """The host's RetryInfo delay when it refused the call as draining (UNAVAILABLE with
+    ``ErrorInfo{reason: DRAINING, domain: toolhost.agentrt}``: nothing recorded, nothing run);
+    None for any other status. Read from the typed details, never from the message."""
+    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    status = _host_status(exc)
+    if status is None:
+        return None
+    draining, delay_s = False, 0.0
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            draining = info.reason == "DRAINING" and info.domain == TOOLHOST_DOMAIN
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            delay_s = max(0.0, min(retry.retry_delay.ToNanoseconds() / 1e9, _MAX_RETRY_AFTER_S))
+    return delay_s if draining else None
+
+
+def _host_status(exc: grpc.aio.AioRpcError) -> Any:
+    """The ``google.rpc.Status`` a tool host attached to its status, or None (none, or not parsable)."""
+    trailers: Sequence[tuple[str, object]] = cast(Any, exc.trailing_metadata()) or ()
+    for key, value in trailers:
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            status = status_pb2.Status()
+            try:
+                status.ParseFromString(value)
+            except DecodeError:
+                return None
+            return status
+    return None
 
 
 def _from_host(exc: grpc.aio.AioRpcError) -> bool:
