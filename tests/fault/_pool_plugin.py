@@ -5,6 +5,9 @@ row per raw execution, then holds until the file ``--set release=PATH`` exists (
 ``--set hold_s=S`` seconds, 60 by default), so a test can have it in flight on one host, or kill
 that host mid-write after the effect. Its query hook
 answers from the same store, so any host of the pool can settle a call another host left.
+
+``pool.peek`` is a read: each raw execution is a row naming the member that served it
+(``--set member=NAME``), so a test sees a restarted member serving again, and counts reads.
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ class ChargeArgs(pydantic.BaseModel):
     amount: float
 
 
+class PeekArgs(pydantic.BaseModel):
+    order_id: str
+
+
 def _store(config: ToolHostConfig) -> sqlite3.Connection:
     db = sqlite3.connect(config.options["store"], timeout=10, isolation_level=None)
     db.execute("CREATE TABLE IF NOT EXISTS charges (key TEXT NOT NULL, order_id TEXT NOT NULL)")
+    db.execute("CREATE TABLE IF NOT EXISTS peeks (key TEXT NOT NULL, member TEXT NOT NULL, at REAL NOT NULL)")
     return db
 
 
@@ -49,13 +57,32 @@ def agentrt_register_tools(config: ToolHostConfig) -> list[Tool]:
             time.sleep(0.01)
         return {"charged": args.order_id}
 
+    member = str(config.options.get("member", ""))
+
+    async def peek(args: PeekArgs, ctx: ToolContext) -> dict[str, Any]:
+        db = _store(config)
+        try:
+            db.execute(
+                "INSERT INTO peeks (key, member, at) VALUES (?, ?, ?)",
+                (ctx.idempotency_key, member, time.time()),
+            )
+        finally:
+            db.close()
+        return {"order_id": args.order_id, "member": member}
+
     return [
         tool(
             name="pool.charge",
             description="Charge an order once.",
             side_effect=SideEffect.WRITE,
             supports_query=True,
-        )(charge)
+        )(charge),
+        tool(
+            name="pool.peek",
+            description="Look at an order.",
+            side_effect=SideEffect.READ_ONLY,
+            idempotent=True,
+        )(peek),
     ]
 
 
@@ -92,5 +119,22 @@ def charge_counts(store: Path) -> dict[str, int]:
     try:
         db.execute("CREATE TABLE IF NOT EXISTS charges (key TEXT NOT NULL, order_id TEXT NOT NULL)")
         return dict(db.execute("SELECT key, count(*) FROM charges GROUP BY key").fetchall())
+    finally:
+        db.close()
+
+
+def peeks_by(store: Path, member: str, *, since: float = 0.0) -> int:
+    """Raw executions of ``pool.peek`` that ``member`` served at or after epoch second ``since``."""
+    if not store.exists():
+        return 0
+    db = sqlite3.connect(store, timeout=10)
+    try:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS peeks (key TEXT NOT NULL, member TEXT NOT NULL, at REAL NOT NULL)"
+        )
+        row = db.execute(
+            "SELECT count(*) FROM peeks WHERE member = ? AND at >= ?", (member, since)
+        ).fetchone()
+        return int(row[0])
     finally:
         db.close()

@@ -105,6 +105,46 @@ def deployed() -> tuple[Settings, dict[str, Any]]:
     return settings, {key: getattr(settings, key) for key in DEPLOY_KEYS}
 
 
+def migrate_as_the_deploy_job_does(pg_url: str) -> None:
+    """The migration step, as the deploy Job runs it: the deploy config, the database from the env."""
+    settings, _ = deployed()
+    assert settings.migrate == "check" and settings.redis.url  # what the deploy config runs with
+    job_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
+    job_env["AGENTRT_DB_URL"] = pg_url
+    check = [AGENTRT, "migrate", "check", "--config", str(RUNTIME_TOML)]
+    assert subprocess.run(check, env=job_env, capture_output=True, timeout=120).returncode == 1  # empty
+    upgrade = [AGENTRT, "migrate", "upgrade", "--config", str(RUNTIME_TOML)]
+    migrated = subprocess.run(upgrade, env=job_env, capture_output=True, text=True, timeout=120)
+    assert migrated.returncode == 0, migrated.stderr
+
+
+def replica_env(
+    pg_url: str,
+    *,
+    pool: Pool,
+    model_url: str,
+    redis_table: dict[str, Any],
+    deploy: dict[str, Any],
+    agents_table: dict[str, Any] | None = None,
+) -> Callable[[str], dict[str, str]]:
+    """A replica's environment by its worker id: the deploy values, the pool, Redis, the agents."""
+
+    def env_for(worker_id: str) -> dict[str, str]:
+        env = runtime_env(
+            db_url=pg_url,
+            tool_host=pool.addresses[0],
+            model_url=model_url,
+            worker_id=worker_id,
+            redis=redis_table,
+            **deploy,
+        )
+        env["AGENTRT_TOOL_HOSTS"] = json.dumps([{"name": "pool", "addresses": pool.addresses}])
+        env["AGENTRT_AGENTS"] = json.dumps(agents_table or agents(model_url))
+        return env
+
+    return env_for
+
+
 class Models:
     """One fake OpenAI server for the three agents, told apart by their model's name."""
 
@@ -161,7 +201,7 @@ class Pool:
         return start_tool_host(
             self.tmp_path / f"host-{index}",
             plugins=[PLUGIN, "agentrt.plugins.demo_tools"],
-            extra_args=self.args,
+            extra_args=[*self.args, "--set", f"member=m{index}"],
             listen=listen,
         )
 
@@ -181,6 +221,19 @@ class Pool:
         self.retired.append(host)
         self.hosts[index] = self._start(index, host.address)
         return time.monotonic() - killed_at
+
+    def drain_and_restart(self, index: int) -> tuple[float, float]:
+        """SIGTERM member ``index`` (it drains), start it again on its address once it exited 0;
+        seconds to its exit, and until the new process listened."""
+        host = self.hosts[index]
+        host.terminate()
+        sigterm_at = time.monotonic()
+        code = host.wait(timeout=30)
+        exited_s = time.monotonic() - sigterm_at
+        assert code == 0, f"tool host {index} exited {code}"
+        self.retired.append(host)
+        self.hosts[index] = self._start(index, host.address)
+        return exited_s, time.monotonic() - sigterm_at
 
     def close(self) -> None:
         for host in self.hosts:
@@ -273,8 +326,10 @@ class Feeder:
     next replica and attaches to the run if it was created.
     """
 
-    def __init__(self, replicas: Replicas) -> None:
+    def __init__(self, replicas: Replicas, *, agent: str = "writer", runs: int = RUNS) -> None:
         self.replicas = replicas
+        self.agent = agent
+        self.runs = runs
         self.run_ids: list[str] = []
         self.started_on: Counter[str] = Counter()
         self.retried = 0
@@ -307,9 +362,9 @@ class Feeder:
     def _take_job(self) -> int | None:
         with self._cond:
             self._cond.wait_for(
-                lambda: self._next_job < self._allowed or self._next_job >= RUNS or self._halted
+                lambda: self._next_job < self._allowed or self._next_job >= self.runs or self._halted
             )
-            if self._halted or self._next_job >= RUNS:
+            if self._halted or self._next_job >= self.runs:
                 return None
             self._next_job += 1
             return self._next_job - 1
@@ -338,7 +393,7 @@ class Feeder:
             if client is None:
                 client = clients[replica.name] = Client(replica.address, timeout=10)
             try:
-                run = client.start_run("writer", f"charge job {job}", request_key=f"job-{job}")
+                run = client.start_run(self.agent, f"charge job {job}", request_key=f"job-{job}")
             except RPCError:
                 assert time.monotonic() < deadline, f"job {job}: no replica took it"
                 attempt += 1
@@ -545,15 +600,7 @@ def test_runs_under_replica_tool_host_and_redis_kills_all_complete_with_every_wr
     rng = random.Random(SEED)
     print(f"\nscale-out: seed {SEED} (SCALE_OUT_SEED={SEED} replays it), {RUNS} runs of {WRITES} writes")
     settings, deploy_values = deployed()
-    assert settings.migrate == "check" and settings.redis.url  # what the deploy config runs with
-    # The migration step, as the deploy Job runs it: the deploy config, the database from the env.
-    job_env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
-    job_env["AGENTRT_DB_URL"] = pg_url
-    check = [AGENTRT, "migrate", "check", "--config", str(RUNTIME_TOML)]
-    assert subprocess.run(check, env=job_env, capture_output=True, timeout=120).returncode == 1  # empty
-    upgrade = [AGENTRT, "migrate", "upgrade", "--config", str(RUNTIME_TOML)]
-    migrated = subprocess.run(upgrade, env=job_env, capture_output=True, text=True, timeout=120)
-    assert migrated.returncode == 0, migrated.stderr
+    migrate_as_the_deploy_job_does(pg_url)
     models = Models()
     pool = Pool(tmp_path, pg_database)
     redis_server = RedisServer(tmp_path / "redis")
@@ -563,20 +610,12 @@ def test_runs_under_replica_tool_host_and_redis_kills_all_complete_with_every_wr
         pool.start()
         redis_table = {**settings.redis.model_dump(exclude_defaults=True), "url": redis_server.url}
 
-        def env_for(worker_id: str) -> dict[str, str]:
-            env = runtime_env(
-                db_url=pg_url,
-                tool_host=pool.addresses[0],
-                model_url=model_url,
-                worker_id=worker_id,
-                redis=redis_table,
-                **deploy_values,
-            )
-            env["AGENTRT_TOOL_HOSTS"] = json.dumps([{"name": "pool", "addresses": pool.addresses}])
-            env["AGENTRT_AGENTS"] = json.dumps(agents(model_url))
-            return env
-
-        replicas = Replicas(tmp_path, env_for)
+        replicas = Replicas(
+            tmp_path,
+            replica_env(
+                pg_url, pool=pool, model_url=model_url, redis_table=redis_table, deploy=deploy_values
+            ),
+        )
         feeder = Feeder(replicas)
         try:
             for replica in [replicas.spawn(slot) for slot in range(REPLICAS)]:

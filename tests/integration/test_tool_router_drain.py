@@ -8,14 +8,26 @@ channel may still pick it.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import pydantic
 import pytest
 
+# googleapis-common-protos ships no type information.
+from google.rpc import error_details_pb2  # type: ignore[import-untyped]
+from grpc_health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from grpc_health.v1.health_pb2_grpc import HealthStub
+from grpc_status import rpc_status
+
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import InvokeToolRequest
+from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
 from agentrt.server.core import ToolErrorCode, tool_hosts
 from agentrt.server.tools import CallMetadata, ToolRouter
 from agentrt.toolhost import SideEffect, ToolContext, ToolHost, tool
@@ -114,3 +126,38 @@ async def test_a_lone_draining_host_is_not_asked_again_within_the_attempt(
         await router.close()
     assert outcome.never_sent and resends == 0
     assert outcome.retry_after_s == 60.0  # a host's delay is capped: it cannot park a call for long
+
+
+async def test_a_host_watched_by_a_pool_keeps_refusing_as_draining_a_moment_before_it_closes(
+    tmp_path: Path,
+) -> None:
+    host = echo_host(tmp_path, "a")
+    address = await host.start()
+    channel = grpc.aio.insecure_channel(address)
+    watch = HealthStub(channel).Watch(HealthCheckRequest(service=""))
+    try:
+        assert (await watch.read()).status == HealthCheckResponse.SERVING
+        stopping = asyncio.ensure_future(host.stop(grace=5.0, linger_s=0.5))
+        assert (await watch.read()).status == HealthCheckResponse.NOT_SERVING
+        # A call that picked the host before its client heard: the typed refusal, not a reset.
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await ToolHostServiceStub(channel).InvokeTool(
+                InvokeToolRequest(tool="drain.echo", arguments_json="{}"),
+                metadata=[("x-agentrt-idempotency-key", "late")],
+                timeout=5,
+            )
+        await stopping
+    finally:
+        watch.cancel()
+        await channel.close()
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    info = error_details_pb2.ErrorInfo()
+    assert status is not None and status.details[0].Unpack(info) and info.reason == "DRAINING"
+
+
+async def test_a_host_nobody_watches_closes_as_soon_as_its_calls_are_done(tmp_path: Path) -> None:
+    host = echo_host(tmp_path, "a")
+    await host.start()
+    began = time.monotonic()
+    await host.stop(grace=5.0, linger_s=30.0)
+    assert time.monotonic() - began < 10.0  # not the linger: no pool channel would route elsewhere

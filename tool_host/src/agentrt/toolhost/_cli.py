@@ -19,7 +19,7 @@ from agentrt.toolhost._config import ToolHostConfig
 from agentrt.toolhost._context import DEFAULT_DATA_DIR
 from agentrt.toolhost._errors import PluginError
 from agentrt.toolhost._grants import DEFAULT_MAX_GRANT_LIFETIME_S, GrantVerifier
-from agentrt.toolhost._host import ToolHost, parse_listen
+from agentrt.toolhost._host import DRAIN_LINGER_S, ToolHost, parse_listen
 from agentrt.toolhost._host_metrics import start_host_metrics
 from agentrt.toolhost._ledger_pg_config import (
     DEFAULT_LEDGER_SCHEMA,
@@ -439,7 +439,7 @@ async def _serve(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-        await host.stop(grace)
+        await host.stop(grace, linger_s=DRAIN_LINGER_S)
         if metrics is not None:
             metrics.stop()  # after the drain: the last calls are counted in the final export
     return EXIT_OK

@@ -9,6 +9,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import grpc.aio
 import pluggy
@@ -38,6 +39,10 @@ __all__ = ["LEDGER_FILE", "SERVICE_NAME", "ToolHost", "parse_listen"]
 
 SERVICE_NAME: str = tool_host_service_pb2.DESCRIPTOR.services_by_name["ToolHostService"].full_name
 LEDGER_FILE = "ledger.sqlite"
+# After NOT_SERVING, the host keeps answering (refusing new calls as draining) at least this long
+# (within the grace) while a client watches its health: the time for a pool channel's health
+# watch to hear it and pick elsewhere.
+DRAIN_LINGER_S = 0.5
 
 _log = logging.getLogger(__name__)
 
@@ -114,7 +119,7 @@ class ToolHost:
         self._pm = pm if pm is not None else get_plugin_manager(entrypoints=False)
         self._cancel_grace = cancel_grace
         self._server: grpc.aio.Server | None = None
-        self._health: health_aio.HealthServicer | None = None
+        self._health: WatchedHealth | None = None
         self._ledger: LedgerBackend | None = None
         self._servicer: ToolHostServicer | None = None
 
@@ -163,7 +168,7 @@ class ToolHost:
         add_parsing_in_handler(
             tool_host_service_pb2_grpc.add_ToolHostServiceServicer_to_server, servicer, server
         )
-        health_servicer = health_aio.HealthServicer()
+        health_servicer = WatchedHealth()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(services, server)
@@ -204,11 +209,13 @@ class ToolHost:
             ) from None
         return PgLedger(self._shared_ledger, owner=owner, cipher=self._cipher)
 
-    async def stop(self, grace: float | None = 5.0) -> None:
+    async def stop(self, grace: float | None = 5.0, *, linger_s: float = 0.0) -> None:
         """Report NOT_SERVING, finish or cancel in-flight calls within ``grace``, close the ledger.
 
         Args:
             grace: Seconds in-flight calls get to finish; None waits for them all.
+            linger_s: Seconds (within ``grace``) the host still refuses calls as draining after
+                NOT_SERVING, however soon its calls finished (a SIGTERM: :data:`DRAIN_LINGER_S`).
         """
         if self._server is None:
             return
@@ -226,9 +233,17 @@ class ToolHost:
         drain.begin(retry_after_s=grace or 0.0)
         if drain.in_flight:
             _log.info("draining: %d call(s) in flight, %s", drain.in_flight, _bound(grace))
+        loop = asyncio.get_running_loop()
+        if not self._health.watching:
+            linger_s = 0.0  # no pool channel watches this host's health: none would route elsewhere
+        linger_until = loop.time() + (linger_s if grace is None else min(linger_s, grace))
         finished = await drain.wait_idle(grace)
         if not finished:
             _log.warning("drain: %d call(s) still running after %ss; cancelling them", drain.in_flight, grace)
+        # A client that picked this host just before it heard NOT_SERVING gets the typed refusal
+        # (never sent: it goes elsewhere at once), not a connection closed under its call (in
+        # doubt: a write is looked up first, a read's attempt fails).
+        await asyncio.sleep(max(0.0, linger_until - loop.time()))
         await self._server.stop(0)
         await self._servicer.operations.drain(within=self._cancel_grace)
         self._ledger.close()
@@ -245,6 +260,21 @@ class ToolHost:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop(grace=None if exc[0] is None else 0)
+
+
+class WatchedHealth(health_aio.HealthServicer):  # type: ignore[misc]  # untyped module
+    """gRPC health, counting the Watch streams open (pool channels health-check with Watch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watching = 0
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
+        self.watching += 1
+        try:
+            await super().Watch(request, context)
+        finally:
+            self.watching -= 1
 
 
 def _bound(grace: float | None) -> str:
