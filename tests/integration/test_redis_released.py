@@ -1,13 +1,16 @@
 """The released nudge over a real Redis, in process: two links, as two replicas.
 
-The machine's Redis (127.0.0.1:6379) with a prefix of the test's own.
+The machine's Redis (127.0.0.1:6379) with a prefix of the test's own; the partition test starts a
+redis-server of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,6 +21,7 @@ from agentrt.server.events import RunMessage, WakeMessage
 from agentrt.server.events._redis import RedisLink
 from agentrt.server.events._wire import encode_released, released_channel
 from agentrt.server.telemetry import Counters
+from agentrt.testing.redis_server import RedisServer
 from tests.integration.test_redis_fanout import _is, subscribers, until
 
 pytestmark = pytest.mark.redis
@@ -115,3 +119,27 @@ async def test_flush_returns_at_once_while_down_and_publishes_are_dropped(redis_
         lonely.sender.released(["r1"])  # dropped: the poll loop finds the run
         async with asyncio.timeout(1):
             await lonely.link.flush(30)
+
+
+async def test_flush_behind_a_partition_gives_up_after_its_bound(
+    tmp_path: Path, redis_server_binary: None, redis_prefix: str
+) -> None:
+    # SIGSTOP: the link still looks up and nothing answers, as behind a partition.
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    assert server.process is not None
+    try:
+        config = RedisConfig(
+            url=server.url, key_prefix=redis_prefix, command_timeout_s=5, health_interval_s=5
+        )
+        async with replicas(config, "draining") as (draining,):
+            assert draining.link.up is True
+            server.process.send_signal(signal.SIGSTOP)
+            draining.sender.released(["r1"])
+            began = asyncio.get_running_loop().time()
+            await draining.link.flush(0.3)  # a drain's close waits this long at most
+            assert 0.25 <= asyncio.get_running_loop().time() - began < 2  # it did wait for the write
+    finally:
+        if server.process is not None:
+            server.process.send_signal(signal.SIGCONT)
+        server.stop()
