@@ -8,6 +8,7 @@ the poll loop, and exits 0.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from agentrt.proto.runtime.v1 import run_pb2
 from agentrt.testing import RuntimeProcess, ToolHostProcess
 from agentrt.testing.redis_server import RedisServer
 from tests.fault.conftest import follow_to_end, serve_fake_openai, start_runtime
-from tests.fault.test_drain import TTL_S, drain, long_script, replica_env, wait_owned_by
+from tests.fault.test_drain import TTL_S, drain, long_script, replica_env, wait_not_serving, wait_owned_by
 from tests.fault.test_replicas import SLOW_WRITE_THEN_DONE, key_of_started, wait_running_on_host
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
@@ -98,11 +99,12 @@ def test_runs_handed_over_at_a_drain_are_claimed_through_redis_within_a_second(
         assert "tool.failed" not in [event_type(e) for e in events]
 
 
-def test_a_lease_released_at_the_drain_deadline_is_claimed_through_redis_at_once(
+def test_a_lease_released_at_the_drain_deadline_and_a_run_accepted_while_draining_are_claimed_at_once(
     tmp_path: Path, refund_host: ToolHostProcess, pg_url: str, redis_own: RedisServer, redis_prefix: str
 ) -> None:
     """A 3 s write outlasts the 0.5 s drain: the run is cut and its lease released at the end of
-    ``Engine.stop``, named in its last message (flushed before the link closes)."""
+    ``Engine.stop``, named in the drain's last message (flushed before the link closes). A
+    StartRun the draining replica accepts is left unowned and named at once."""
     with serve_fake_openai(SLOW_WRITE_THEN_DONE) as (_, model_url):
         base = {"db_url": pg_url, "tool_host": refund_host.address, "model_url": model_url}
         owner = start_runtime(
@@ -117,15 +119,43 @@ def test_a_lease_released_at_the_drain_deadline_is_claimed_through_redis_at_once
             with Client(owner.address) as client:
                 run_id = client.start_run("refund", "Please refund A100").run_id
             wait_running_on_host(refund_host.data_dir, key_of_started(owner.address, run_id, "slow.write"))
-            takeover_s, exit_s = drain(owner, "a", heir, [run_id])
+            sigterm_at = time.time()
+            owner.process.send_signal(signal.SIGTERM)
+            wait_not_serving(owner.address)
+            with Client(owner.address) as client:
+                late = client.start_run("refund", "Please refund B200")
+            accepted_at = time.time()
+            assert late.lease_owner == ""  # the draining replica does not drive it
+            seen = first_owned_elsewhere(heir.address, [run_id, late.run_id], "a")
+            assert owner.wait_exit(timeout=20) == 0, owner.stderr_text()[-2000:]
         finally:
             owner.close()
             heir.close()
+    cut_s, late_s = seen[run_id] - sigterm_at, seen[late.run_id] - accepted_at
     print(
-        f"\nwrite cut at a 0.5 s drain: the heir owned the run {takeover_s * 1000:.0f} ms after "
-        f"SIGTERM; the owner exited 0 {exit_s:.2f} s after"
+        f"\nwrite cut at a 0.5 s drain: the heir owned the run {cut_s * 1000:.0f} ms after SIGTERM; "
+        f"a run accepted while draining {late_s * 1000:.0f} ms after it was accepted"
     )
-    assert takeover_s < 0.5 + 1.0, takeover_s  # the drain's grace, then within a second
+    assert cut_s < 0.5 + 1.0, cut_s  # the drain's grace, then within a second
+    assert late_s < 1.0, late_s
+
+
+def first_owned_elsewhere(
+    address: str, run_ids: list[str], drained: str, timeout: float = 15.0
+) -> dict[str, float]:
+    """When (time.time()) each run was first seen owned by a replica other than ``drained``."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    with Client(address) as client:
+        while len(seen) < len(run_ids):
+            listed = {r.run_id: r for r in client.list_runs(page_size=100).runs}
+            now = time.time()
+            for run_id in run_ids:
+                if run_id not in seen and listed[run_id].lease_owner not in ("", drained):
+                    seen[run_id] = now
+            assert time.monotonic() < deadline, f"not taken from {drained}: {set(run_ids) - seen.keys()}"
+            time.sleep(0.01)
+    return seen
 
 
 def test_with_redis_down_a_drain_hands_over_through_the_poll_loop_and_exits_0(
