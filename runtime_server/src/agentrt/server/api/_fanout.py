@@ -1,4 +1,5 @@
-"""Assembles the Redis fan-out of one runtime process ([redis]): link, bus, wakes (R10.1).
+"""Assembles the Redis fan-out of one runtime process ([redis]): link, bus, wakes and released
+runs (R10.1).
 
 Off by default: without ``[redis] url`` the server keeps the in-process :class:`EventBus` and
 redis-py is never imported.
@@ -12,7 +13,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from agentrt.server.config import ConfigError, RedisConfig, Settings
-from agentrt.server.engine import ChannelWakes, Engine, WakeInbox
+from agentrt.server.engine import ChannelWakes, Engine, ReleasedInbox, WakeInbox
 from agentrt.server.events import EventBus, RedisEventBus
 from agentrt.server.events._redis_files import RedisSetupError, check_tls_files, read_password
 from agentrt.server.telemetry import Counters
@@ -55,13 +56,22 @@ def check_redis(config: RedisConfig) -> str | None:
 
 
 class Fanout:
-    """The running fan-out: the link to Redis and the task handing wakes to the engine."""
+    """The running fan-out: the link to Redis and the tasks handing wakes and released runs to
+    the engine."""
 
-    def __init__(self, *, link: RedisLink, inbox: WakeInbox, slots: SharedToolSlots | None = None):
+    def __init__(
+        self,
+        *,
+        link: RedisLink,
+        inbox: WakeInbox,
+        released: ReleasedInbox,
+        slots: SharedToolSlots | None = None,
+    ):
         self.link = link
         self.inbox = inbox
+        self.released = released
         self.slots = slots
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     async def start(
@@ -83,6 +93,7 @@ class Fanout:
         from agentrt.server.events._redis import RedisLink  # imports redis-py: only when configured
 
         inbox = WakeInbox()
+        released = ReleasedInbox(origin=engine.owner)
         bus.origin = engine.owner
         link = RedisLink(
             config=config,
@@ -93,13 +104,16 @@ class Fanout:
             on_wake=inbox.received,
             on_unheard=bus.unheard,
             on_interest=bus.heard,
+            on_released=released.received,
         )
         try:
             await link.start()
         except RedisSetupError as exc:
             raise ConfigError(f"redis: {exc}") from None
         bus.attach(link)
-        engine.wakes = ChannelWakes(link=link, key_prefix=config.key_prefix, origin=engine.owner)
+        engine.wakes = engine.releases = ChannelWakes(
+            link=link, key_prefix=config.key_prefix, origin=engine.owner
+        )
         slots = None
         if config.tool_limits == "global":
             from agentrt.server.tools._shared_slots import SharedToolSlots, SlotsNotPermitted
@@ -118,21 +132,27 @@ class Fanout:
                 await link.close()
                 raise ConfigError(f"redis: {exc}") from None
             tools.slots = slots
-        return cls(link=link, inbox=inbox, slots=slots)
+        return cls(link=link, inbox=inbox, released=released, slots=slots)
 
     @property
     def up(self) -> bool | None:
         return self.link.up
 
     def serve_wakes(self, engine: Engine) -> None:
-        """Hand received wakes to ``engine`` from now on (once it has started)."""
-        self._task = asyncio.get_running_loop().create_task(self.inbox.run_forever(engine.on_wake))
+        """Hand received wakes and released runs to ``engine`` from now on (once it has started)."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self.inbox.run_forever(engine.on_wake)),
+            loop.create_task(self.released.run_forever(engine.on_released)),
+        ]
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+        # A drain's last messages (the leases it released) go out before the link closes.
+        await self.link.flush(self.link.config.command_timeout_s)
         await self.link.close()
         if self.slots is not None:
             await self.slots.aclose()

@@ -40,7 +40,7 @@ from agentrt.server.engine._retention import (
     ledger_keep_bound_s,
 )
 from agentrt.server.engine._run import RunHandle, signal_cancel
-from agentrt.server.engine._wakes import ChannelWakes, WakeInbox, WakeSender
+from agentrt.server.engine._wakes import ChannelWakes, ReleasedInbox, ReleaseSender, WakeInbox, WakeSender
 
 __all__ = [
     "LEDGER_RECONCILE_HORIZON_S",
@@ -60,6 +60,8 @@ __all__ = [
     "PayloadPort",
     "PolicyPort",
     "Ports",
+    "ReleaseSender",
+    "ReleasedInbox",
     "ResolvedAgent",
     "RetentionJob",
     "RunHandle",

@@ -235,7 +235,8 @@ def changed_tool_contract(ctx: RunContext) -> str | None:
 
 async def hand_over(ctx: RunContext) -> None:
     """Drain: commit what is buffered and give the lease back in that one fenced commit (revision
-    and owner), so another replica claims the run on its next poll rather than after the TTL."""
+    and owner), so another replica claims the run on its next poll rather than after the TTL, or
+    at once with ``[redis]``: the engine names the run on the released channel when it returns."""
     if ctx.commits.empty:
         await ctx.ports.log.release(ctx.run_id, owner=ctx.ports.owner, generation=ctx.handle.generation)
     else:

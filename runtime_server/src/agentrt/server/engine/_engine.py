@@ -13,7 +13,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agentrt.server.config import Settings
@@ -45,7 +45,7 @@ from agentrt.server.engine._ports import Fresh, Ports, StartRequest
 from agentrt.server.engine._request_keys import same_request
 from agentrt.server.engine._retention import RetentionJob, build_pruner
 from agentrt.server.engine._run import RunHandle, signal_cancel
-from agentrt.server.engine._wakes import WakeSender
+from agentrt.server.engine._wakes import ReleaseSender, WakeSender
 from agentrt.server.events import EventBus
 from agentrt.server.models import ModelRegistry
 from agentrt.server.policies import Policies, get_policy_plugin_manager
@@ -110,9 +110,11 @@ class Engine:
         faults: FaultPlan | None = None,
         policies: Policies | None = None,
         wakes: WakeSender | None = None,
+        releases: ReleaseSender | None = None,
     ):
         self.store = store
         self.wakes = wakes  # wakes another replica's run at once ([redis]); None: renewals only
+        self.releases = releases  # says which leases a drain gave back ([redis]); None: polls only
         self.payloads = store.payload_store(
             mode=settings.payloads.store, root=Path(settings.data_dir) / "payloads"
         )
@@ -188,7 +190,8 @@ class Engine:
 
         Each run, at the top of its next step (a sleep of its own ends at once), commits what it
         buffered and gives its lease back in that fenced commit, so another replica claims it on
-        its next poll instead of after the lease TTL. Leases are renewed meanwhile. A run still in
+        its next poll instead of after the lease TTL, or at once when told through Redis (the
+        released nudge, ``releases``). Leases are renewed meanwhile. A run still in
         a call at ``grace_s`` is cancelled without recording anything: a write in flight stays
         started-without-result, never cancelled, and its next owner asks the tool host's ledger.
         Every lease left is then released, fenced by its generation.
@@ -220,6 +223,8 @@ class Engine:
         # the runs a StartRun accepted just as the drain began (launched after the snapshot).
         leases = {(h.run_id, h.generation) for h in [*drained, *handles]}
         await self.store.release_leases(owner=self.owner, leases=sorted(leases))
+        # One message for them all; the runs other replicas already took cost them nothing.
+        self._say_released(sorted({run_id for run_id, _ in leases}))
         if leases:
             log.info(
                 "drain: %d run(s) left at a commit (handed over, parked or ended), %d cut at the deadline",
@@ -344,6 +349,8 @@ class Engine:
                 transition("", Phase.QUEUED.value, "run.started")
             if not own:
                 self._unowned_waiting = True
+            if not own and self._stopping:  # accepted while draining: for another replica to take now
+                self._say_released([record.run_id])
             if own:
                 first = StoredEvent(record.run_id, 1, *started, now_ms)
                 self._launch(record.run_id, record.lease_generation, (record, [first]))
@@ -490,6 +497,17 @@ class Engine:
             reason, by = record.cancel_reason or "cancelled", record.cancel_requested_by or ""
             signal_cancel(handle, reason, by, record.cancel_requested_ms)
 
+    async def on_released(self, run_ids: list[str]) -> None:
+        """Another replica gave these runs' leases back (it drains): claim what there is room for
+        now rather than at the next poll. Not while stopping (``_claim_and_launch``)."""
+        free = [run_id for run_id in run_ids if run_id not in self._runs]
+        if free:  # never an empty list: that would claim any run
+            await self._claim_and_launch(run_ids=free)
+
+    def _say_released(self, run_ids: Iterable[str]) -> None:
+        if self.releases is not None:
+            self.releases.released(run_ids)
+
     def _wake_owner(self, record: RunRecord) -> None:
         if self.wakes is not None and record.lease_owner and record.lease_owner != self.owner:
             self.wakes.wake_owner(record.run_id, record.lease_owner)
@@ -564,8 +582,13 @@ class Engine:
     # -- driving a run ------------------------------------------------------------------------------
 
     async def _drive_guarded(self, handle: RunHandle, fresh: Fresh | None) -> None:
+        handed_over = False
         try:
             await drive_contained(self.ports, handle, fresh)
+            # Back at a commit point while draining: handed over (or, rarely, ended or stopped by a
+            # fault; a nudge for those costs each other replica one claim that takes nothing, and
+            # stop() names a faulted run again once it has released its lease).
+            handed_over = self._draining.is_set()
         except LeaseLost as exc:
             self.counters.inc("lease_lost_count")
             log.warning("run %s: lease lost (%s); this worker stops writing", handle.run_id, exc.message)
@@ -575,6 +598,8 @@ class Engine:
             log.exception("run %s: driver crashed; the run stays as persisted", handle.run_id)
         finally:
             self._runs.pop(handle.run_id, None)
+            if handed_over:  # the lease is given back: another replica may take it now
+                self._say_released([handle.run_id])
             if not self._runs:
                 self._idle.set()
             if not self._stopping and (handle.session_id or self._unowned_waiting):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from agentrt.server.events._bus import EventBus, LiveItem, Subscription, item_bytes
 from agentrt.server.events._fanout import ChannelLink, RedisEventBus
-from agentrt.server.events._wire import RunMessage, WakeMessage
+from agentrt.server.events._wire import ReleasedMessage, RunMessage, WakeMessage
 
 __all__ = [
     "ChannelLink",
     "EventBus",
     "LiveItem",
     "RedisEventBus",
+    "ReleasedMessage",
     "RunMessage",
     "Subscription",
     "WakeMessage",

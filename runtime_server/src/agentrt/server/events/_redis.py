@@ -7,8 +7,9 @@ store, owners see cancels in their lease renewals). Each transition between up a
 logged once and counted (``agentrt_redis_fallback_total``); the ``agentrt_redis_up`` gauge says
 where the link stands. Reconnection backs off with full jitter (``core.reconnect_delay_s``).
 
-One pub/sub connection carries every subscription of the replica: its owner channel (wakes)
-always, and the channel of each run it has local followers of. A second connection publishes
+One pub/sub connection carries every subscription of the replica: its owner channel (wakes),
+the interest and released channels always, and the channel of each run it has local followers
+of. A second connection publishes
 (pipelined, in batches) and probes the server with PING, which is how a partition (no FIN, no
 RST) is noticed within ``command_timeout_s``.
 """
@@ -40,6 +41,7 @@ from agentrt.server.events._wire import (
     encode_interest,
     interest_channel,
     owner_channel,
+    released_channel,
     run_of_channel,
 )
 from agentrt.server.telemetry import Counters
@@ -64,6 +66,8 @@ class RedisLink:
         on_wake: Gets each wake sent to this replica.
         on_unheard: Gets the run id of a run channel a publish reached nobody else on.
         on_interest: Gets the run id another replica now listens on.
+        on_released: Gets each message of the released channel as it came (its reader decodes
+            it, and counts what does not decode).
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class RedisLink:
         on_wake: Callable[[WakeMessage], None],
         on_unheard: Callable[[str], None] = lambda run_id: None,
         on_interest: Callable[[str], None] = lambda run_id: None,
+        on_released: Callable[[bytes], None] = lambda data: None,
         rand: Callable[[], float] = random.random,
     ):
         self.config = config
@@ -88,7 +93,9 @@ class RedisLink:
         self._on_wake = on_wake
         self._on_unheard = on_unheard
         self._on_interest = on_interest
+        self._on_released = on_released
         self._interest_channel = interest_channel(config.key_prefix)
+        self._released_channel = released_channel(config.key_prefix)
         self._rand = rand
         self._owner_channel = owner_channel(config.key_prefix, origin)
         self._wanted: set[str] = set()  # run channels with local followers
@@ -96,6 +103,8 @@ class RedisLink:
         self._changed = asyncio.Event()
         self._outbox: deque[tuple[str, bytes]] = deque()
         self._outbox_ready = asyncio.Event()
+        self._all_sent = asyncio.Event()  # nothing queued nor in flight (``flush``)
+        self._all_sent.set()
         self._task: asyncio.Task[None] | None = None
         self._client: aioredis.Redis | None = None
         self._pubsub: Any = None
@@ -158,7 +167,15 @@ class RedisLink:
             self._counters.inc("redis_dropped")
             return
         self._outbox.append((channel, data))
+        self._all_sent.clear()
         self._outbox_ready.set()
+
+    async def flush(self, timeout_s: float) -> None:
+        """Wait, at most ``timeout_s``, until what was queued has gone out (or the link went
+        down, which drops it): a draining replica's last messages before it closes the link."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._all_sent.wait()
 
     # -- the link -----------------------------------------------------------------------------------
 
@@ -189,10 +206,18 @@ class RedisLink:
             # An empty message proves PUBLISH is allowed; receivers drop it (it does not decode).
             await client.publish(self._owner_channel, b"")
             pubsub = self._pubsub = client.pubsub()
-            await pubsub.subscribe(self._owner_channel, self._interest_channel, *self._wanted)
+            await pubsub.subscribe(
+                self._owner_channel, self._interest_channel, self._released_channel, *self._wanted
+            )
             await self._announce(self._wanted)  # owners that stopped publishing them start again
-        self._subscribed = {self._owner_channel, self._interest_channel, *self._wanted}
+        self._subscribed = {
+            self._owner_channel,
+            self._interest_channel,
+            self._released_channel,
+            *self._wanted,
+        }
         self._outbox.clear()
+        self._all_sent.set()
         self._set_up(True)
 
     async def _close(self) -> None:
@@ -269,6 +294,8 @@ class RedisLink:
                 interest = decode_interest(data)
                 if interest is not None and interest.origin != self.origin:
                     self._on_interest(interest.run_id)
+            elif channel == self._released_channel:
+                self._on_released(data)
             else:
                 run = decode_run_message(data)
                 if run is not None and run.origin != self.origin:
@@ -280,6 +307,7 @@ class RedisLink:
             await self._outbox_ready.wait()
             if not self._outbox:
                 self._outbox_ready.clear()
+                self._all_sent.set()
                 continue
             batch = [self._outbox.popleft() for _ in range(min(_BATCH, len(self._outbox)))]
             async with self._client.pipeline(transaction=False) as pipe:
@@ -305,7 +333,7 @@ class RedisLink:
         while True:
             await self._changed.wait()
             self._changed.clear()
-            wanted = {self._owner_channel, self._interest_channel, *self._wanted}
+            wanted = {self._owner_channel, self._interest_channel, self._released_channel, *self._wanted}
             add, drop = wanted - self._subscribed, self._subscribed - wanted
             async with asyncio.timeout(self.config.command_timeout_s):
                 if add:
@@ -332,6 +360,7 @@ class RedisLink:
         if change is LinkChange.WENT_DOWN:
             self._counters.inc("redis_fallback")
             self._outbox.clear()
+            self._all_sent.set()
             why = _describe(exc)
             log.warning(
                 "redis at %s is unreachable (%s): live events and signals fall back to store polling",

@@ -8,6 +8,8 @@
 - The interest channel (``{prefix}interest``) says "this replica now listens on the channel of
   this run": an owner that stopped publishing a run nobody heard (``PUBLISH`` answered 0
   receivers) publishes it again.
+- The released channel (``{prefix}released``) says "this replica gave these runs' leases back"
+  (a drain): every other replica with room claims them now instead of at its next poll.
 
 Every message names the replica that sent it (``origin``), so a replica skips its own. A message
 that does not decode is dropped: Redis may be shared, and nothing from it is trusted as a fact.
@@ -23,21 +25,27 @@ from typing import Any
 from agentrt.server.store import StoredEvent
 
 __all__ = [
+    "MAX_RELEASED_IDS",
+    "ReleasedMessage",
     "RunMessage",
     "WakeMessage",
     "decode_interest",
+    "decode_released",
     "decode_run_message",
     "decode_wake",
     "encode_interest",
+    "encode_released",
     "encode_run_message",
     "encode_wake",
     "interest_channel",
     "owner_channel",
+    "released_channel",
     "run_channel",
     "run_of_channel",
 ]
 
 _MAX_ID_CHARS = 256
+MAX_RELEASED_IDS = 100  # run ids per released message: a drain of more sends several
 
 
 def run_channel(prefix: str, run_id: str) -> str:
@@ -50,6 +58,10 @@ def owner_channel(prefix: str, owner: str) -> str:
 
 def interest_channel(prefix: str) -> str:
     return f"{prefix}interest"
+
+
+def released_channel(prefix: str) -> str:
+    return f"{prefix}released"
 
 
 def run_of_channel(prefix: str, channel: str) -> str | None:
@@ -72,6 +84,14 @@ class RunMessage:
 class WakeMessage:
     origin: str
     run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedMessage:
+    """Runs whose leases ``origin`` gave back, free for any replica to claim."""
+
+    origin: str
+    run_ids: tuple[str, ...]
 
 
 def encode_run_message(
@@ -143,6 +163,28 @@ def decode_interest(data: bytes) -> WakeMessage | None:
     if not (_an_id(origin) and _an_id(run_id)):
         return None
     return WakeMessage(origin, run_id)
+
+
+def encode_released(origin: str, run_ids: Iterable[str]) -> list[bytes]:
+    """The messages naming ``run_ids`` (each once), at most ``MAX_RELEASED_IDS`` to a message."""
+    ids = list(dict.fromkeys(run_ids))
+    return [
+        json.dumps({"o": origin, "x": ids[i : i + MAX_RELEASED_IDS]}, separators=(",", ":")).encode()
+        for i in range(0, len(ids), MAX_RELEASED_IDS)
+    ]
+
+
+def decode_released(data: bytes) -> ReleasedMessage | None:
+    try:
+        raw = json.loads(data)
+        origin, run_ids = raw["o"], raw["x"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (_an_id(origin) and isinstance(run_ids, list) and 0 < len(run_ids) <= MAX_RELEASED_IDS):
+        return None
+    if not all(_an_id(run_id) for run_id in run_ids):
+        return None
+    return ReleasedMessage(origin, tuple(run_ids))
 
 
 def _an_id(value: object) -> bool:
