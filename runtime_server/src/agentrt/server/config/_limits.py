@@ -6,7 +6,7 @@ Sizes are bytes; times are seconds. Each group is one section of the config file
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
@@ -21,6 +21,7 @@ __all__ = [
 ]
 
 MiB = 1024 * 1024
+_Cap = Annotated[int, Field(ge=0, strict=True)]
 
 
 class _Strict(BaseModel):
@@ -70,6 +71,11 @@ class ToolLimitsConfig(_Strict):
     # tool name -> slots (0: no limit, even if the ToolSpec declares one); overrides the ToolSpec
     max_concurrent_calls: dict[str, NonNegativeInt] = Field(default_factory=dict)
     default_max_concurrent_calls: int = Field(0, ge=0)  # 0: unlimited unless the ToolSpec says
+    # A cap per (tool, tenant) under the tool's limit, so one tenant's burst cannot take every slot
+    # of a slow tool: tool name -> calls of one tenant at once (0: no cap), else the default. Strict
+    # ints: TOML's `true` would otherwise pass as a cap of 1.
+    max_concurrent_calls_per_tenant: dict[str, _Cap] = Field(default_factory=dict)
+    default_max_concurrent_calls_per_tenant: _Cap = 0  # 0: no per-tenant cap (the default)
 
 
 class StreamsConfig(_Strict):

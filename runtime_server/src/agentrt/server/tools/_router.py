@@ -336,8 +336,8 @@ class ToolRouter:
     ) -> ToolOutcome:
         """Send one call. Transport failures become typed outcomes; cancellation propagates.
 
-        Past the tool's concurrency limit the call first waits for a slot, within ``timeout_s``;
-        with none free in time it fails TRANSIENT, never sent.
+        Past the tool's concurrency limit, or its tenant's cap of the tool, the call first waits
+        for a slot, within ``timeout_s``; with none free in time it fails TRANSIENT, never sent.
         """
         began = time.monotonic()
         found = await self._route(tool, timeout_s)
@@ -353,10 +353,12 @@ class ToolRouter:
         spec, host = found
         timeout_s = max(0.001, timeout_s - (time.monotonic() - began))
         limit = self.slots.limit(tool, spec)
-        if not limit:
+        cap = self.slots.tenant_limit(tool)  # of one tenant's calls of the tool
+        if not limit and not cap:
             return await self._invoke(host, tool, arguments_json, metadata=metadata, timeout_s=timeout_s)
         try:
-            async with self.slots.hold(tool, limit, timeout_s) as waited:
+            tenant = metadata.tenant_id
+            async with self.slots.hold(tool, limit, timeout_s, tenant=tenant, tenant_limit=cap) as waited:
                 left = timeout_s - waited
                 return await self._invoke(host, tool, arguments_json, metadata=metadata, timeout_s=left)
         except SlotTimeout as exc:
