@@ -1,0 +1,189 @@
+"""Per-tenant caps of a tool's calls over all replicas, counted in Redis: two SharedToolSlots as
+two replicas sharing one real Redis (tools/_shared_slots.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from agentrt.server.tools import SlotTimeout, ToolSlots
+from agentrt.server.tools._shared_slots import SharedToolSlots
+
+pytestmark = pytest.mark.redis
+
+TOOL = "pay.out"
+Pair = tuple[SharedToolSlots, SharedToolSlots]
+
+
+def replica(redis_url: str, redis_prefix: str, **options: float) -> SharedToolSlots:
+    return SharedToolSlots.replacing(
+        ToolSlots(default_per_tenant=2),
+        client=aioredis.Redis.from_url(redis_url),
+        key_prefix=redis_prefix,
+        **options,
+    )
+
+
+@pytest.fixture
+async def two_replicas(redis_url: str, redis_prefix: str) -> AsyncIterator[Pair]:
+    pair = (replica(redis_url, redis_prefix), replica(redis_url, redis_prefix))
+    yield pair
+    for slots in pair:
+        await slots.aclose()
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    redis = aioredis.Redis.from_url(redis_url)
+    yield redis
+    await redis.aclose()
+
+
+async def until(condition: Callable[[], bool], within_s: float = 10.0) -> None:
+    async with asyncio.timeout(within_s):
+        while True:  # a bounded poll: the counts change without an event to wait on
+            if condition():
+                return
+            await asyncio.sleep(0.005)
+
+
+async def test_two_replicas_share_one_tenants_cap_and_other_tenants_pass(two_replicas: Pair) -> None:
+    inside = {"acme": 0, "globex": 0}
+    most = {"acme": 0, "globex": 0}
+    release_acme, release_globex = asyncio.Event(), asyncio.Event()
+
+    async def call(slots: SharedToolSlots, tenant: str, release: asyncio.Event) -> None:
+        async with slots.hold(TOOL, 10, timeout_s=20, tenant=tenant, tenant_limit=2):
+            inside[tenant] += 1
+            most[tenant] = max(most[tenant], inside[tenant])
+            await release.wait()
+            inside[tenant] -= 1
+
+    acme = [
+        asyncio.create_task(call(slots, "acme", release_acme)) for slots in two_replicas for _ in range(3)
+    ]
+    await until(lambda: inside["acme"] == 2)
+    # Each replica's own cap would let 2 in, 4 in all; while acme is held at 2, globex gets in on
+    # both replicas.
+    globex = [asyncio.create_task(call(slots, "globex", release_globex)) for slots in two_replicas]
+    await until(lambda: inside["globex"] == 2)
+    assert inside["acme"] == 2
+    release_globex.set()
+    release_acme.set()
+    async with asyncio.timeout(20):
+        await asyncio.gather(*acme, *globex)
+    assert most == {"acme": 2, "globex": 2}
+    assert all(slots.reachable and slots.tenants_tracked() == 0 for slots in two_replicas)
+
+
+async def test_a_tenant_at_its_global_cap_times_out_and_its_holds_go_back_after(
+    two_replicas: Pair, client: aioredis.Redis
+) -> None:
+    first, second = two_replicas
+    async with first.hold(TOOL, 10, 5, tenant="acme", tenant_limit=1):
+        with pytest.raises(SlotTimeout, match=r"for this tenant .* over all replicas") as caught:
+            async with second.hold(TOOL, 10, 0.3, tenant="acme", tenant_limit=1):
+                pytest.fail("a second call of a tenant capped at 1 got in")
+        assert caught.value.per_tenant and caught.value.limit == 1
+        assert await client.zcard(first.tenant_key(TOOL, "acme")) == 1
+        assert await client.zcard(first.tool_key(TOOL)) == 1
+    assert await client.zcard(first.tenant_key(TOOL, "acme")) == 0
+    assert await client.zcard(first.tool_key(TOOL)) == 0
+    async with second.hold(TOOL, 10, 5, tenant="acme", tenant_limit=1) as waited:  # free at once
+        assert waited < 1
+
+
+async def test_no_tool_slot_in_time_gives_back_the_tenants_global_slot(
+    two_replicas: Pair, client: aioredis.Redis
+) -> None:
+    first, second = two_replicas
+    async with first.hold(TOOL, 1, 5, tenant="globex", tenant_limit=1):
+        with pytest.raises(SlotTimeout, match="over all replicas") as caught:
+            async with second.hold(TOOL, 1, 0.3, tenant="acme", tenant_limit=1):
+                pytest.fail("got the tool's only slot")
+        assert not caught.value.per_tenant
+        assert await client.zcard(second.tenant_key(TOOL, "acme")) == 0
+    assert second.tenants_tracked() == 0
+
+
+async def test_a_cancelled_call_gives_back_both_holds(two_replicas: Pair, client: aioredis.Redis) -> None:
+    first, _ = two_replicas
+    inside = asyncio.Event()
+
+    async def call() -> None:
+        async with first.hold(TOOL, 3, 20, tenant="acme", tenant_limit=1):
+            inside.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(call())
+    await asyncio.wait_for(inside.wait(), 10)
+    keys = [first.tenant_key(TOOL, "acme"), first.tool_key(TOOL)]
+    assert [await client.zcard(key) for key in keys] == [1, 1]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [await client.zcard(key) for key in keys] == [0, 0]
+    assert first.busy(TOOL) == 0 and first.tenants_tracked() == 0
+
+
+async def test_tenant_ids_are_hashed_into_keys_no_tenant_can_choose(
+    two_replicas: Pair, client: aioredis.Redis, redis_prefix: str
+) -> None:
+    first, _ = two_replicas
+    hostile = f"x\n{redis_prefix}slots:{TOOL}"  # as if to count against the tool's own set
+    digest = hashlib.sha256(hostile.encode()).hexdigest()[:32]
+    assert first.tenant_key(TOOL, hostile) == f"{redis_prefix}tenant-slots:{TOOL}:{digest}"
+    # A tool whose name ends like a tenant key still has a key of its own family.
+    assert first.tool_key(f"{TOOL}:{digest}") != first.tenant_key(TOOL, hostile)
+    async with first.hold(TOOL, 0, 5, tenant=hostile, tenant_limit=1):
+        keys = {key.decode() async for key in client.scan_iter(match=f"{redis_prefix}*")}
+        assert keys == {first.tenant_key(TOOL, hostile)}
+
+
+async def test_a_long_call_keeps_both_holds_past_their_lease(redis_url: str, redis_prefix: str) -> None:
+    pair = [replica(redis_url, redis_prefix, lease_s=0.3) for _ in range(2)]
+    try:
+        first, second = pair
+        async with first.hold(TOOL, 1, 10, tenant="acme", tenant_limit=1):
+            await asyncio.sleep(0.8)  # past two leases: only the renewals keep the holds
+            with pytest.raises(SlotTimeout, match="for this tenant"):
+                async with second.hold(TOOL, 1, 0.2, tenant="acme", tenant_limit=1):
+                    pytest.fail("the tenant's hold expired while its call ran")
+            with pytest.raises(SlotTimeout, match="at most 1 calls at once over all replicas"):
+                async with second.hold(TOOL, 1, 0.2, tenant="globex", tenant_limit=1):
+                    pytest.fail("the tool's hold expired while its call ran")
+    finally:
+        for slots in pair:
+            await slots.aclose()
+
+
+async def test_a_dead_replicas_tenant_hold_frees_up_when_its_lease_ends(
+    two_replicas: Pair, client: aioredis.Redis
+) -> None:
+    first, _ = two_replicas
+    seconds, micros = await client.time()
+    await client.zadd(first.tenant_key(TOOL, "acme"), {"killed": seconds * 1000 + micros // 1000 + 400})
+    async with first.hold(TOOL, 0, 5, tenant="acme", tenant_limit=1) as waited:
+        assert 0.2 < waited < 3
+
+
+async def test_unreachable_redis_falls_back_to_the_process_cap_per_tenant(redis_prefix: str) -> None:
+    client = aioredis.Redis.from_url("redis://127.0.0.1:1", socket_connect_timeout=0.5)
+    slots = SharedToolSlots.replacing(
+        ToolSlots(default_per_tenant=1), client=client, key_prefix=redis_prefix, command_timeout_s=0.5
+    )
+    try:
+        async with slots.hold(TOOL, 5, 5, tenant="acme", tenant_limit=1):
+            assert not slots.reachable
+            with pytest.raises(SlotTimeout, match="for this tenant"):  # the process's own cap holds
+                async with slots.hold(TOOL, 5, 0.2, tenant="acme", tenant_limit=1):
+                    pass
+            async with slots.hold(TOOL, 5, 5, tenant="globex", tenant_limit=1):
+                pass
+    finally:
+        await slots.aclose()
