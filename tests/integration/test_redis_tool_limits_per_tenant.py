@@ -187,3 +187,22 @@ async def test_unreachable_redis_falls_back_to_the_process_cap_per_tenant(redis_
                 pass
     finally:
         await slots.aclose()
+
+
+async def test_a_call_cancelled_while_polling_for_the_tool_gives_back_its_tenant_hold(
+    two_replicas: Pair, client: aioredis.Redis
+) -> None:
+    first, second = two_replicas
+    async with first.hold(TOOL, 1, 20, tenant="globex", tenant_limit=1):
+        waiting = asyncio.create_task(second.hold(TOOL, 1, 20, tenant="acme", tenant_limit=1).__aenter__())
+        key = second.tenant_key(TOOL, "acme")
+        async with asyncio.timeout(10):
+            while True:  # a bounded poll: acme holds its tenant's slot and polls for the tool's
+                if await client.zcard(key) == 1:
+                    break
+                await asyncio.sleep(0.01)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await client.zcard(key) == 0
+        assert second.busy(TOOL) == 0 and second.tenants_tracked() == 0
