@@ -206,3 +206,26 @@ async def test_a_call_cancelled_while_polling_for_the_tool_gives_back_its_tenant
             await waiting
         assert await client.zcard(key) == 0
         assert second.busy(TOOL) == 0 and second.tenants_tracked() == 0
+
+
+async def test_a_tenant_hold_is_renewed_while_its_call_polls_for_the_tool(
+    redis_url: str, redis_prefix: str
+) -> None:
+    pair = [replica(redis_url, redis_prefix, lease_s=0.3) for _ in range(2)]
+    try:
+        first, second = pair
+        async with first.hold(TOOL, 1, 10, tenant="globex", tenant_limit=1):
+            waiting = asyncio.create_task(
+                second.hold(TOOL, 1, 10, tenant="acme", tenant_limit=1).__aenter__()
+            )
+            await until(lambda: second.tenant_busy(TOOL, "acme") == 1)
+            await asyncio.sleep(0.8)  # past two leases of acme's hold while it waits for the tool
+            with pytest.raises(SlotTimeout, match="for this tenant"):
+                async with first.hold(TOOL, 0, 0.2, tenant="acme", tenant_limit=1):
+                    pytest.fail("acme's hold expired while its call waited for the tool")
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+    finally:
+        for slots in pair:
+            await slots.aclose()

@@ -174,32 +174,35 @@ class SharedToolSlots(ToolSlots):
         deadline = started + timeout_s
         holder = uuid.uuid4().hex
         held: list[str] = []  # the Redis sets this call holds a slot of, to renew and give back
+        renewing: asyncio.Task[None] | None = None  # renews what ``held`` names at each turn
         async with self._tenant_slot(tool, tenant, tenant_limit, deadline):
             try:
                 if tenant_limit:
                     key = self.tenant_key(tool, tenant)
                     if await self._wait_for_slot(key, holder, tool, tenant_limit, deadline, per_tenant=True):
                         held.append(key)
+                        # Renewed while it polls for the tool's slot too, which may outlast a lease.
+                        renewing = asyncio.create_task(self._keep(held, holder))
                 async with self._tool_slot(tool, limit, deadline):
                     if limit:
                         key = self.tool_key(tool)
                         if await self._wait_for_slot(key, holder, tool, limit, deadline, per_tenant=False):
                             held.append(key)
-                    renewing = asyncio.create_task(self._keep(list(held), holder)) if held else None
+                            renewing = renewing or asyncio.create_task(self._keep(held, holder))
                     try:
                         yield time.monotonic() - started
                     finally:
-                        if renewing is not None:
-                            renewing.cancel()
-                            with contextlib.suppress(asyncio.CancelledError):
-                                await renewing
+                        await _stop(renewing)
+                        renewing = None
                         # Before this process's tool slot goes, so a call waiting for it finds the
                         # shared slot free too.
                         if held:
                             await self._give_back(held, holder)
                             held.clear()
             finally:
-                if held:  # the tenant's slot, when no tool slot came in time (or the wait was cut)
+                # The tenant's slot, when no tool slot came in time or the wait was cut.
+                await _stop(renewing)
+                if held:
                     await self._give_back(held, holder)
 
     async def _wait_for_slot(
@@ -239,7 +242,7 @@ class SharedToolSlots(ToolSlots):
             await asyncio.sleep(self._lease_ms / 3000)
             with contextlib.suppress(RedisError, OSError, TimeoutError):  # a lost hold only over-admits
                 async with asyncio.timeout(self._command_timeout_s):
-                    await self._renew(keys=keys, args=[holder, self._lease_ms])
+                    await self._renew(keys=list(keys), args=[holder, self._lease_ms])
 
     async def _give_back(self, keys: list[str], holder: str) -> None:
         with contextlib.suppress(RedisError, OSError, TimeoutError):  # it expires with its lease
@@ -261,3 +264,10 @@ class SharedToolSlots(ToolSlots):
     async def aclose(self) -> None:
         with contextlib.suppress(Exception):
             await self._client.aclose()
+
+
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
