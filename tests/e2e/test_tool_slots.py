@@ -5,6 +5,7 @@ record of when each call started and finished, not from timings.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import grpc
 import pydantic
 import pytest
 
+from agentrt.client import Client
 from agentrt.plugins.demo_tools import SLEEP_LOG_FILE
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2, runtime_service_pb2_grpc
 from agentrt.proto.toolhost.v1 import tool_pb2
@@ -199,3 +201,59 @@ def test_a_tool_can_declare_its_limit_in_its_spec() -> None:
         tool(name="bad.tool", description="d", side_effect=SideEffect.READ_ONLY, max_concurrent_calls=-1)(
             busy.fn
         )
+
+
+TENANT_TOKENS = {"busy": "tok-busy-tenant", "calm": "tok-calm-tenant"}
+
+
+@pytest.fixture
+def per_tenant_runtime(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+) -> Iterator[RuntimeProcess]:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(
+        "".join(
+            f'[[tokens]]\nsha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+            f'subject = "{tenant}-runner"\ntenant = "{tenant}"\nroles = ["runner"]\n'
+            for tenant, token in TENANT_TOKENS.items()
+        )
+    )
+    path = tmp_path / "per_tenant.toml"
+    path.write_text(
+        f'db_url = "{sqlite_url}"\npoll_interval_s = 0.1\ngrace_s = 1.0\n'
+        f'[auth]\ntokens_file = "{tokens}"\n'
+        f'[[tool_hosts]]\nname = "local"\naddress = "{tool_host.address}"\n'
+        '[tool_limits]\nmax_concurrent_calls_per_tenant = { "sleep.wait" = 1 }\n'
+        + agent_toml("long", steps=LONG_NAP, tools=["sleep.wait"], budgets={"timeout_s": 60})
+        + agent_toml("hurried", steps=LONG_NAP, tools=["sleep.wait"], budgets={"timeout_s": 3})
+    )
+    with spawn_runtime(["--config", str(path), "--listen", "127.0.0.1:0"], cwd=tmp_path) as runtime:
+        yield runtime
+
+
+def test_a_tenant_at_its_cap_of_a_tool_waits_while_another_tenants_call_goes_through(
+    per_tenant_runtime: RuntimeProcess, tool_host: ToolHostProcess
+) -> None:
+    clients = {
+        t: Client(per_tenant_runtime.address, token=tok, timeout=20) for t, tok in TENANT_TOKENS.items()
+    }
+    try:
+        busy, calm = clients["busy"], clients["calm"]
+        holder = busy.start_run("long", "nap").run_id
+        wait_until(lambda: len(log_lines(tool_host)) == 1, "the busy tenant holding its slot")
+        # The same tenant's next call waits for the slot until its deadline: never sent.
+        hurried = busy.start_run("hurried", "nap").run_id
+        other = calm.start_run("long", "nap").run_id
+        wait_until(lambda: len(log_lines(tool_host)) == 2, "the calm tenant's call on the host")
+        wait_until(lambda: busy.get_run(hurried).phase in TERMINAL, "the hurried run ended", timeout=15)
+        ended = busy.get_run(hurried)
+        events = "\n".join(str(e) for e in busy.stream_events(hurried, timeout=20))
+        for client, run_id in ((busy, holder), (calm, other)):
+            client.cancel_run(run_id, reason="done")
+    finally:
+        for client in clients.values():
+            client.close()
+    assert ended.phase == run_pb2.RUN_PHASE_EXPIRED
+    assert "for this tenant" in events
+    started = [line for line in log_lines(tool_host) if line.startswith("started ")]
+    assert len(started) == 2  # the holder's and the other tenant's; the hurried call never left

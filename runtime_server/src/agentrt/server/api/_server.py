@@ -50,7 +50,12 @@ class RuntimeServer:
         self.fanout: Fanout | None = None  # the Redis fan-out, with [redis]
         limits = settings.tool_limits
         self.tools = ToolRouter(
-            slots=ToolSlots(limits=limits.max_concurrent_calls, default=limits.default_max_concurrent_calls),
+            slots=ToolSlots(
+                limits=limits.max_concurrent_calls,
+                default=limits.default_max_concurrent_calls,
+                per_tenant=limits.max_concurrent_calls_per_tenant,
+                default_per_tenant=limits.default_max_concurrent_calls_per_tenant,
+            ),
             max_result_bytes=settings.payloads.max_tool_result_bytes,
             connect_s=settings.timeouts.connect_s,
         )
