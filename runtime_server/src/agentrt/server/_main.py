@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import logging
 import sys
 from typing import Any
 
 from agentrt.server import _demo
 from agentrt.server.config import ConfigError, LoggingConfig, Settings, load_settings
 from agentrt.server.telemetry import setup_logging
+from agentrt.toolhost._loop import EventLoopError, resolve_loop, run_on
+
+UVLOOP_EXTRA = "agentrt-server[uvloop]"
+
+_log = logging.getLogger("agentrt.server")
 
 
 def _parser(prog: str = "agentrt serve") -> argparse.ArgumentParser:
@@ -87,13 +92,20 @@ def main(argv: list[str] | None = None, *, prog: str = "agentrt serve") -> int:
     except (ConfigError, ValueError) as exc:
         print(f"agentrt serve: {exc}", file=sys.stderr)
         return 2
+    try:
+        loop_plan = resolve_loop(settings.event_loop, extra=UVLOOP_EXTRA)
+    except EventLoopError as exc:
+        print(f"agentrt serve: {exc}", file=sys.stderr)
+        return 2
     from agentrt.server.api import serve
 
     try:
         # SIGHUP reads the config again (file, env, flags): tool hosts are added or removed live.
         reload_settings = lambda: build_settings(args)  # noqa: E731
-        asyncio.run(
-            serve(settings, announce=lambda line: print(line, flush=True), reload_settings=reload_settings)
+        run_on(
+            loop_plan,
+            serve(settings, announce=lambda line: print(line, flush=True), reload_settings=reload_settings),
+            log=_log,
         )
     except ConfigError as exc:
         print(f"agentrt serve: {exc}", file=sys.stderr)

@@ -31,6 +31,7 @@ from agentrt.toolhost._ledger_retention import DEFAULT_INTERVAL_S, DEFAULT_KEEP_
 from agentrt.toolhost._ledger_schema import LedgerVersionError
 from agentrt.toolhost._ledger_types import LedgerUnavailable
 from agentrt.toolhost._logging import configure_logging, parse_level_spec, resolve_format
+from agentrt.toolhost._loop import EVENT_LOOP_CHOICES, EventLoopError, resolve_loop, run_on
 from agentrt.toolhost._plugins import ENTRYPOINT_GROUP, collect_tools, get_plugin_manager
 from agentrt.toolhost._tls import ReloadingServerCredentials, TlsFileError, is_loopback_host
 from agentrt.toolhost.telemetry import MetricsConfigError, check_listen, read_token_file
@@ -46,6 +47,9 @@ METRICS_PREFIX = "agentrt-toolhost metrics on "
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+EVENT_LOOP_ENV = "AGENTRT_TOOLHOST_EVENT_LOOP"
+UVLOOP_EXTRA = "agentrt-toolhost[uvloop]"
 
 _log = logging.getLogger("agentrt.toolhost")
 
@@ -149,6 +153,13 @@ def _parser(prog: str = "agentrt toolhost") -> argparse.ArgumentParser:
         "--log-format",
         choices=["json", "text"],
         help="stderr log lines as JSON or text (default: AGENTRT_LOG_FORMAT, else text)",
+    )
+    parser.add_argument(
+        "--event-loop",
+        default=os.environ.get(EVENT_LOOP_ENV, "auto"),
+        metavar="|".join(EVENT_LOOP_CHOICES),
+        help=f"auto: uvloop when installed ({UVLOOP_EXTRA}), else asyncio (default: ${EVENT_LOOP_ENV}, "
+        "else auto)",
     )
     parser.add_argument(
         "--metrics-listen",
@@ -331,6 +342,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         parse_listen(args.listen)
     except ValueError as exc:
         return _usage_error(f"invalid --listen {args.listen!r}: {exc}")
+    try:
+        loop_plan = resolve_loop(args.event_loop, extra=UVLOOP_EXTRA)
+    except EventLoopError as exc:
+        return _usage_error(f"--event-loop / ${EVENT_LOOP_ENV}: {exc}")
     options: dict[str, str] = {}
     for item in args.options:
         key, sep, value = item.partition("=")
@@ -395,14 +410,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     except TracingError as exc:
         return _usage_error(str(exc))
     try:
-        return asyncio.run(
+        return run_on(
+            loop_plan,
             _serve(
                 host,
                 listen=args.listen,
                 grace=args.grace,
                 metrics_listen=args.metrics_listen,
                 metrics_token_file=args.metrics_token_file,
-            )
+            ),
+            log=_log,
         )
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return EXIT_ERROR

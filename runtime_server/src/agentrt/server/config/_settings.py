@@ -330,6 +330,8 @@ class Settings(_Strict):
     redis: RedisConfig = Field(default_factory=RedisConfig)  # cross-replica fan-out; off by default
     reflection: bool | None = None  # None: on when listening on loopback only
     insecure: bool = False  # `--insecure`: allow a non-loopback listen without TLS and auth
+    # "auto": uvloop when it is installed (agentrt-server[uvloop]), else asyncio; read at start only.
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
 
     @field_validator("listen")
     @classmethod
@@ -421,6 +423,8 @@ _CLIENT_ENV = frozenset(
         "AGENTRT_TLS",
         "AGENTRT_FAULT_POINT",
         "AGENTRT_TOOLHOST_FAULT",
+        # The tool host's --event-loop default; a spawned host inherits the runtime's environment.
+        "AGENTRT_TOOLHOST_EVENT_LOOP",
         "AGENTRT_TEST_PG",
         "AGENTRT_TEST_REDIS",
         "AGENTRT_BENCH_PG",
