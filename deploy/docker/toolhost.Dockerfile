@@ -20,7 +20,8 @@ COPY proto/ proto/
 COPY tool_host/ tool_host/
 COPY clients/ clients/
 COPY plugins/ plugins/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ./proto './tool_host[otel,postgres]' ./clients \
+# [uvloop]: the faster event loop `--event-loop auto` picks up (README, performance).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ./proto './tool_host[otel,postgres,uvloop]' ./clients \
     && pip wheel --no-cache-dir --no-deps --wheel-dir /plugin-wheels ./plugins
 
 FROM ${PYTHON_IMAGE} AS toolhost
@@ -35,7 +36,7 @@ RUN groupadd --system --gid 10001 agentrt \
     && chown agentrt:agentrt /var/lib/agentrt-toolhost
 # agentrt-client brings the `agentrt` command (`agentrt toolhost`, `agentrt health`).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links /wheels "agentrt-toolhost[otel,postgres]==${AGENTRT_VERSION}" "agentrt-client==${AGENTRT_VERSION}"
+    pip install --no-index --find-links /wheels "agentrt-toolhost[otel,postgres,uvloop]==${AGENTRT_VERSION}" "agentrt-client==${AGENTRT_VERSION}"
 USER 10001:10001
 WORKDIR /var/lib/agentrt-toolhost
 # The ledger and plugin data (--data-dir).
