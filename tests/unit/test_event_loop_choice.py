@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
+import importlib.util
 import logging
 from types import ModuleType
 
