@@ -4,6 +4,7 @@ end, and the refusals (unknown value, uvloop asked for but missing) with exit 2.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -41,11 +42,17 @@ def _serve_a_run(
             tool_host_address=host.address,
         )
         args = ["--config", str(config), "--listen", "127.0.0.1:0", *INFO]
-        with spawn_runtime(args, cwd=tmp_path, env=env) as runtime, Client(runtime.address) as client:
-            events = list(client.run_agent("refund", "please refund A100", timeout=60))
+        with spawn_runtime(args, cwd=tmp_path, env=env) as runtime:
+            with Client(runtime.address) as client:
+                events = list(client.run_agent("refund", "please refund A100", timeout=60))
             assert events[-1].run_ended.phase == run_pb2.RUN_PHASE_COMPLETED
             assert [event_type(e) for e in events].count("tool.completed") == 2
+            # Graceful stops through the loop's signal handlers: SIGTERM here, SIGINT for the host.
+            assert runtime.stop() == 0, runtime.stderr_text()
             runtime_lines = _loop_lines(runtime.stderr_text())
+        host.process.send_signal(signal.SIGINT)
+        assert host.wait(timeout=30) == 0, host.stderr_text()
+        assert "agentrt.toolhost: shutting down" in host.stderr_text()
         host_lines = _loop_lines(host.stderr_text())
     assert len(runtime_lines) == 1, runtime_lines
     assert len(host_lines) == 1, host_lines
