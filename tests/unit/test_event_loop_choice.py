@@ -116,6 +116,16 @@ def test_the_tool_host_env_var_is_not_a_runtime_setting() -> None:
     assert load_settings(env={"AGENTRT_TOOLHOST_EVENT_LOOP": "asyncio"}).event_loop == "auto"
 
 
+def test_every_tool_host_variable_is_left_to_the_tool_host() -> None:
+    # One machine (a systemd host, a dev shell) may set the host's ledger URL next to the runtime's.
+    env = {
+        "AGENTRT_TOOLHOST_LEDGER_URL": "postgresql://ledger@db/ledger",
+        "AGENTRT_TOOLHOST_FAULT": "after_effect",
+        "AGENTRT_TOOLHOST_SOMETHING_NEWER": "1",
+    }
+    assert load_settings(env=env).tool_hosts == []
+
+
 def test_the_loop_module_imports_no_uvloop_at_import_time() -> None:
     # uvloop is optional: importing the module (both servers do at start) must not need it.
     source = importlib.util.find_spec("agentrt.toolhost._loop")

@@ -398,7 +398,7 @@ def load_settings(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     for key, raw in sorted((os.environ if env is None else env).items()):
-        if key.startswith("AGENTRT_") and key not in _CLIENT_ENV:
+        if key.startswith("AGENTRT_") and key not in _CLIENT_ENV and not key.startswith(_TOOLHOST_ENV):
             _set_path(data, key.removeprefix("AGENTRT_").lower().split("__"), _env_value(raw))
     try:
         return Settings.model_validate(data)
@@ -409,6 +409,9 @@ def load_settings(
         raise ConfigError(f"invalid configuration: {problems}") from exc
 
 
+# The tool host's own variables (--ledger-url, --event-loop defaults, its fault point): a host
+# the runtime spawns inherits the runtime's environment, and one machine may run both.
+_TOOLHOST_ENV = "AGENTRT_TOOLHOST_"
 # Variables the client and test tooling read; not server settings.
 _CLIENT_ENV = frozenset(
     {
@@ -422,9 +425,6 @@ _CLIENT_ENV = frozenset(
         "AGENTRT_SERVER_NAME",
         "AGENTRT_TLS",
         "AGENTRT_FAULT_POINT",
-        "AGENTRT_TOOLHOST_FAULT",
-        # The tool host's --event-loop default; a spawned host inherits the runtime's environment.
-        "AGENTRT_TOOLHOST_EVENT_LOOP",
         "AGENTRT_TEST_PG",
         "AGENTRT_TEST_REDIS",
         "AGENTRT_BENCH_PG",
