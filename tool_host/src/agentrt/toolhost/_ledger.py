@@ -7,7 +7,9 @@ locks. ``BEGIN IMMEDIATE`` keeps it atomic against another process on the same f
 
 A call costs two write transactions, the floor for "RUNNING is durable before the
 tool runs, the outcome after": :meth:`Ledger.begin` checks the fencing token and
-records RUNNING in one, :meth:`Ledger.finish` records the outcome in the other.
+records RUNNING in one, :meth:`Ledger.finish` records the outcome in the other. A
+read-only idempotent call costs one: nothing is lost if it dies unrecorded (it is
+simply run again), so only its outcome is written, by :meth:`Ledger.record_read`.
 In the usual case each is a single statement, which SQLite runs as its own
 transaction, write-locked from its start just like ``BEGIN IMMEDIATE``. The count of
 statements matters: each one releases and retakes the GIL, which gRPC's threads also want.
@@ -32,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agentrt.toolhost._cipher import PayloadCipher
+from agentrt.toolhost._errors import ErrorCode
 from agentrt.toolhost._ledger_codec import LedgerCodec
 from agentrt.toolhost._ledger_retention import LedgerPruneCounts, prune_ledger
 from agentrt.toolhost._ledger_schema import open_schema
@@ -45,6 +48,7 @@ from agentrt.toolhost._ledger_types import (
     OperationRecord,
     OperationStatus,
     OutcomeUnknown,
+    ReadCall,
     Replay,
     Start,
     sealing_aad,
@@ -63,6 +67,7 @@ __all__ = [
     "OperationRecord",
     "OperationStatus",
     "OutcomeUnknown",
+    "ReadCall",
     "Replay",
     "Start",
     "sealing_aad",
@@ -109,6 +114,43 @@ _SETTLE_UNSURE = (
     " error_details_json = ?, update_time_ns = ? WHERE tenant = ? AND idempotency_key = ?"
     " AND status = 'FAILED' AND update_time_ns = ?"
 )
+
+
+# A read-only idempotent call writes its entry once, finished: a new key, or over an entry of the same
+# call that a retry may run again (a retryable failure, or RUNNING left by an earlier version's host).
+# A final outcome stays as it is (the first one recorded wins), and so does another call's entry.
+_RETRYABLE_CODES = ", ".join(f"'{code.value}'" for code in ErrorCode if code.retryable)
+_RECORD_READ = (
+    "INSERT INTO operations (tenant, idempotency_key, tool, input_hash, run_id, call_id, status,"
+    " result_json, error_code, error_message, error_details_json, owner, executions, create_time_ns,"
+    " update_time_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"
+    " ON CONFLICT (tenant, idempotency_key) DO UPDATE SET status = excluded.status,"
+    " result_json = excluded.result_json, error_code = excluded.error_code,"
+    " error_message = excluded.error_message, error_details_json = excluded.error_details_json,"
+    " owner = excluded.owner, run_id = excluded.run_id, call_id = excluded.call_id,"
+    " executions = operations.executions + 1, update_time_ns = excluded.update_time_ns"
+    " WHERE operations.tool = excluded.tool AND operations.input_hash = excluded.input_hash"
+    f" AND (operations.status = 'RUNNING' OR operations.error_code IN ({_RETRYABLE_CODES}))"
+)
+
+
+def record_read_params(
+    codec: LedgerCodec, read: ReadCall, outcome: Outcome, *, owner: str, now_ns: int
+) -> tuple[object, ...]:
+    """The parameters of :data:`_RECORD_READ` (both backends)."""
+    columns = codec.outcome_columns(read.tenant, read.idempotency_key, outcome)
+    return (
+        read.tenant,
+        read.idempotency_key,
+        read.tool,
+        read.input_hash,
+        read.run_id,
+        read.call_id,
+        *columns,
+        owner,
+        read.start_time_ns,
+        now_ns,
+    )
 
 
 # Runs whose remembered token this process knows; beyond this many it forgets them all.
@@ -349,6 +391,15 @@ class Ledger:
     def _outcome_params(self, tenant: str, idempotency_key: str, outcome: Outcome) -> tuple[object, ...]:
         columns = self._codec.outcome_columns(tenant, idempotency_key, outcome)
         return (*columns, time.time_ns(), tenant, idempotency_key, self.owner)
+
+    def record_read(self, read: ReadCall, outcome: Outcome) -> None:
+        """Record the outcome of a read-only idempotent call, which recorded no RUNNING (one write)."""
+        params = record_read_params(self._codec, read, outcome, owner=self.owner, now_ns=time.time_ns())
+        if self._db.in_transaction:
+            with self._transaction() as db:  # only after a failed COMMIT, as in finish()
+                db.execute(_RECORD_READ, params)
+        else:
+            self._db.execute(_RECORD_READ, params)
 
     def settle_orphan(self, idempotency_key: str, outcome: Outcome, *, tenant: str = "") -> None:
         """Record the outcome of a call an earlier host life left RUNNING, as its tool reported it."""

@@ -4,6 +4,8 @@ The host calls a ledger from its event loop thread only; each method is one shor
 :class:`~agentrt.toolhost._ledger.Ledger` keeps a SQLite file in the host's data dir;
 :class:`~agentrt.toolhost._ledger_pg.PgLedger` keeps one PostgreSQL schema that every host of a
 pool shares, so a key runs at most once across the pool and any host answers ``GetOperation``.
+A read-only idempotent call writes only its outcome (:meth:`LedgerBackend.record_read`): two hosts
+may run the same read at once, which is harmless, and the first final outcome recorded stays.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentrt.toolhost._ledger_retention import LedgerPruneCounts
-from agentrt.toolhost._ledger_types import Decision, OperationRecord
+from agentrt.toolhost._ledger_types import Decision, OperationRecord, ReadCall
 from agentrt.toolhost._outcome import Outcome
 
 __all__ = ["LedgerBackend", "LedgerTransaction"]
@@ -77,6 +79,14 @@ class LedgerBackend(Protocol):
 
     def finish(self, idempotency_key: str, outcome: Outcome, *, tenant: str = "") -> None:
         """Record the outcome of a call this process started."""
+        ...
+
+    def record_read(self, read: ReadCall, outcome: Outcome) -> None:
+        """Record the outcome of a read-only idempotent call that recorded no RUNNING entry.
+
+        One write: a new entry, or over an entry of the same call a retry may run again. A final
+        outcome already recorded, or another call's entry under the key, is left as it is.
+        """
         ...
 
     def settle_orphan(self, idempotency_key: str, outcome: Outcome, *, tenant: str = "") -> None:

@@ -46,9 +46,11 @@ from agentrt.toolhost._ledger import (
     _INSERT_IF_NEW,
     _INSERT_IF_NEW_AND_NOT_FENCED,
     _MAX_KNOWN_FENCES,
+    _RECORD_READ,
     _RUN_AGAIN,
     _SELECT,
     _SETTLE_UNSURE,
+    record_read_params,
 )
 from agentrt.toolhost._ledger_codec import LedgerCodec
 from agentrt.toolhost._ledger_pg_config import PgLedgerOptions
@@ -60,6 +62,7 @@ from agentrt.toolhost._ledger_types import (
     LedgerUnavailable,
     OperationRecord,
     OperationStatus,
+    ReadCall,
     Start,
 )
 from agentrt.toolhost._ledger_verdict import Verdict, decision_of, owner_alive, rerun_record, verdict_on
@@ -360,6 +363,12 @@ class PgLedger:
         params = self._outcome_params(tenant, idempotency_key, outcome)
         with self._errors("finish"):
             self._conn().execute(_pg(_FINISH), params)
+
+    def record_read(self, read: ReadCall, outcome: Outcome) -> None:
+        """Record the outcome of a read-only idempotent call, which recorded no RUNNING (one statement)."""
+        params = record_read_params(self._codec, read, outcome, owner=self._owner, now_ns=time.time_ns())
+        with self._errors("record"):
+            self._conn().execute(_pg(_RECORD_READ), params)
 
     def settle_orphan(self, idempotency_key: str, outcome: Outcome, *, tenant: str = "") -> None:
         """Record the outcome of a call a dead host left RUNNING; a live owner's entry is untouched."""

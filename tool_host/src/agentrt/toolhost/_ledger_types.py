@@ -18,6 +18,7 @@ __all__ = [
     "OperationRecord",
     "OperationStatus",
     "OutcomeUnknown",
+    "ReadCall",
     "Replay",
     "Start",
     "sealing_aad",
@@ -55,6 +56,36 @@ class OperationRecord:
     executions: int
     create_time_ns: int
     update_time_ns: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReadCall:
+    """A read-only idempotent call running with no ledger entry; its outcome is its one write."""
+
+    tenant: str
+    idempotency_key: str
+    tool: str
+    input_hash: str
+    run_id: str
+    call_id: str
+    start_time_ns: int
+
+    def running_record(self, *, owner: str) -> OperationRecord:
+        """The entry GetOperation and CancelOperation report while it runs (never written)."""
+        return OperationRecord(
+            tenant=self.tenant,
+            idempotency_key=self.idempotency_key,
+            tool=self.tool,
+            input_hash=self.input_hash,
+            run_id=self.run_id,
+            call_id=self.call_id,
+            status=OperationStatus.RUNNING,
+            outcome=None,
+            owner=owner,
+            executions=1,
+            create_time_ns=self.start_time_ns,
+            update_time_ns=self.start_time_ns,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

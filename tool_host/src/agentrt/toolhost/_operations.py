@@ -17,6 +17,17 @@ grace has passed; a sync tool runs in a thread nothing can interrupt, so it only
 a tool where it stands, the recorded failure says ``"effect": "unknown"``: the host
 cannot tell whether the effect happened, and a caller must not send the write again on
 that answer alone.
+
+A read-only idempotent call (``SideEffect.READ_ONLY`` and ``idempotent=True``) records no RUNNING
+entry: the ledger gets one write, its outcome (``LedgerBackend.record_read``), which later calls
+with its key replay. Nothing is lost if the host dies while it runs: no entry means a retry runs
+it again, which is safe; and the runtime never asks the ledger before sending a read again (its
+``core/_attempts.py`` asks only about an in-doubt write), it just retries. While such a call runs,
+this process knows it from :class:`Operations` alone: a duplicate here waits for it as for any
+call; GetOperation and CancelOperation on this host answer RUNNING (an entry made up from the
+running call, never written) and CancelOperation stops it as it stops any call. Another host of a
+pool does not know it: GetOperation there answers NOT_FOUND (or the key's earlier retryable
+failure), and a duplicate there may run the read at the same time, which a read allows.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from agentrt.toolhost._context import ToolContext
 from agentrt.toolhost._errors import ErrorCode, ToolError
 from agentrt.toolhost._faults import crash_after_effect
 from agentrt.toolhost._ledger_backend import LedgerBackend
-from agentrt.toolhost._ledger_types import LedgerUnavailable
+from agentrt.toolhost._ledger_types import LedgerUnavailable, ReadCall
 from agentrt.toolhost._outcome import Failure, Outcome
 from agentrt.toolhost._sdk import Tool
 
@@ -75,6 +86,8 @@ class Operation:
     # A result larger than this (UTF-8 bytes of its JSON) is recorded and answered as
     # RESULT_TOO_LARGE instead of being sent; 0: no limit.
     max_result_bytes: int = 0
+    # Set for a read-only idempotent call: it has no ledger entry until its outcome is recorded.
+    read: ReadCall | None = None
 
 
 class Operations:
@@ -103,10 +116,19 @@ class Operations:
         return self._running.get((tenant, key))
 
     def start(
-        self, *, key: str, tool: Tool, args: pydantic.BaseModel, ctx: ToolContext, max_result_bytes: int = 0
+        self,
+        *,
+        key: str,
+        tool: Tool,
+        args: pydantic.BaseModel,
+        ctx: ToolContext,
+        max_result_bytes: int = 0,
+        read: ReadCall | None = None,
     ) -> Operation:
-        """Start a call whose RUNNING entry the ledger just recorded (in ``ctx.tenant``)."""
-        op = Operation(key=key, tool=tool, args=args, ctx=ctx, max_result_bytes=max_result_bytes)
+        """Start a call whose RUNNING entry the ledger just recorded (in ``ctx.tenant``), or, with
+        ``read``, a read-only idempotent call that has no entry (its outcome is recorded at its end).
+        """
+        op = Operation(key=key, tool=tool, args=args, ctx=ctx, max_result_bytes=max_result_bytes, read=read)
         self._running[(ctx.tenant, key)] = op
         op.task = asyncio.get_running_loop().create_task(self._run(op), name=f"tool {tool.name} {key}")
         return op
@@ -157,13 +179,17 @@ class Operations:
         failure = outcome.failure
         self._counters["succeeded" if failure is None else f"failed_{failure.code.value.lower()}"] += 1
         if self._ledger.closed:
-            # The host shut down while a sync tool kept running; the entry stays RUNNING (unknown).
+            # The host shut down while a sync tool kept running; the entry stays RUNNING (unknown),
+            # or, for a read, absent (run again).
             _log.warning(
                 "ledger closed before %s (key %s) finished; outcome not recorded", op.tool.name, op.key
             )
             return
         try:
-            self._ledger.finish(op.key, outcome, tenant=op.ctx.tenant)
+            if op.read is not None:
+                self._ledger.record_read(op.read, outcome)
+            else:
+                self._ledger.finish(op.key, outcome, tenant=op.ctx.tenant)
         except (sqlite3.Error, LedgerUnavailable):
             # The entry stays RUNNING, which a later call reads as "outcome unknown": the safe side.
             _log.exception("cannot record the outcome of %s (key %s)", op.tool.name, op.key)

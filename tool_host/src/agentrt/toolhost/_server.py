@@ -17,6 +17,7 @@ from typing import Any, assert_never, cast
 import grpc
 import grpc.aio
 import pluggy
+import pydantic
 
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2 as pb
 from agentrt.proto.toolhost.v1 import tool_host_service_pb2_grpc as pb_grpc
@@ -34,17 +35,20 @@ from agentrt.toolhost._ledger import (
     Fenced,
     InFlight,
     OperationRecord,
+    OperationStatus,
     OutcomeUnknown,
+    ReadCall,
     Replay,
     Start,
 )
 from agentrt.toolhost._ledger_backend import LedgerBackend
 from agentrt.toolhost._ledger_types import LedgerUnavailable
+from agentrt.toolhost._ledger_verdict import Verdict, decision_of, verdict_on
 from agentrt.toolhost._logging import log_fields
 from agentrt.toolhost._operations import Operations
 from agentrt.toolhost._outcome import Failure, Outcome
 from agentrt.toolhost._plugins import answers_queries, preview, query_answerers
-from agentrt.toolhost._sdk import Tool, canonical_json
+from agentrt.toolhost._sdk import SideEffect, Tool, canonical_json
 from agentrt.toolhost._status import (
     InternalFailure,
     InvalidRequest,
@@ -137,6 +141,16 @@ def _call_span(tool: str, run_id: str, traceparent: str | None) -> contextlib.Ab
         record_exception=False,
         set_status_on_exception=False,
     )
+
+
+def _read_only_idempotent(tool: Tool) -> bool:
+    """A tool whose calls record only their outcome: running one twice is harmless."""
+    return tool.side_effect is SideEffect.READ_ONLY and tool.idempotent
+
+
+def _input_hash(raw: object) -> str:
+    """sha256 of the canonical arguments: what a ledger entry's key is checked against."""
+    return hashlib.sha256(canonical_json(raw).encode()).hexdigest()
 
 
 def _response(outcome: Outcome, *, replayed: bool = False) -> pb.InvokeToolResponse:
@@ -293,7 +307,6 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
             args, raw = tool.parse_arguments(request.arguments_json)
         except InvalidInput as exc:
             return self._refuse(meta, "invalid_input", _response(Outcome(failure=Failure.from_error(exc))))
-        input_hash = hashlib.sha256(canonical_json(raw).encode()).hexdigest()
 
         # time_remaining() is None when the caller set no deadline (the stubs say float).
         remaining: float | None = context.time_remaining()
@@ -312,6 +325,10 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
 
         fencing_token = meta.fencing_token
         intent = intent_of(tool, raw, run_id=meta.run_id, session_id=meta.session_id)
+        if intent is None and _read_only_idempotent(tool):
+            return await self._invoke_read(tool, args, raw, meta, deadline=deadline, reply_by=reply_by)
+        # Hashed only now: a call refused above writes and compares no entry.
+        input_hash = _input_hash(raw)
         if intent is not None:
             refused = await self._check_intent(intent, meta, deadline, tool=tool.name, input_hash=input_hash)
             if refused is not None:
@@ -335,40 +352,9 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 case Fenced(highest_token=higher):
                     return self._fenced_error(meta, higher)
                 case Start():
-                    ctx = ToolContext(
-                        idempotency_key=meta.idempotency_key,
-                        tenant=meta.tenant,
-                        run_id=meta.run_id,
-                        call_id=meta.call_id,
-                        attempt=meta.attempt,
-                        fencing_token=meta.fencing_token or 0,
-                        deadline=deadline,
-                        traceparent=meta.traceparent,
-                        data_dir=self._data_dir,
-                    )
-                    op = self.operations.start(
-                        key=meta.idempotency_key,
-                        tool=tool,
-                        args=args,
-                        ctx=ctx,
-                        max_result_bytes=meta.max_result_bytes or self._max_result_bytes,
-                    )
-                    now = time.monotonic()
-                    outcome = await self.operations.settle(
-                        op, budget=deadline - now, reply_within=None if reply_by is None else reply_by - now
-                    )
-                    return _response(outcome)
-                case Replay(record=record):
-                    self._counters["duplicate_suppressed"] += 1
-                    assert record.outcome is not None
-                    return _response(record.outcome, replayed=True)
-                case Conflict(record=record):
-                    self._counters["key_conflict"] += 1
-                    return _error(
-                        ErrorCode.KEY_CONFLICT,
-                        "the idempotency key was used before with another tool or other arguments",
-                        {"idempotency_key": meta.idempotency_key, "recorded_tool": record.tool},
-                    )
+                    return await self._run_call(tool, args, meta, deadline=deadline, reply_by=reply_by)
+                case Replay() | Conflict() | Busy() | OutcomeUnknown():
+                    return self._answer(decision, meta)
                 case InFlight():
                     running = self.operations.get(meta.idempotency_key, tenant=meta.tenant)
                     if running is None:
@@ -383,18 +369,151 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                             "timeout: a call with the same idempotency key is still running",
                             {"still_running": True, "deadline_exceeded": True},
                         )
-                case Busy():
-                    # Another live host of the pool runs this key now: a retry with it replays.
-                    self._counters["busy_elsewhere"] += 1
-                    return _error(
-                        ErrorCode.TRANSIENT,
-                        "a call with the same idempotency key is running on another host of the pool",
-                        {"still_running": True, "idempotency_key": meta.idempotency_key},
-                    )
-                case OutcomeUnknown():
-                    return self._outcome_unknown(meta)
                 case _:
                     assert_never(decision)
+
+    async def _run_call(
+        self,
+        tool: Tool,
+        args: pydantic.BaseModel,
+        meta: CallMetadata,
+        *,
+        deadline: float,
+        reply_by: float | None,
+        read: ReadCall | None = None,
+    ) -> pb.InvokeToolResponse:
+        """Run a call the ledger let start (or, with ``read``, a read with no entry) and answer it."""
+        ctx = ToolContext(
+            idempotency_key=meta.idempotency_key,
+            tenant=meta.tenant,
+            run_id=meta.run_id,
+            call_id=meta.call_id,
+            attempt=meta.attempt,
+            fencing_token=meta.fencing_token or 0,
+            deadline=deadline,
+            traceparent=meta.traceparent,
+            data_dir=self._data_dir,
+        )
+        op = self.operations.start(
+            key=meta.idempotency_key,
+            tool=tool,
+            args=args,
+            ctx=ctx,
+            max_result_bytes=meta.max_result_bytes or self._max_result_bytes,
+            read=read,
+        )
+        now = time.monotonic()
+        outcome = await self.operations.settle(
+            op, budget=deadline - now, reply_within=None if reply_by is None else reply_by - now
+        )
+        return _response(outcome)
+
+    async def _invoke_read(
+        self,
+        tool: Tool,
+        args: pydantic.BaseModel,
+        raw: object,
+        meta: CallMetadata,
+        *,
+        deadline: float,
+        reply_by: float | None,
+    ) -> pb.InvokeToolResponse:
+        """A read-only idempotent call: no RUNNING entry, only its outcome is written (``_operations``).
+
+        Decided like :meth:`LedgerBackend.begin` decides, from what runs here and the ledger's
+        entry, with the same answers (FENCED first, then a replay, a conflict, a wait for a
+        duplicate running here).
+        """
+        if meta.fencing_token is not None and meta.run_id:
+            higher = self._ledger.check_fence(meta.run_id, meta.fencing_token, tenant=meta.tenant)
+            if higher is not None:
+                return self._fenced_error(meta, higher)
+        input_hash = _input_hash(raw)
+        owner = self._ledger.owner
+        while True:
+            running = self.operations.get(meta.idempotency_key, tenant=meta.tenant)
+            if running is not None and running.read is not None:
+                record: OperationRecord | None = running.read.running_record(owner=owner)
+            else:
+                record = self._ledger.get(meta.idempotency_key, tenant=meta.tenant)
+            verdict = Verdict.RUN_AGAIN
+            if record is not None:
+                verdict = verdict_on(
+                    record,
+                    tool=tool.name,
+                    input_hash=input_hash,
+                    me=owner,
+                    record_owner_alive=record.status is OperationStatus.RUNNING
+                    and record.owner != owner
+                    and not self._ledger.is_orphan(record),
+                    rerun_after_crash=True,
+                )
+            match verdict:
+                case Verdict.RUN_AGAIN:
+                    read = ReadCall(
+                        tenant=meta.tenant,
+                        idempotency_key=meta.idempotency_key,
+                        tool=tool.name,
+                        input_hash=input_hash,
+                        run_id=meta.run_id,
+                        call_id=meta.call_id,
+                        start_time_ns=time.time_ns(),
+                    )
+                    return await self._run_call(
+                        tool, args, meta, deadline=deadline, reply_by=reply_by, read=read
+                    )
+                case Verdict.IN_FLIGHT:
+                    if running is None:
+                        return self._outcome_unknown(meta)  # as begin's InFlight with no task here
+                    self._counters["in_flight_waits"] += 1
+                    if not await self.operations.wait(running, within=deadline - time.monotonic()):
+                        self._counters["timeout"] += 1
+                        return _error(
+                            ErrorCode.TRANSIENT,
+                            "timeout: a call with the same idempotency key is still running",
+                            {"still_running": True, "deadline_exceeded": True},
+                        )
+                case _:
+                    assert record is not None
+                    decision = decision_of(verdict, record)
+                    assert isinstance(decision, Replay | Conflict | Busy | OutcomeUnknown)
+                    return self._answer(decision, meta)
+
+    def _answer(
+        self, decision: Replay | Conflict | Busy | OutcomeUnknown, meta: CallMetadata
+    ) -> pb.InvokeToolResponse:
+        """The answer to a call the ledger's entry settles without running it."""
+        match decision:
+            case Replay(record=record):
+                self._counters["duplicate_suppressed"] += 1
+                assert record.outcome is not None
+                return _response(record.outcome, replayed=True)
+            case Conflict(record=record):
+                self._counters["key_conflict"] += 1
+                return _error(
+                    ErrorCode.KEY_CONFLICT,
+                    "the idempotency key was used before with another tool or other arguments",
+                    {"idempotency_key": meta.idempotency_key, "recorded_tool": record.tool},
+                )
+            case Busy():
+                # Another live host of the pool runs this key now: a retry with it replays.
+                self._counters["busy_elsewhere"] += 1
+                return _error(
+                    ErrorCode.TRANSIENT,
+                    "a call with the same idempotency key is running on another host of the pool",
+                    {"still_running": True, "idempotency_key": meta.idempotency_key},
+                )
+            case OutcomeUnknown():
+                return self._outcome_unknown(meta)
+            case _:
+                assert_never(decision)
+
+    def _entry(self, idempotency_key: str, *, tenant: str) -> OperationRecord | None:
+        """The key's entry as this host knows it: a read running here has none in the ledger yet."""
+        running = self.operations.get(idempotency_key, tenant=tenant)
+        if running is not None and running.read is not None:
+            return running.read.running_record(owner=self._ledger.owner)
+        return self._ledger.get(idempotency_key, tenant=tenant)
 
     async def _check_intent(
         self, intent: IntentCall, meta: CallMetadata, deadline: float, *, tool: str, input_hash: str
@@ -531,7 +650,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 violations=[("idempotency_key", "required")],
             )
         check_field(idempotency_key, "idempotency_key")
-        record = self._ledger.get(idempotency_key, tenant=tenant)
+        record = self._entry(idempotency_key, tenant=tenant)
         if record is None or (run_id is not None and record.run_id != run_id):
             raise NotFound(
                 "no operation with this idempotency key",
@@ -630,7 +749,7 @@ class ToolHostServicer(pb_grpc.ToolHostServiceServicer):
                 # repr: the reason is the caller's free text, never raw in a log line.
                 _log.info("cancelling key %s on request: %r", request.idempotency_key, request.reason[:200])
             # Read again: a call that ended a moment ago reports its outcome.
-            record = self._ledger.get(request.idempotency_key, tenant=tenant)
+            record = self._entry(request.idempotency_key, tenant=tenant)
             assert record is not None
             return pb.CancelOperationResponse(operation=operation_to_proto(record), signalled=signalled)
         except RpcFailure as exc:
