@@ -89,7 +89,15 @@ async def plain_read(args: Args, ctx: ToolContext) -> int:
     return args.value
 
 
-TOOLS: list[Tool] = [gate_read, flaky_read, plain_read]
+@tool(
+    name="short.read", description="Overruns.", side_effect=SideEffect.READ_ONLY, idempotent=True, timeout=0.3
+)
+async def short_read(args: Args, ctx: ToolContext) -> int:
+    await STATE.release.wait()
+    return 1
+
+
+TOOLS: list[Tool] = [gate_read, flaky_read, plain_read, short_read]
 
 
 @pytest.fixture
@@ -217,6 +225,16 @@ async def test_cancel_operation_stops_a_read_in_flight(stub: ToolHostServiceStub
     assert not again.replayed and not again.HasField("error")
     record = _entry(tmp_path, "r-4")
     assert record is not None and record.status is OperationStatus.SUCCEEDED and record.executions == 2
+
+
+async def test_the_deadline_cuts_a_read_with_the_typed_timeout_recorded_once(
+    stub: ToolHostServiceStub, tmp_path: Path
+) -> None:
+    response = await _invoke(stub, "short.read", key="r-6")
+    assert _code(response) == "TOOL_ERROR_CODE_TRANSIENT"
+    assert json.loads(response.error.details_json) == {"effect": "unknown", "deadline_exceeded": True}
+    record = _entry(tmp_path, "r-6")
+    assert record is not None and record.status is OperationStatus.FAILED and record.executions == 1
 
 
 async def test_a_read_after_a_transient_failure_runs_again(stub: ToolHostServiceStub, tmp_path: Path) -> None:

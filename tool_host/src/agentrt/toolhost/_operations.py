@@ -28,6 +28,13 @@ call; GetOperation and CancelOperation on this host answer RUNNING (an entry mad
 running call, never written) and CancelOperation stops it as it stops any call. Another host of a
 pool does not know it: GetOperation there answers NOT_FOUND (or the key's earlier retryable
 failure), and a duplicate there may run the read at the same time, which a read allows.
+
+Why an async tool still runs as a task of its own, not inline in the RPC handler under
+``asyncio.timeout``: gRPC cancels the handler's task when the caller goes away, so an inline tool
+would get ``CancelledError`` at once, where today a write runs on to record its outcome and a read
+first sees ``ctx.cancelled`` for a grace; and a tool that ignores its deadline's cancellation
+would hold the answer, where today the caller hears "still_running" when the grace ends. The
+task costs no ``asyncio.wait`` on the usual path (:meth:`Operations._settled_within`).
 """
 
 from __future__ import annotations
