@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 import signal
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -290,3 +292,22 @@ async def test_after_a_crash_a_read_left_no_entry_and_runs_again(tmp_path: Path)
     assert (json.loads(response.result_json)["slept"], response.replayed) == (1.0, False)
     assert operation.status == tool_pb2.OPERATION_STATUS_SUCCEEDED
     assert events.read_text().splitlines() == ["started crash-r", "started crash-r", "finished crash-r"]
+
+
+async def test_a_read_whose_outcome_cannot_be_recorded_answers_and_leaves_no_entry(
+    stub: ToolHostServiceStub, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="agentrt.toolhost._operations")
+    call = asyncio.ensure_future(_invoke(stub, "gate.read", {"value": 7}, key="r-7"))
+    await asyncio.wait_for(STATE.started.wait(), 5)
+    # The table away while the read runs: its one write fails (an sqlite3 error), as a full disk would.
+    with sqlite3.connect(tmp_path / LEDGER_FILE) as db:
+        db.execute("ALTER TABLE operations RENAME TO operations_away")
+    STATE.release.set()
+    assert json.loads((await call).result_json) == {"value": 7}  # the caller still gets its answer
+    assert "cannot record the outcome of gate.read (key r-7)" in caplog.text
+    with sqlite3.connect(tmp_path / LEDGER_FILE) as db:
+        db.execute("ALTER TABLE operations_away RENAME TO operations")
+    assert _entry(tmp_path, "r-7") is None  # nothing recorded: a retry simply runs the read again
+    again = await _invoke(stub, "gate.read", {"value": 7}, key="r-7")
+    assert not again.replayed and STATE.executions["r-7"] == 2
