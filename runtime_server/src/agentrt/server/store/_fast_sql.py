@@ -39,8 +39,17 @@ class DriverStatement:
     order: tuple[str, ...] | None
     #: The expanding parameters, whose lists become ``name_1 .. name_n``.
     expanding: tuple[str, ...] = ()
+    #: What each call must bind (the expanding ones included).
+    required: frozenset[str] = frozenset()
 
     def bind(self, values: Mapping[str, Any]) -> dict[str, Any] | tuple[Any, ...]:
+        """The driver's parameters for a call's ``values``.
+
+        Raises:
+            ValueError: a parameter the statement needs is missing (it would not bind as NULL).
+        """
+        if not self.required <= values.keys():
+            raise ValueError(f"parameters missing: {sorted(self.required - values.keys())}")
         merged = dict(self.fixed)
         for name, value in values.items():
             if name in self.expanding:
@@ -79,12 +88,15 @@ def compile_driver_statement(
     required = {b.key for b in compiled.binds.values() if b.required and b.key not in sizes}
     placeholders.update(dict.fromkeys(required))
     state = compiled.construct_expanded_state(compiled.construct_params(placeholders))
-    if state.processors:
-        raise ValueError(f"parameters need bind processors: {sorted(state.processors)}")
+    processed = sorted(
+        b.key for b in compiled.binds.values() if b.type.dialect_impl(dialect).bind_processor(dialect)
+    )
+    if processed:
+        raise ValueError(f"parameters need bind processors: {processed}")
     bound = required | {f"{name}_{i}" for name, n in sizes.items() for i in range(1, n + 1)}
     fixed = {name: value for name, value in state.parameters.items() if name not in bound}
     order = tuple(state.positiontup) if state.positiontup is not None else None
-    return DriverStatement(state.statement, fixed, order, tuple(sizes))
+    return DriverStatement(state.statement, fixed, order, tuple(sizes), frozenset(required | sizes.keys()))
 
 
 def driver_statement(statement: ClauseElement, dialect: Dialect, **expanding: int) -> DriverStatement:
