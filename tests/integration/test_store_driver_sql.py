@@ -3,13 +3,14 @@
 - Each statement sent is the text SQLAlchemy emits for the same expression: the claim's fencing
   and tenancy conditions cannot drift from the Core statements they are compiled from.
 - Values are bound, never formatted into the text; a missing one fails instead of binding NULL.
-- Statements whose parameters need a bind processor, and rows with unknown columns, are refused.
+- Parameters go through the dialect's bind processors; rows with unknown columns are refused.
 - A run read back through driver SQL is typed as SQLAlchemy typed it (SQLite booleans).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -18,7 +19,6 @@ from sqlalchemy import Connection, DateTime, bindparam, event, select
 from agentrt.server.store import Store
 from agentrt.server.store._claims import CLEANUPS, RUNS, RUNS_AMONG
 from agentrt.server.store._fast_sql import compile_driver_statement, driver_statement, insert_run
-from agentrt.server.store._schema import runs
 from agentrt.server.store._store import _BY_REQUEST_KEY, _EVENTS_AFTER
 from tests.integration.test_store import run_values
 
@@ -116,14 +116,20 @@ async def test_a_row_with_an_unknown_column_is_refused_and_nothing_is_written(st
     assert await store.get_run("r1") is None
 
 
-async def test_a_statement_needing_a_bind_processor_is_refused(store: Store) -> None:
-    dialect = await dialect_of(store)
-    # SQLite's DateTime turns a datetime into text in a bind processor, which driver SQL skips.
-    statement = select(runs.c.run_id).where(runs.c.created_ms == bindparam("when", type_=DateTime))
-    if dialect.name != "sqlite":
-        pytest.skip("psycopg adapts datetimes itself: no bind processor to refuse")
-    with pytest.raises(ValueError, match="bind processors"):
-        compile_driver_statement(statement, dialect)
+async def test_parameters_go_through_the_dialects_bind_processors(store: Store) -> None:
+    # A Boolean column written as the engine writes it (SQLite: its processor makes it 0/1).
+    await store.create_run(dict(run_values("r1", owner=None), needs_attention=True), [], NOW)
+    record = await store.get_run("r1")
+    assert record is not None and record.needs_attention is True
+    # A DateTime bind on SQLite is text only through its processor: the driver SQL applies it.
+    statement = select(bindparam("when", type_=DateTime))
+    when = datetime(2026, 1, 2, 3, 4, 5)
+
+    def read(conn: Connection) -> Any:
+        return compile_driver_statement(statement, conn.dialect).execute(conn, {"when": when}).scalar_one()
+
+    sent = await store.db.read(read)
+    assert sent == ("2026-01-02 03:04:05.000000" if store.dialect == "sqlite" else when)
 
 
 async def test_a_run_read_back_by_request_key_has_sqlalchemy_types(store: Store) -> None:

@@ -7,16 +7,16 @@ text, so the SQL is exactly what ``execute`` emitted, casts and all), and ``exec
 sends it with bound parameters over the connection SQLAlchemy already holds, in its
 transaction. Values are never formatted into the text.
 
-Only statements whose parameters and result columns need no type processing may use this: the
-compile refuses any with bind processors, and callers read only columns the driver returns
-as Python wants them (SQLite's booleans come back as integers: :func:`run_row` fixes those).
+Parameters go through the dialect's bind processors as ``execute`` would send them. Results
+are the driver's rows, untyped: callers read only columns the driver returns as Python wants
+them (SQLite's booleans come back as integers: :func:`run_row` fixes those).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import ClauseElement, Connection, CursorResult, insert
@@ -41,6 +41,8 @@ class DriverStatement:
     expanding: tuple[str, ...] = ()
     #: What each call must bind (the expanding ones included).
     required: frozenset[str] = frozenset()
+    #: The dialect's bind processors of a call's parameters, by name.
+    processors: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
 
     def bind(self, values: Mapping[str, Any]) -> dict[str, Any] | tuple[Any, ...]:
         """The driver's parameters for a call's ``values``.
@@ -51,11 +53,14 @@ class DriverStatement:
         if not self.required <= values.keys():
             raise ValueError(f"parameters missing: {sorted(self.required - values.keys())}")
         merged = dict(self.fixed)
+        processors = self.processors
         for name, value in values.items():
+            process = processors.get(name)
             if name in self.expanding:
-                merged.update({f"{name}_{i}": v for i, v in enumerate(value, start=1)})
+                items = value if process is None else [process(v) for v in value]
+                merged.update({f"{name}_{i}": v for i, v in enumerate(items, start=1)})
             else:
-                merged[name] = value
+                merged[name] = value if process is None else process(value)
         if self.order is None:
             return merged
         return tuple(merged[name] for name in self.order)
@@ -74,11 +79,7 @@ def compile_driver_statement(
     expanding: Mapping[str, int] | None = None,
     column_keys: Sequence[str] | None = None,
 ) -> DriverStatement:
-    """Compile ``statement`` for ``dialect``, its expanding parameters at the given list lengths.
-
-    Raises:
-        ValueError: a parameter would need a bind processor, which driver SQL would skip.
-    """
+    """Compile ``statement`` for ``dialect``, its expanding parameters at the given list lengths."""
     sizes = dict(expanding or {})
     compiled = statement.compile(dialect=dialect, column_keys=list(column_keys) if column_keys else None)
     assert isinstance(compiled, SQLCompiler)
@@ -88,15 +89,18 @@ def compile_driver_statement(
     required = {b.key for b in compiled.binds.values() if b.required and b.key not in sizes}
     placeholders.update(dict.fromkeys(required))
     state = compiled.construct_expanded_state(compiled.construct_params(placeholders))
-    processed = sorted(
-        b.key for b in compiled.binds.values() if b.type.dialect_impl(dialect).bind_processor(dialect)
-    )
-    if processed:
-        raise ValueError(f"parameters need bind processors: {processed}")
+    # Bind processors (SQLite's Boolean, DateTime) run in bind(), as execute would have run them.
+    processors = {}
+    for b in compiled.binds.values():
+        process = b.type.dialect_impl(dialect).bind_processor(dialect)
+        if process is not None:
+            processors[b.key] = process
     bound = required | {f"{name}_{i}" for name, n in sizes.items() for i in range(1, n + 1)}
     fixed = {name: value for name, value in state.parameters.items() if name not in bound}
     order = tuple(state.positiontup) if state.positiontup is not None else None
-    return DriverStatement(state.statement, fixed, order, tuple(sizes), frozenset(required | sizes.keys()))
+    return DriverStatement(
+        state.statement, fixed, order, tuple(sizes), frozenset(required | sizes.keys()), processors
+    )
 
 
 def driver_statement(statement: ClauseElement, dialect: Dialect, **expanding: int) -> DriverStatement:
