@@ -21,7 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Integer,
+    and_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from agentrt.server.core import ACTIVE_PHASES, TERMINAL_PHASES, LeaseLost, QueuedSignal
@@ -32,6 +44,7 @@ from agentrt.server.store._claims import CLEANUPS, RUNS, RUNS_AMONG
 from agentrt.server.store._commits import TypedCommits
 from agentrt.server.store._crypt import RecordCipher
 from agentrt.server.store._db import Database, MigrateMode, PostgresDatabase, open_database
+from agentrt.server.store._fast_sql import driver_statement, insert_events, insert_run, run_row
 from agentrt.server.store._payloads import PayloadStore
 from agentrt.server.store._pg_appends import PgAppender
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
@@ -41,6 +54,17 @@ from agentrt.server.store._signal_codec import encode_signal
 from agentrt.toolhost.security import PayloadCipher
 
 _TERMINAL = [p.value for p in TERMINAL_PHASES]
+
+# The per-run reads, built once and run as driver SQL (``_fast_sql``; issue 19).
+_BY_REQUEST_KEY = select(runs).where(
+    runs.c.tenant_id == bindparam("tenant_id"), runs.c.request_key == bindparam("request_key")
+)
+_EVENTS_AFTER = (
+    select(events)
+    .where(events.c.run_id == bindparam("run_id"), events.c.seq > bindparam("after_seq", type_=BigInteger))
+    .order_by(events.c.seq)
+    .limit(bindparam("limit", type_=Integer))
+)
 
 
 @dataclass(slots=True)
@@ -133,12 +157,9 @@ class Store(TypedCommits):
         def existing(conn: Connection) -> RunRecord | None:
             if not values.get("request_key"):
                 return None
-            row = conn.execute(
-                select(runs).where(
-                    runs.c.tenant_id == values["tenant_id"], runs.c.request_key == values["request_key"]
-                )
-            ).first()
-            return crypt.run(row) if row else None
+            key = {"tenant_id": values["tenant_id"], "request_key": values["request_key"]}
+            row = driver_statement(_BY_REQUEST_KEY, conn.dialect).execute(conn, key).first()
+            return crypt.run(run_row(row)) if row else None
 
         crypt = self._crypt
         run_id = values["run_id"]
@@ -163,9 +184,9 @@ class Store(TypedCommits):
                 return found, False
             if admission is not None:
                 admission.check(conn)
-            # Values as parameters: .values(**row) rebuilt (and re-keyed) the statement per run.
-            conn.execute(insert(runs), sealed_row)
-            conn.execute(insert(events), event_rows)
+            # Driver SQL compiled once per column set (``_fast_sql``): no statement built per run.
+            insert_run(conn, sealed_row)
+            insert_events(conn, event_rows)
             # Every column is known here; reading the row back would cost a round trip.
             known = {c.name: None for c in runs.c} | row
             return RunRecord(**known), True
@@ -345,14 +366,11 @@ class Store(TypedCommits):
     async def read_events(self, run_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Persisted events with seq > after_seq, in order."""
 
+        params = {"run_id": run_id, "after_seq": after_seq, "limit": limit}
+
         def read(conn: Connection) -> list[StoredEvent]:
-            query = (
-                select(events)
-                .where(events.c.run_id == run_id, events.c.seq > after_seq)
-                .order_by(events.c.seq)
-                .limit(limit)
-            )
-            return [self._crypt.event(r) for r in conn.execute(query)]
+            rows = driver_statement(_EVENTS_AFTER, conn.dialect).execute(conn, params)
+            return [self._crypt.event(r) for r in rows]
 
         return await self.db.read(read)
 
