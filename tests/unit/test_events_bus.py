@@ -187,3 +187,57 @@ def test_waiting_for_names_only_waits_outside_the_run(
         stored = waiting.to_stored("r1", 5)
         assert stored.seq == 0 and stored.type == "run.waiting"
         assert json.loads(stored.payload)["phase"] == f"RUN_PHASE_{waiting.phase.value}"
+
+
+async def test_an_idle_wait_times_out_with_one_timer_and_no_task() -> None:
+    bus = EventBus()
+    sub = bus.subscribe("r1")
+    loop = asyncio.get_running_loop()
+    tasks_before = len(asyncio.all_tasks())
+    waiting = asyncio.ensure_future(sub.get(wait_s=0.05))
+    await asyncio.sleep(0)
+    assert len(asyncio.all_tasks()) == tasks_before + 1  # the waiting get itself, no helper task
+    assert await asyncio.wait_for(waiting, 5) is None  # idle: the follower goes back to the store
+    timers = [h for h in getattr(loop, "_scheduled", []) if not h.cancelled()]
+    assert all("_wake" not in repr(h) for h in timers)  # nothing left scheduled by the wait
+    bus.publish("r1", [event(1)])
+    got = await sub.get(wait_s=0.05)  # buffered: returned without waiting
+    assert got is not None and got.event.seq == 1
+
+
+async def test_an_item_cancels_the_wait_s_timer() -> None:
+    bus = EventBus()
+    sub = bus.subscribe("r1")
+    loop = asyncio.get_running_loop()
+    waiting = asyncio.ensure_future(sub.get(wait_s=60))
+    await asyncio.sleep(0)
+    bus.publish("r1", [event(1)])
+    got = await asyncio.wait_for(waiting, 5)
+    assert got is not None and got.event.seq == 1
+    live = [h for h in getattr(loop, "_scheduled", []) if not h.cancelled() and "_wake" in repr(h)]
+    assert live == []
+
+
+async def test_closing_a_subscription_ends_a_pending_get_without_cancelling_the_reader() -> None:
+    bus = EventBus()
+    sub = bus.subscribe("r1")
+    waiting = asyncio.ensure_future(sub.get(wait_s=60))
+    await asyncio.sleep(0)
+    bus.unsubscribe(sub)
+    assert await asyncio.wait_for(waiting, 5) is None
+    assert bus.follower_count() == 0
+
+
+async def test_a_cancelled_get_leaves_the_subscription_usable() -> None:
+    bus = EventBus()
+    sub = bus.subscribe("r1")
+    waiting = asyncio.ensure_future(sub.get(wait_s=60))
+    await asyncio.sleep(0)
+    waiting.cancel()  # the stream's peer went away
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    again = asyncio.ensure_future(sub.get(wait_s=60))
+    await asyncio.sleep(0)
+    bus.publish("r1", [event(1)])
+    got = await asyncio.wait_for(again, 5)
+    assert got is not None and got.event.seq == 1

@@ -11,6 +11,7 @@ import { type Http2SessionOptions, Http2SessionManager, createGrpcTransport } fr
 import { ApprovalDecision, type PayloadRef, type Run, type RunPhase } from "./gen/agentrt/runtime/v1/run_pb.js";
 import {
   AgentRuntimeService,
+  type EventDetail,
   type ListRunsResponse,
   type RunAgentRequestSchema,
   type RunDiagnostics,
@@ -145,14 +146,22 @@ export class AgentRuntimeClient {
    * its cleanup tail to `cleanupSettled` (the server's cleanup job may take hours). `cleanupTail:
    * false` stops at the `runWaiting` `WaitReason.CLEANUP` after `runEnded` instead, for a caller
    * that wants the outcome only. After a disconnect it resumes after the last seq received.
+   * `detail` (EventDetail, default ALL) leaves out events server-side; seqs then skip.
    */
   streamEvents(
     runId: string,
-    options: StreamOptions & { afterSeq?: bigint | number; follow?: boolean; cleanupTail?: boolean } = {},
+    options: StreamOptions & {
+      afterSeq?: bigint | number;
+      follow?: boolean;
+      cleanupTail?: boolean;
+      detail?: EventDetail;
+    } = {},
   ): EventStream {
     const follow = options.follow ?? false;
+    const detail = options.detail;
     return new EventStream(
-      (afterSeq, signal) => this.rpc.streamRunEvents({ runId, afterSeq, follow }, this.callOptions(signal, options.timeoutMs)),
+      (afterSeq, signal) =>
+        this.rpc.streamRunEvents({ runId, afterSeq, follow, detail }, this.callOptions(signal, options.timeoutMs)),
       {
         runId,
         afterSeq: BigInt(options.afterSeq ?? 0),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from agentrt.client._credentials import ChannelSecurity, resolve_security
 from agentrt.client._errors import CredentialsError
@@ -69,6 +69,17 @@ def _start_fields(
     if session_policy:  # "reject" | "enqueue" | "interrupt"
         fields["session_policy"] = f"SESSION_POLICY_{session_policy.upper()}"
     return fields
+
+
+DETAILS: Final = ("all", "milestones", "final")
+
+
+def _detail(detail: str) -> runtime_service_pb2.EventDetail:
+    """A stream's ``detail`` ("" or one of :data:`DETAILS`) as its EventDetail value."""
+    if detail and detail not in DETAILS:
+        raise ValueError(f"detail must be one of {', '.join(DETAILS)}, not {detail!r}")
+    value = runtime_service_pb2.EventDetail.Value(f"EVENT_DETAIL_{(detail or 'unspecified').upper()}")
+    return cast("runtime_service_pb2.EventDetail", value)
 
 
 def _list_request(

@@ -14,6 +14,7 @@ from agentrt.client._base import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
     BaseClient,
+    _detail,
     _list_request,
     _outcome_request,
     _resolve_request,
@@ -133,6 +134,7 @@ class AsyncClient(BaseClient):
         session_id: str = "",
         session_policy: str = "",
         timeout: float | None = None,
+        detail: str = "",
     ) -> AsyncEventStream:
         """Starts a run (or attaches to the one ``request_key`` started) and streams its events.
 
@@ -150,14 +152,22 @@ class AsyncClient(BaseClient):
             metadata: Caller metadata stored with the run.
             session_id: Session the run is a turn of.
             timeout: Deadline of the whole stream, in seconds; none by default.
+            detail: Which events to send: "all" (the default), "milestones" (persisted events
+                without the per-step noise: no ``model.text.delta``, ``step.started`` or
+                ``run.checkpointed``) or "final" (only ``run.ended``, ``run.waiting`` and
+                ``cleanup.settled``). The server leaves the others out, so seqs skip.
 
         Returns:
             An async iterator of the run's events.
+
+        Raises:
+            ValueError: ``detail`` is not one of those.
         """
         request = runtime_service_pb2.RunAgentRequest(
             **_start_fields(
                 agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
-            )
+            ),
+            detail=_detail(detail),
         )
         return AsyncEventStream(
             self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata), hint=self._hint
@@ -274,6 +284,7 @@ class AsyncClient(BaseClient):
         follow: bool = False,
         timeout: float | None = None,
         cleanup_tail: bool = True,
+        detail: str = "",
     ) -> AsyncEventStream:
         """Replays a run's persisted events after ``after_seq``, then (with ``follow``) tails live ones.
 
@@ -287,13 +298,20 @@ class AsyncClient(BaseClient):
             cleanup_tail: With ``follow``, False stops the stream at the ``run.waiting``
                 (``WAIT_REASON_CLEANUP``) that follows ``run.ended`` when the tail is open:
                 for callers that want the run's outcome, not the cleanup job's records.
+            detail: Which events to send: "all" (the default), "milestones" (persisted events
+                without the per-step noise: no ``model.text.delta``, ``step.started`` or
+                ``run.checkpointed``) or "final" (only ``run.ended``, ``run.waiting`` and
+                ``cleanup.settled``). The server leaves the others out, so seqs skip.
 
         Returns:
             An async iterator of the events; ``tail_open`` says whether the run's cleanup tail was
             still open where it ended.
+
+        Raises:
+            ValueError: ``detail`` is not one of those.
         """
         request = runtime_service_pb2.StreamRunEventsRequest(
-            run_id=run_id, after_seq=after_seq, follow=follow
+            run_id=run_id, after_seq=after_seq, follow=follow, detail=_detail(detail)
         )
         return AsyncEventStream(
             self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata),

@@ -13,6 +13,7 @@ from agentrt.client._base import (
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
     BaseClient,
+    _detail,
     _list_request,
     _outcome_request,
     _resolve_request,
@@ -103,12 +104,14 @@ class Client(BaseClient):
         session_id: str = "",
         session_policy: str = "",
         timeout: float | None = None,
+        detail: str = "",
     ) -> EventStream:
         """Starts a run and streams its events; see :meth:`AsyncClient.run_agent`."""
         request = runtime_service_pb2.RunAgentRequest(
             **_start_fields(
                 agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
-            )
+            ),
+            detail=_detail(detail),
         )
         return EventStream(
             self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata), hint=self._hint
@@ -182,10 +185,11 @@ class Client(BaseClient):
         follow: bool = False,
         timeout: float | None = None,
         cleanup_tail: bool = True,
+        detail: str = "",
     ) -> EventStream:
         """Replays (and with ``follow`` tails) a run's events; see :meth:`AsyncClient.stream_events`."""
         request = runtime_service_pb2.StreamRunEventsRequest(
-            run_id=run_id, after_seq=after_seq, follow=follow
+            run_id=run_id, after_seq=after_seq, follow=follow, detail=_detail(detail)
         )
         return EventStream(
             self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata),

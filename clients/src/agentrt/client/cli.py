@@ -24,6 +24,7 @@ import grpc
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
 
 from agentrt.client import _demo
+from agentrt.client._base import DETAILS
 from agentrt.client._client import DEFAULT_TIMEOUT, default_target
 from agentrt.client._dev_pki import add_dev_pki_command
 from agentrt.client._diagnostics import diagnostics_to_json, format_diagnostics
@@ -186,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", default="", help="session the run is a turn of")
     p.add_argument("--budget-steps", type=_positive_int, help="at most this many model steps")
     p.add_argument("--timeout-s", type=_positive_float, help="the run's wall-clock budget, seconds")
+    _detail_flag(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("events", parents=[common], help="print a run's events")
@@ -196,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep streaming until the run ends and its cleanup tail (if any) is settled",
     )
+    _detail_flag(p)
     p.set_defaults(func=_cmd_events)
 
     p = sub.add_parser("get", parents=[common], help="print one run")
@@ -392,6 +395,16 @@ def _print_run(ns: argparse.Namespace, run: run_pb2.Run) -> None:
     print(run_to_json(run) if ns.json else format_run(run), flush=True)
 
 
+def _detail_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--detail",
+        choices=DETAILS,
+        default="all",
+        help="which events to print: all; milestones (no text deltas, step starts or checkpoints); "
+        "final (only what ends the stream: run.ended, run.waiting, cleanup.settled)",
+    )
+
+
 def _cmd_run(ns: argparse.Namespace) -> int:
     budgets: run_pb2.Budgets | None = None
     if ns.budget_steps is not None or ns.timeout_s is not None:
@@ -407,7 +420,12 @@ def _cmd_run(ns: argparse.Namespace) -> int:
             return 0
         run_id = ""
         stream = client.run_agent(
-            ns.agent, ns.input, budgets=budgets, request_key=ns.request_key, session_id=ns.session
+            ns.agent,
+            ns.input,
+            budgets=budgets,
+            request_key=ns.request_key,
+            session_id=ns.session,
+            detail=ns.detail,
         )
         with stream:
             for event in stream:
@@ -456,7 +474,7 @@ def _tail_note(run_id: str, waiting: run_pb2.RunWaiting, last_seq: int) -> str:
 def _cmd_events(ns: argparse.Namespace) -> int:
     with (
         _client(ns) as client,
-        client.stream_events(ns.run_id, after_seq=ns.after, follow=ns.follow) as stream,
+        client.stream_events(ns.run_id, after_seq=ns.after, follow=ns.follow, detail=ns.detail) as stream,
     ):
         for event in stream:
             _print_event(ns, event)

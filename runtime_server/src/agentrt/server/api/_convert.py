@@ -14,6 +14,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
+from agentrt.server.api._streams import Detail
 from agentrt.server.config import AgentConfig
 from agentrt.server.core import (
     ApprovalDecision,
@@ -161,6 +162,20 @@ _OUTCOME_DECISIONS = {
 }
 _OUTCOME_DECISIONS_FROM = {v: d for d, v in _OUTCOME_DECISIONS.items()}
 _COMMENT_CHARS = 400  # what an event keeps of a person's comment
+
+
+# UNSPECIFIED is ALL: a client that does not know the field gets every event, as it always did.
+_DETAILS = {
+    runtime_service_pb2.EVENT_DETAIL_UNSPECIFIED: Detail.ALL,
+    runtime_service_pb2.EVENT_DETAIL_ALL: Detail.ALL,
+    runtime_service_pb2.EVENT_DETAIL_MILESTONES: Detail.MILESTONES,
+    runtime_service_pb2.EVENT_DETAIL_FINAL: Detail.FINAL,
+}
+
+
+def detail_from_proto(value: int) -> Detail:
+    """Raises KeyError for a number the enum does not have (``check_enum`` refuses those first)."""
+    return _DETAILS[cast("runtime_service_pb2.EventDetail", value)]
 
 
 def approval_decision_to_proto(decision: ApprovalDecision) -> run_pb2.ApprovalDecision:

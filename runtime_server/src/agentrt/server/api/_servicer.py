@@ -20,6 +20,7 @@ from agentrt.server.api._convert import (
     approval_signal,
     budgets_from_proto,
     cancel_signal,
+    detail_from_proto,
     event_to_proto,
     outcome_signal,
     phase_from_proto,
@@ -32,7 +33,7 @@ from agentrt.server.api._page_tokens import PageTokens, RunPage
 from agentrt.server.api._payloads import find_payload, payload_responses
 from agentrt.server.api._request_keys import request_hash
 from agentrt.server.api._stream_writer import send_events
-from agentrt.server.api._streams import Follower, current_waiting
+from agentrt.server.api._streams import Detail, Follower, current_waiting
 from agentrt.server.api._tombstones import refuse_pruned
 from agentrt.server.api._validate import check_enum, check_id, check_json, check_start, check_text
 from agentrt.server.auth import Principal, current_principal
@@ -137,6 +138,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
     ) -> None:
         """Streams until the run ends or waits outside itself; then the last item is run.waiting."""
         try:
+            detail = _detail(request.detail)  # before the run starts: a refused request starts nothing
             record, _ = await self.engine.start_run(
                 self._start_request(request, context), admit=True, rules=self._rules(self._principal())
             )
@@ -145,12 +147,14 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             await abort_with(context, exc)
         except Exception as exc:
             await abort_internal(context, exc)
-        follower = self._follower(record.run_id, after_seq=0, follow=True, stop_at_wait=True)
+        follower = self._follower(record.run_id, after_seq=0, follow=True, stop_at_wait=True, detail=detail)
         await self._send(
             follower, context, lambda e: context.write(runtime_service_pb2.RunAgentResponse(event=e))
         )
 
-    def _follower(self, run_id: str, *, after_seq: int, follow: bool, stop_at_wait: bool = False) -> Follower:
+    def _follower(
+        self, run_id: str, *, after_seq: int, follow: bool, detail: Detail, stop_at_wait: bool = False
+    ) -> Follower:
         # Built (and so subscribed) before any await on the stream's path: no live event is missed.
         return Follower(
             store=self.store,
@@ -161,6 +165,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             stop_at_wait=stop_at_wait,
             config=self.settings.streams,
             now_ms=self.engine.now_ms,
+            detail=detail,
         )
 
     async def _send(
@@ -170,9 +175,11 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         write: Callable[[run_pb2.RunEvent], Awaitable[None]],
     ) -> None:
         try:
+            # The response wraps a copy of the shared RunEvent: the one converted is never modified.
             await send_events(
                 follower,
-                lambda item: write(event_to_proto(item)),
+                write,
+                convert=event_to_proto,
                 stall_timeout_s=self.settings.streams.stall_timeout_s,
             )
         except AgentRtError as exc:
@@ -280,10 +287,13 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         try:
             if request.after_seq < 0:
                 raise InvalidRequest("after_seq must not be negative", field="after_seq")
+            detail = _detail(request.detail)
             refuse_pruned(await self._get(request.run_id, context))
         except AgentRtError as exc:
             await abort_with(context, exc)
-        follower = self._follower(request.run_id, after_seq=request.after_seq, follow=request.follow)
+        follower = self._follower(
+            request.run_id, after_seq=request.after_seq, follow=request.follow, detail=detail
+        )
         await self._send(
             follower, context, lambda e: context.write(runtime_service_pb2.StreamRunEventsResponse(event=e))
         )
@@ -378,6 +388,12 @@ def signal_rules(auth: AuthConfig, principal: Principal) -> SignalRules:
             ApproverScope(agents=frozenset(scope.agents), tools=frozenset(scope.tools)) if scope else None
         ),
     )
+
+
+def _detail(value: int) -> Detail:
+    """A stream's EventDetail; a number the enum does not have is refused (R10.4)."""
+    known = check_enum(value, "detail", runtime_service_pb2.EventDetail, allow_unspecified=True)
+    return detail_from_proto(known)
 
 
 def _session_policy(value: int) -> str:

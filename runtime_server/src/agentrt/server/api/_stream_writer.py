@@ -15,13 +15,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from agentrt.server.api._streams import Follower
 from agentrt.server.core import OverLimit
 from agentrt.server.store import StoredEvent
 
 log = logging.getLogger("agentrt.api")
+T = TypeVar("T")
 
 
 class FollowerStalled(OverLimit):
@@ -30,22 +31,53 @@ class FollowerStalled(OverLimit):
     reason = "FOLLOWER_STALLED"
 
 
+@overload
 async def send_events(
     follower: Follower,
     write: Callable[[StoredEvent], Awaitable[Any]],
     *,
     stall_timeout_s: float,
+    clock: Callable[[], float] = ...,
+) -> None: ...
+
+
+@overload
+async def send_events(
+    follower: Follower,
+    write: Callable[[T], Awaitable[Any]],
+    *,
+    convert: Callable[[StoredEvent], T],
+    stall_timeout_s: float,
+    clock: Callable[[], float] = ...,
+) -> None: ...
+
+
+async def send_events(
+    follower: Follower,
+    write: Callable[[Any], Awaitable[Any]],
+    *,
+    convert: Callable[[StoredEvent], Any] | None = None,
+    stall_timeout_s: float,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Write every item of ``follower`` with ``write`` (one gRPC message each) until it ends.
+
+    Args:
+        follower: The stream's follower.
+        write: Sends one item (``convert``'s result, or the stored event without it).
+        convert: Makes the message of an item; a live item's is made once for all followers
+            (see :meth:`Follower.messages`), so ``write`` must not modify it.
+        stall_timeout_s: How long a write may stay pending with the buffer full.
+        clock: Monotonic seconds.
 
     Raises:
         FollowerStalled: the reader left a write pending for ``stall_timeout_s`` while its
             buffer was full.
     """
     watchdog = _StallWatchdog(follower, stall_timeout_s, clock)
+    items = follower.events() if convert is None else follower.messages(convert)
     try:
-        async with aclosing(follower.events()) as items:
+        async with aclosing(items):
             async for item in items:
                 await watchdog.write(write(item))
     finally:

@@ -20,6 +20,12 @@ last event delivered (an event and its row move in one transaction). From that p
   store, which also covers other replicas (and Redis being down). So does
   ``run.ended``: the row after it says whether a tail follows.
 
+Detail (``EventDetail``): a stream may send fewer items than this. What is left out is skipped
+where items leave the follower, before any conversion; where the stream ends, and how it reads
+and resumes, do not change, so no gap and no duplicate still hold for what is sent (their seqs
+skip). Live items are converted once per item, whatever the number of followers
+(:meth:`~agentrt.server.events.LiveItem.encoded`); replayed pages, once per follower as read.
+
 Memory: replay pages are bounded in bytes as well as rows, and the live buffer is
 the subscription's (bounded; see :mod:`agentrt.server.events`). A follower that
 falls behind loses only live-only text deltas: persisted events are re-read.
@@ -32,17 +38,43 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from enum import Enum
+from typing import TypeVar
 
 from agentrt.server.config import StreamsConfig
 from agentrt.server.core import CleanupStatus, Phase
 from agentrt.server.core import events as ev
-from agentrt.server.events import EventBus, Subscription
+from agentrt.server.events import EventBus, LiveItem, Subscription
 from agentrt.server.store import EventPage, RunRecord, Store, StoredEvent
 
 _MAX_PAGE_ROWS = 500
 _MAX_PAGE_BYTES = 64 * 1024  # one replay page in memory per follower, whatever the buffer allows
 _WAIT_MARKERS = frozenset({ev.APPROVAL_REQUESTED, ev.TOOL_OUTCOME_UNKNOWN})
 _ROW_DECIDES = frozenset({ev.RUN_ENDED, ev.CLEANUP_SETTLED})
+T = TypeVar("T")
+
+
+class Detail(Enum):
+    """Which items a stream sends (the proto's ``EventDetail``, whose comments are the contract)."""
+
+    ALL = "all"
+    MILESTONES = "milestones"  # persisted events but per-step noise, and run.waiting
+    FINAL = "final"  # only the items that can end a stream
+
+    def sends(self, item: StoredEvent) -> bool:
+        """Whether a stream of this detail sends ``item``."""
+        if self is Detail.ALL:
+            return True
+        if self is Detail.FINAL:
+            return item.type in _FINAL
+        return item.type not in _NOISE and (item.seq > 0 or item.type == ev.RUN_WAITING)
+
+
+# Per-step noise: a step's start says little its model.completed does not; checkpoints are internal.
+_NOISE = frozenset({ev.MODEL_TEXT_DELTA, ev.STEP_STARTED, ev.RUN_CHECKPOINTED})
+# What ends a stream: run.ended (a complete log), run.waiting (RunAgent, or an open cleanup tail
+# without follow), cleanup.settled (the tail closed).
+_FINAL = frozenset({ev.RUN_ENDED, ev.RUN_WAITING, ev.CLEANUP_SETTLED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +147,7 @@ class Follower:
         now_ms: Callable[[], int],
         stop_at_wait: bool = False,
         idle_recheck_s: float = 1.0,
+        detail: Detail = Detail.ALL,
     ):
         self.store = store
         self.bus = bus
@@ -123,6 +156,7 @@ class Follower:
         self.follow = follow
         self.stop_at_wait = stop_at_wait
         self.idle_recheck_s = idle_recheck_s
+        self.detail = detail
         self._now_ms = now_ms
         self._bounds = {
             "max_rows": min(_MAX_PAGE_ROWS, config.follower_buffer_events),
@@ -150,10 +184,28 @@ class Follower:
 
     async def events(self) -> AsyncGenerator[StoredEvent, None]:
         """Yield the run's events after ``after_seq``; see the module docstring for when it ends."""
+        async with aclosing(self._sent()) as items:
+            async for item in items:
+                yield item.event if isinstance(item, LiveItem) else item
+
+    async def messages(self, convert: Callable[[StoredEvent], T]) -> AsyncGenerator[T, None]:
+        """:meth:`events` as ``convert`` makes them; a live item is converted once for all followers.
+
+        ``convert`` must be one function for every follower (its identity keys the cache), and
+        what it returns is shared: never modify it.
+        """
+        async with aclosing(self._sent()) as items:
+            async for item in items:
+                yield item.encoded(convert) if isinstance(item, LiveItem) else convert(item)
+
+    async def _sent(self) -> AsyncGenerator[StoredEvent | LiveItem, None]:
+        """The items this stream sends: its detail's, in order; unsubscribes at the end."""
+        sends = self.detail.sends
         try:
             async with aclosing(self._stream(self.sub)) as items:
                 async for item in items:
-                    yield item
+                    if sends(item.event if isinstance(item, LiveItem) else item):
+                        yield item
         finally:
             self.replaying = False
             if self.sub is not None:
@@ -176,7 +228,7 @@ class Follower:
         if item.type == ev.TOOL_OUTCOME_UNKNOWN:
             self._unknown_call = str(json.loads(item.payload).get("call_id", ""))
 
-    async def _stream(self, sub: Subscription | None) -> AsyncGenerator[StoredEvent, None]:
+    async def _stream(self, sub: Subscription | None) -> AsyncGenerator[StoredEvent | LiveItem, None]:
         """Replay up to the row, then end, mark an open cleanup tail, or (with ``sub``) go live."""
         last = self.after_seq
         marked = False  # the open-tail mark was sent (once a stream)
@@ -221,14 +273,14 @@ class Follower:
                     yield waiting.to_stored(self.run_id, self._now_ms())
                     return
             async with aclosing(self._live(sub, last)) as live:
-                async for item in live:
-                    if item.seq:
-                        last = item.seq
-                    yield item
-                    if item.type == ev.CLEANUP_SETTLED:
+                async for taken in live:
+                    if taken.event.seq:
+                        last = taken.event.seq
+                    yield taken
+                    if taken.event.type == ev.CLEANUP_SETTLED:
                         return
 
-    async def _live(self, sub: Subscription, last: int) -> AsyncGenerator[StoredEvent, None]:
+    async def _live(self, sub: Subscription, last: int) -> AsyncGenerator[LiveItem, None]:
         """Live items in order after ``last``; returns to let the caller re-read row and store."""
         while True:
             live = await sub.get(wait_s=self.idle_recheck_s)
@@ -243,7 +295,7 @@ class Follower:
                 # A delta belongs right after the event it was published after; elsewhere it would
                 # be out of order, so a follower that is not exactly there skips it.
                 if live.after_seq is None or live.after_seq == last:
-                    yield item
+                    yield live
                 continue
             if item.seq <= last:
                 continue
@@ -251,7 +303,7 @@ class Follower:
                 return  # a gap: the store has it
             last = item.seq
             self._note(item)
-            yield item
+            yield live
             if item.type in _ROW_DECIDES:
                 return  # the row after it says whether a cleanup tail follows (or the tail closed)
             if self.stop_at_wait and item.type in _WAIT_MARKERS and not sub.buffered_events:

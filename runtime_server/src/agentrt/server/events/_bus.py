@@ -22,9 +22,12 @@ import asyncio
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from agentrt.server.store import StoredEvent
+
+T = TypeVar("T")
 
 # Rough per-item overhead (object headers, deque slot) added to the payload when counting bytes.
 ITEM_OVERHEAD_BYTES = 128
@@ -43,6 +46,24 @@ class LiveItem:
     after_seq: int | None = None  # live-only items: seq of the last persisted event before it, if known
     # From another replica (events/_fanout): "the store has the event of this seq", no content.
     nudge: bool = False
+    # (converter, what it made of ``event``): the first reader's conversion, reused by the others.
+    _encoded: tuple[Callable[[StoredEvent], Any], Any] | None = field(
+        default=None, init=False, compare=False, repr=False
+    )
+
+    def encoded(self, convert: Callable[[StoredEvent], T]) -> T:
+        """``convert(self.event)``, computed once per item and converter, shared by every reader.
+
+        Readers must treat the result as immutable. The first reader converts, so an item no
+        reader sends (filtered out, or dropped) costs nothing.
+        """
+        cached = self._encoded
+        if cached is not None and cached[0] is convert:
+            value: T = cached[1]
+            return value
+        value = convert(self.event)
+        object.__setattr__(self, "_encoded", (convert, value))  # a cache: the item stays a value
+        return value
 
 
 class Subscription:
@@ -120,12 +141,18 @@ class Subscription:
         if item is not None or self.paused:
             return item
         waiter = self._waiter
+        loop = asyncio.get_running_loop()
         if waiter is None or waiter.done():
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            waiter = self._waiter = loop.create_future()
+        # One timer per wait that wakes the waiter, not wait_for + shield (a task and a timer per
+        # event). The waiter is this reader's alone, so a cancelled get may cancel it: the next
+        # get makes a new one. A timeout is a wake-up with nothing buffered.
+        timer = loop.call_later(wait_s, _wake, waiter) if wait_s is not None else None
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), wait_s)
-        except TimeoutError:
-            return None
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
         return self.get_nowait()
 
     def drain(self) -> None:
@@ -148,12 +175,14 @@ class Subscription:
         return waiter
 
     def close(self) -> None:
-        """Drop everything held (the reader is gone)."""
+        """Drop everything held (the reader is gone); a pending :meth:`get` returns None."""
         self._items.clear()
         self._bytes = 0
-        for waiter in (self._waiter, self._full_waiter):
-            if waiter is not None and not waiter.done():
-                waiter.cancel()
+        # Woken, not cancelled: a CancelledError in a task nobody cancelled would look like its
+        # caller going away.
+        _wake(self._waiter)
+        if self._full_waiter is not None and not self._full_waiter.done():
+            self._full_waiter.cancel()
         self._waiter = self._full_waiter = None
 
 

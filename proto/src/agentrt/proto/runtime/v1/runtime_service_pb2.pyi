@@ -25,6 +25,13 @@ class SessionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SESSION_POLICY_ENQUEUE: _ClassVar[SessionPolicy]
     SESSION_POLICY_INTERRUPT: _ClassVar[SessionPolicy]
 
+class EventDetail(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_DETAIL_UNSPECIFIED: _ClassVar[EventDetail]
+    EVENT_DETAIL_ALL: _ClassVar[EventDetail]
+    EVENT_DETAIL_MILESTONES: _ClassVar[EventDetail]
+    EVENT_DETAIL_FINAL: _ClassVar[EventDetail]
+
 class PendingCallState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PENDING_CALL_STATE_UNSPECIFIED: _ClassVar[PendingCallState]
@@ -41,6 +48,10 @@ SESSION_POLICY_UNSPECIFIED: SessionPolicy
 SESSION_POLICY_REJECT: SessionPolicy
 SESSION_POLICY_ENQUEUE: SessionPolicy
 SESSION_POLICY_INTERRUPT: SessionPolicy
+EVENT_DETAIL_UNSPECIFIED: EventDetail
+EVENT_DETAIL_ALL: EventDetail
+EVENT_DETAIL_MILESTONES: EventDetail
+EVENT_DETAIL_FINAL: EventDetail
 PENDING_CALL_STATE_UNSPECIFIED: PendingCallState
 PENDING_CALL_STATE_NOT_STARTED: PendingCallState
 PENDING_CALL_STATE_IN_FLIGHT: PendingCallState
@@ -49,7 +60,7 @@ PENDING_CALL_STATE_OUTCOME_UNKNOWN: PendingCallState
 PENDING_CALL_STATE_WAITING_APPROVAL: PendingCallState
 
 class RunAgentRequest(_message.Message):
-    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy")
+    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy", "detail")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +76,7 @@ class RunAgentRequest(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     agent: _run_pb2.AgentSpec
     input: str
@@ -73,7 +85,8 @@ class RunAgentRequest(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     session_id: str
     session_policy: SessionPolicy
-    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., session_policy: _Optional[_Union[SessionPolicy, str]] = ...) -> None: ...
+    detail: EventDetail
+    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., session_policy: _Optional[_Union[SessionPolicy, str]] = ..., detail: _Optional[_Union[EventDetail, str]] = ...) -> None: ...
 
 class RunAgentResponse(_message.Message):
     __slots__ = ("event",)
@@ -153,14 +166,16 @@ class ListRunsResponse(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[_run_pb2.Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class StreamRunEventsRequest(_message.Message):
-    __slots__ = ("run_id", "after_seq", "follow")
+    __slots__ = ("run_id", "after_seq", "follow", "detail")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     after_seq: int
     follow: bool
-    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+    detail: EventDetail
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ..., detail: _Optional[_Union[EventDetail, str]] = ...) -> None: ...
 
 class StreamRunEventsResponse(_message.Message):
     __slots__ = ("event",)
