@@ -45,6 +45,7 @@ import dataclasses
 import enum
 import logging
 import sqlite3
+import time
 
 import pydantic
 
@@ -262,7 +263,20 @@ class Operations:
             return True
         loop = asyncio.get_running_loop()
         op.settled = settled = loop.create_future()
-        timer = loop.call_later(max(0.0, within), _wake, settled)
+        # Ends by time.monotonic(), the clock of ToolContext.deadline: a loop's own clock (uvloop
+        # caches it per iteration) may fire a timer early by that clock, and a tool woken by the
+        # stop would see time left before its deadline.
+        until = time.monotonic() + max(0.0, within)
+        timers: list[asyncio.TimerHandle] = []
+
+        def at_deadline() -> None:
+            left = until - time.monotonic()
+            if left > 0:
+                timers.append(loop.call_later(left, at_deadline))
+            else:
+                _wake(settled)
+
+        timers.append(loop.call_later(max(0.0, within), at_deadline))
 
         def on_done(_: object) -> None:
             # Only matters when _run() never ran its finally (a task cancelled before it started).
@@ -272,7 +286,8 @@ class Operations:
         try:
             await settled
         finally:
-            timer.cancel()
+            for timer in timers:
+                timer.cancel()
             task.remove_done_callback(on_done)
             op.settled = None
         # Not done means the timer woke us; _run() wakes us only as its task ends.

@@ -64,13 +64,15 @@ async def sleep_wait(args: SleepArgs, ctx: ToolContext) -> dict[str, Any]:
     end = time.monotonic() + args.seconds
     try:
         while (left := end - time.monotonic()) > 0:
-            if ctx.is_cancelled():
-                _log_event(ctx, "cancelled")
-                raise ToolCancelled("sleep.wait was cancelled")
+            # The deadline first: the host signals cancellation when the deadline passes too, and
+            # a tool that woke to that signal was stopped by its deadline, not by a caller.
             remaining = ctx.remaining()
             if remaining is not None and remaining <= 0:
                 _log_event(ctx, "timeout")
                 raise TransientError("timeout: the deadline arrived before the sleep was over")
+            if ctx.is_cancelled():
+                _log_event(ctx, "cancelled")
+                raise ToolCancelled("sleep.wait was cancelled")
             step = min(_SLICE, left, remaining if remaining is not None else left)
             # Wakes at once on cancellation, otherwise after one slice.
             with contextlib.suppress(TimeoutError):
