@@ -8,16 +8,19 @@ descriptors (tests/integration/test_stored_shapes.py) decodes and re-encodes to 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
 from agentrt.proto.toolhost.v1 import tool_pb2
-from agentrt.server.api._convert import event_to_proto
+from agentrt.server.api._convert import event_body_from_json, event_to_proto, step_kind_to_proto
 from agentrt.server.core import (
     ApprovalDecision,
     ApprovalResolved,
@@ -81,6 +84,68 @@ def test_decode_of_encode_is_the_event_and_encodes_the_same(cls: type[Any], data
 @given(any_event())
 def test_decode_of_encode_is_the_event_for_any_class(event: ev.Event) -> None:
     assert decode_event(*encode_event(event)) == event
+
+
+def _body_type(event_type: str) -> type[Any]:
+    return type(getattr(run_pb2.RunEvent(), ev.oneof_field(event_type)))
+
+
+def _holds_a_value(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+    for field in descriptor.fields:
+        kind = field.message_type
+        if kind is None or kind.full_name in seen:
+            continue
+        if kind.full_name == "google.protobuf.Value" or _holds_a_value(kind, seen | {kind.full_name}):
+            return True
+    return False
+
+
+@settings(max_examples=300)
+@given(any_event())
+def test_what_the_engine_writes_takes_the_fast_conversion_and_it_equals_parse_dict(event: ev.Event) -> None:
+    # Keyword construction with parsed Timestamps and Durations, not the ParseDict fallback, for
+    # every event the engine writes, and the message is exactly ParseDict's. Values past the
+    # proto's ranges (which the samples draw and the engine never holds) both refuse.
+    event_type, payload = encode_event(event)
+    data = json.loads(payload)
+    if event_type == ev.STEP_STARTED:  # event_to_proto maps the core's word before converting
+        data["kind"] = step_kind_to_proto(data.get("kind"))
+    slow = _body_type(event_type)()
+    try:
+        json_format.ParseDict(data, slow)
+    except json_format.ParseError:
+        with pytest.raises((TypeError, ValueError)):
+            event_body_from_json(_body_type(event_type), data)
+        return
+    if _holds_a_value(slow.DESCRIPTOR):  # a Value from plain JSON is ParseDict's alone
+        with contextlib.suppress(TypeError, ValueError):
+            assert event_body_from_json(_body_type(event_type), data) == slow
+        return
+    assert event_body_from_json(_body_type(event_type), data) == slow
+
+
+@pytest.mark.parametrize(("event_type", "payload"), [(t, p) for t, _, p in _event_bodies() if p != "{}"])
+def test_the_fast_conversion_of_every_shape_equals_parse_dict_or_refuses(
+    event_type: str, payload: str
+) -> None:
+    data = json.loads(payload)
+    if event_type == ev.STEP_STARTED:
+        data["kind"] = step_kind_to_proto(data.get("kind"))
+    slow = _body_type(event_type)()
+    json_format.ParseDict(data, slow)
+    try:
+        fast = event_body_from_json(_body_type(event_type), data)
+    except (TypeError, ValueError):
+        return  # a shape only ParseDict reads (int64 as strings, enum names): event_to_proto falls back
+    assert fast == slow
+
+
+def test_a_malformed_timestamp_string_is_refused_by_both_conversions() -> None:
+    data = {"call_id": "c", "start_time": "yesterday"}
+    with pytest.raises(ValueError):
+        event_body_from_json(run_pb2.ToolCompleted, data)
+    with pytest.raises(json_format.ParseError):
+        event_to_proto(StoredEvent("r", 1, ev.TOOL_COMPLETED, json.dumps(data), 1))
 
 
 # -- decode -> encode, for what the runtime writes (byte for byte) --------------------------------

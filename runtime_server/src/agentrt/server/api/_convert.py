@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from agentrt.proto.runtime.v1 import run_pb2, runtime_service_pb2
@@ -300,6 +301,77 @@ def _value(value: Any) -> struct_pb2.Value:
     return message
 
 
+_TIME_TYPES: dict[str, type[Message]] = {
+    "google.protobuf.Timestamp": timestamp_pb2.Timestamp,
+    "google.protobuf.Duration": duration_pb2.Duration,
+}
+#: Where a Timestamp or Duration sits in a message: its class, or the paths inside a submessage.
+_TimePaths = dict[str, "type[Message] | _TimePaths"]
+
+
+def _time_paths(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> _TimePaths:
+    paths: _TimePaths = {}
+    for field in descriptor.fields:
+        kind = field.message_type
+        if kind is None or field.is_repeated:  # none is repeated today; ParseDict reads one that is
+            continue
+        if kind.full_name in _TIME_TYPES:
+            paths[field.name] = _TIME_TYPES[kind.full_name]
+        elif kind.full_name not in seen and not kind.full_name.startswith("google.protobuf."):
+            inner = _time_paths(kind, seen | {kind.full_name})
+            if inner:
+                paths[field.name] = inner
+    return paths
+
+
+_BODY_TIME_PATHS: dict[type[Message], _TimePaths] = {
+    type(body): _time_paths(body.DESCRIPTOR)
+    for body in (
+        getattr(run_pb2.RunEvent(), field.name)
+        for field in run_pb2.RunEvent.DESCRIPTOR.oneofs_by_name["event"].fields
+    )
+}
+
+
+def _with_time_messages(data: dict[str, Any], paths: _TimePaths) -> dict[str, Any]:
+    """``data`` with the JSON strings of its Timestamps and Durations parsed into their messages.
+
+    Keyword construction refuses those strings; ``FromJsonString`` is what ParseDict calls on them.
+
+    Raises:
+        ValueError: a string that is no Timestamp or Duration.
+    """
+    out: dict[str, Any] | None = None
+    for name, kind in paths.items():
+        value = data.get(name)
+        if isinstance(kind, dict):
+            if not isinstance(value, dict):
+                continue
+            parsed: Any = _with_time_messages(value, kind)
+            if parsed is value:
+                continue
+        elif isinstance(value, str):
+            parsed = kind()
+            parsed.FromJsonString(value)
+        else:
+            continue
+        if out is None:
+            out = dict(data)
+        out[name] = parsed
+    return data if out is None else out
+
+
+def event_body_from_json(body_type: type[Message], data: dict[str, Any]) -> Message:
+    """The event body in ``data`` (its proto JSON, field names as in the proto) by keyword
+    construction, ~7x faster than ParseDict.
+
+    Raises:
+        TypeError, ValueError: a shape keyword construction cannot take (a camelCase name, an
+            enum by name, a 64-bit integer as a string); ParseDict reads those.
+    """
+    return body_type(**_with_time_messages(data, _BODY_TIME_PATHS[body_type]))
+
+
 def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:
     """A stored event as a RunEvent; the payload is already in the oneof message's JSON shape."""
     event = run_pb2.RunEvent(run_id=stored.run_id, seq=stored.seq, time=_timestamp(stored.created_ms))
@@ -310,9 +382,7 @@ def event_to_proto(stored: StoredEvent) -> run_pb2.RunEvent:
     if stored.type == ev.STEP_STARTED:
         data = dict(data, kind=step_kind_to_proto(data.get("kind")))
     try:
-        # Keyword construction is ~7x faster than ParseDict; it refuses the JSON string forms of
-        # Timestamp/Duration, which the few events carrying them go through ParseDict for.
-        body.CopyFrom(type(body)(**data))
+        body.CopyFrom(event_body_from_json(type(body), data))
     except (TypeError, ValueError):
         body.Clear()
         json_format.ParseDict(data, body)
