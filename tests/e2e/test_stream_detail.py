@@ -135,3 +135,28 @@ def test_the_cli_prints_the_detail_asked_for(
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert shown and not any({"step_started", "model_text_delta", "run_checkpointed"} & set(e) for e in shown)
     assert "run_ended" in shown[-1] and any("model_completed" in e for e in shown)
+
+
+def test_batch_events_packs_the_same_events_into_fewer_messages(runtime: RuntimeProcess) -> None:
+    with grpc.insecure_channel(runtime.address) as channel:
+        stub = runtime_service_pb2_grpc.AgentRuntimeServiceStub(channel)
+        single = list(stub.RunAgent(runtime_service_pb2.RunAgentRequest(agent_name="talker", input="x")))
+        packed = list(
+            stub.RunAgent(
+                runtime_service_pb2.RunAgentRequest(agent_name="talker", input="x", batch_events=True)
+            )
+        )
+        run_id = single[0].event.run_id
+        replay = list(stub.StreamRunEvents(runtime_service_pb2.StreamRunEventsRequest(run_id=run_id)))
+        replay_packed = list(
+            stub.StreamRunEvents(runtime_service_pb2.StreamRunEventsRequest(run_id=run_id, batch_events=True))
+        )
+    assert all(r.HasField("event") and not r.events for r in single + replay)
+    assert all(r.events and not r.HasField("event") for r in packed + replay_packed)
+    unpacked = [e for r in packed for e in r.events]
+    assert types(unpacked) == types([r.event for r in single])  # deltas included, in order
+    assert persisted_seqs(unpacked) == list(range(1, unpacked[-1].seq + 1))
+    assert len(packed) < len(unpacked)  # a commit's events travel together
+    # A replay is what the store holds: the same messages, a page per response.
+    assert [e for r in replay_packed for e in r.events] == [r.event for r in replay]
+    assert len(replay_packed) == 1

@@ -133,7 +133,8 @@ export class AgentRuntimeClient {
    * of starting another; events already delivered are skipped. Closing the stream never cancels the run.
    */
   runAgent(request: StartRequest, options: StreamOptions = {}): EventStream {
-    const fixed = { ...request, requestKey: request.requestKey || randomUUID() };
+    // batchEvents: fewer messages for the same events; an older server ignores it.
+    const fixed = { ...request, requestKey: request.requestKey || randomUUID(), batchEvents: true };
     return new EventStream((_afterSeq, signal) => this.rpc.runAgent(fixed, this.callOptions(signal, options.timeoutMs)), {
       reconnect: options.reconnect ?? this.reconnect,
       onReconnect: options.onReconnect,
@@ -161,7 +162,10 @@ export class AgentRuntimeClient {
     const detail = options.detail;
     return new EventStream(
       (afterSeq, signal) =>
-        this.rpc.streamRunEvents({ runId, afterSeq, follow, detail }, this.callOptions(signal, options.timeoutMs)),
+        this.rpc.streamRunEvents(
+          { runId, afterSeq, follow, detail, batchEvents: true },
+          this.callOptions(signal, options.timeoutMs),
+        ),
       {
         runId,
         afterSeq: BigInt(options.afterSeq ?? 0),

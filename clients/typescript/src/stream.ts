@@ -31,7 +31,11 @@ export interface ReconnectOptions {
 export type ReconnectListener = (error: RpcError, attempt: number, afterSeq: bigint) => void;
 
 /** Opens (or reopens) the underlying call: items after `afterSeq` (RunAgent ignores it and replays). */
-export type OpenStream = (afterSeq: bigint, signal: AbortSignal) => AsyncIterable<{ event?: RunEvent }>;
+// A response carries one event, or (asked for with `batchEvents`) several in `events`.
+export type OpenStream = (
+  afterSeq: bigint,
+  signal: AbortSignal,
+) => AsyncIterable<{ event?: RunEvent; events?: RunEvent[] }>;
 
 // A call open this long before it broke counts as a healthy connection, not as a failed attempt:
 // a follower waiting hours for an approval may lose its connection many times.
@@ -122,18 +126,19 @@ export class EventStream implements AsyncIterable<RunEvent> {
       const opened = Date.now();
       try {
         for await (const item of this.open(this.lastSeq, call.signal)) {
-          const event = item.event;
-          if (event === undefined) continue;
-          if (event.seq !== 0n && event.seq <= this.lastSeq) continue; // replayed after a reconnect
-          if (isTailMark(event) && this.tailOpen) continue; // the mark again, from a reopened call
-          failures = 0;
-          this.note(event);
-          yield event;
-          // These end the stream: stop here, so a cut before the server's end is not reopened. After
-          // runEnded the server ends the stream or marks an open cleanup tail; a follow stream goes
-          // on with the tail, unless asked to stop at the mark.
-          if (event.event.case === "cleanupSettled") return;
-          if (event.event.case === "runWaiting" && (!isTailMark(event) || !this.cleanupTail)) return;
+          const events = item.events?.length ? item.events : item.event !== undefined ? [item.event] : [];
+          for (const event of events) {
+            if (event.seq !== 0n && event.seq <= this.lastSeq) continue; // replayed after a reconnect
+            if (isTailMark(event) && this.tailOpen) continue; // the mark again, from a reopened call
+            failures = 0;
+            this.note(event);
+            yield event;
+            // These end the stream: stop here, so a cut before the server's end is not reopened. After
+            // runEnded the server ends the stream or marks an open cleanup tail; a follow stream goes
+            // on with the tail, unless asked to stop at the mark.
+            if (event.event.case === "cleanupSettled") return;
+            if (event.event.case === "runWaiting" && (!isTailMark(event) || !this.cleanupTail)) return;
+          }
         }
         return; // the server ended the stream
       } catch (err) {

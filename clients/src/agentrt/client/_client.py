@@ -168,6 +168,7 @@ class AsyncClient(BaseClient):
                 agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
             ),
             detail=_detail(detail),
+            batch_events=True,  # fewer messages; an older server ignores it and sends one each
         )
         return AsyncEventStream(
             self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata), hint=self._hint
@@ -311,7 +312,11 @@ class AsyncClient(BaseClient):
             ValueError: ``detail`` is not one of those.
         """
         request = runtime_service_pb2.StreamRunEventsRequest(
-            run_id=run_id, after_seq=after_seq, follow=follow, detail=_detail(detail)
+            run_id=run_id,
+            after_seq=after_seq,
+            follow=follow,
+            detail=_detail(detail),
+            batch_events=True,
         )
         return AsyncEventStream(
             self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata),

@@ -10,7 +10,8 @@ end there; a follow stream goes on with the tail, unless it was opened with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -21,10 +22,23 @@ from agentrt.client import _errors
 from agentrt.proto.runtime.v1 import run_pb2
 
 
-class _HasEvent(Protocol):
-    # RunAgentResponse and StreamRunEventsResponse both wrap one RunEvent.
+class _HasEvents(Protocol):
+    # RunAgentResponse and StreamRunEventsResponse both carry one RunEvent, or (asked for with
+    # batch_events, as these clients do) several in ``events``.
     @property
     def event(self) -> run_pb2.RunEvent: ...
+
+    @property
+    def events(self) -> Sequence[run_pb2.RunEvent]: ...
+
+
+def _unpacked(response: _HasEvents, into: deque[run_pb2.RunEvent]) -> run_pb2.RunEvent:
+    """The response's first event; the rest of a batch go to ``into``, in order."""
+    if not response.events:
+        return response.event
+    first, *rest = response.events
+    into.extend(rest)
+    return first
 
 
 def is_tail_mark(event: run_pb2.RunEvent) -> bool:
@@ -94,6 +108,7 @@ class EventStream(Iterator[run_pb2.RunEvent]):
         self._ending = _Ending()
         self._cleanup_tail = cleanup_tail
         self._stop_next = False
+        self._pending: deque[run_pb2.RunEvent] = deque()  # the rest of a batch
 
     @property
     def ended(self) -> run_pb2.RunEnded | None:
@@ -130,14 +145,17 @@ class EventStream(Iterator[run_pb2.RunEvent]):
             self.cancel()  # asked not to follow the cleanup tail: the run's outcome is known
         if self._cancelled:
             raise StopIteration
-        try:
-            response: _HasEvent = next(self._it)
-        except grpc.RpcError as exc:
-            if self._cancelled:
-                raise StopIteration from None
-            raise _errors.from_call(exc, hint=self._hint) from exc
-        self._stop_next = not self._cleanup_tail and is_tail_mark(response.event)
-        return self._ending.note(response.event)
+        if self._pending:
+            event = self._pending.popleft()
+        else:
+            try:
+                event = _unpacked(next(self._it), self._pending)
+            except grpc.RpcError as exc:
+                if self._cancelled:
+                    raise StopIteration from None
+                raise _errors.from_call(exc, hint=self._hint) from exc
+        self._stop_next = not self._cleanup_tail and is_tail_mark(event)
+        return self._ending.note(event)
 
     def cancel(self) -> None:
         """Closes the stream; later iteration stops. The run goes on."""
@@ -180,6 +198,7 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
         self._ending = _Ending()
         self._cleanup_tail = cleanup_tail
         self._stop_next = False
+        self._pending: deque[run_pb2.RunEvent] = deque()  # the rest of a batch
 
     @property
     def ended(self) -> run_pb2.RunEnded | None:
@@ -216,12 +235,15 @@ class AsyncEventStream(AsyncIterator[run_pb2.RunEvent]):
             self.cancel()  # asked not to follow the cleanup tail: the run's outcome is known
         if self._cancelled:
             raise StopAsyncIteration
-        try:
-            response: _HasEvent = await anext(self._it)
-        except grpc.aio.AioRpcError as exc:
-            raise await _errors.from_aio_call(self._call, exc, hint=self._hint) from exc
-        self._stop_next = not self._cleanup_tail and is_tail_mark(response.event)
-        return self._ending.note(response.event)
+        if self._pending:
+            event = self._pending.popleft()
+        else:
+            try:
+                event = _unpacked(await anext(self._it), self._pending)
+            except grpc.aio.AioRpcError as exc:
+                raise await _errors.from_aio_call(self._call, exc, hint=self._hint) from exc
+        self._stop_next = not self._cleanup_tail and is_tail_mark(event)
+        return self._ending.note(event)
 
     def cancel(self) -> None:
         """Cancels the stream's call; later iteration stops. The run goes on."""

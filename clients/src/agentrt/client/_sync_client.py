@@ -112,6 +112,7 @@ class Client(BaseClient):
                 agent_name, input, agent, budgets, request_key, metadata, session_id, session_policy
             ),
             detail=_detail(detail),
+            batch_events=True,  # fewer messages; an older server ignores it and sends one each
         )
         return EventStream(
             self._stub.RunAgent(request, timeout=timeout, metadata=self._metadata), hint=self._hint
@@ -189,7 +190,11 @@ class Client(BaseClient):
     ) -> EventStream:
         """Replays (and with ``follow`` tails) a run's events; see :meth:`AsyncClient.stream_events`."""
         request = runtime_service_pb2.StreamRunEventsRequest(
-            run_id=run_id, after_seq=after_seq, follow=follow, detail=_detail(detail)
+            run_id=run_id,
+            after_seq=after_seq,
+            follow=follow,
+            detail=_detail(detail),
+            batch_events=True,
         )
         return EventStream(
             self._stub.StreamRunEvents(request, timeout=timeout, metadata=self._metadata),

@@ -15,11 +15,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.exc import SQLAlchemyError
 
-from agentrt.proto.runtime.v1 import runtime_service_pb2, runtime_service_pb2_grpc
+from agentrt.proto.runtime.v1 import runtime_service_pb2
 from agentrt.server.api._fanout import Fanout, build_bus, check_redis
 from agentrt.server.api._interceptor import AuthInterceptor
 from agentrt.server.api._servicer import RuntimeServicer
 from agentrt.server.api._tool_hosts import ToolHostSet
+from agentrt.server.api._wire import add_runtime_service
 from agentrt.server.auth import Authentication, build_authentication, local_principal
 from agentrt.server.config import ConfigError, ModelConfig, Settings
 from agentrt.server.engine import Engine, bind_model, ledger_keep_bound_s, sensitive_option
@@ -137,9 +138,7 @@ class RuntimeServer:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        runtime_service_pb2_grpc.add_AgentRuntimeServiceServicer_to_server(
-            RuntimeServicer(engine=self.engine, settings=settings), self.server
-        )
+        add_runtime_service(RuntimeServicer(engine=self.engine, settings=settings), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if _reflection_on(settings):
             reflection.enable_server_reflection(

@@ -8,7 +8,7 @@ reads no run log.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -21,7 +21,6 @@ from agentrt.server.api._convert import (
     budgets_from_proto,
     cancel_signal,
     detail_from_proto,
-    event_to_proto,
     outcome_signal,
     phase_from_proto,
     run_to_proto,
@@ -32,10 +31,11 @@ from agentrt.server.api._inline import INLINE_AGENT_NAME, check_inline_agent
 from agentrt.server.api._page_tokens import PageTokens, RunPage
 from agentrt.server.api._payloads import find_payload, payload_responses
 from agentrt.server.api._request_keys import request_hash
-from agentrt.server.api._stream_writer import send_events
+from agentrt.server.api._stream_writer import send_event_batches, send_events
 from agentrt.server.api._streams import Detail, Follower, current_waiting
 from agentrt.server.api._tombstones import refuse_pruned
 from agentrt.server.api._validate import check_enum, check_id, check_json, check_start, check_text
+from agentrt.server.api._wire import batch_response, event_bytes, single_response
 from agentrt.server.auth import Principal, current_principal
 from agentrt.server.config import AuthConfig, Settings
 from agentrt.server.core import (
@@ -148,9 +148,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         except Exception as exc:
             await abort_internal(context, exc)
         follower = self._follower(record.run_id, after_seq=0, follow=True, stop_at_wait=True, detail=detail)
-        await self._send(
-            follower, context, lambda e: context.write(runtime_service_pb2.RunAgentResponse(event=e))
-        )
+        await self._send(follower, context, batched=request.batch_events)
 
     def _follower(
         self, run_id: str, *, after_seq: int, follow: bool, detail: Detail, stop_at_wait: bool = False
@@ -168,20 +166,24 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
             detail=detail,
         )
 
-    async def _send(
-        self,
-        follower: Follower,
-        context: Context,
-        write: Callable[[run_pb2.RunEvent], Awaitable[None]],
-    ) -> None:
+    async def _send(self, follower: Follower, context: Context, *, batched: bool) -> None:
+        # Responses are written as bytes (api/_wire): an event's are made once for all followers.
+        stall_timeout_s = self.settings.streams.stall_timeout_s
         try:
-            # The response wraps a copy of the shared RunEvent: the one converted is never modified.
-            await send_events(
-                follower,
-                write,
-                convert=event_to_proto,
-                stall_timeout_s=self.settings.streams.stall_timeout_s,
-            )
+            if batched:
+                await send_event_batches(
+                    follower,
+                    lambda batch: context.write(batch_response(batch)),
+                    convert=event_bytes,
+                    stall_timeout_s=stall_timeout_s,
+                )
+            else:
+                await send_events(
+                    follower,
+                    lambda one: context.write(single_response(one)),
+                    convert=event_bytes,
+                    stall_timeout_s=stall_timeout_s,
+                )
         except AgentRtError as exc:
             await abort_with(context, exc)
         except Exception as exc:
@@ -294,9 +296,7 @@ class RuntimeServicer(runtime_service_pb2_grpc.AgentRuntimeServiceServicer):
         follower = self._follower(
             request.run_id, after_seq=request.after_seq, follow=request.follow, detail=detail
         )
-        await self._send(
-            follower, context, lambda e: context.write(runtime_service_pb2.StreamRunEventsResponse(event=e))
-        )
+        await self._send(follower, context, batched=request.batch_events)
 
     # -- control ------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any, TypeVar, overload
 
@@ -74,8 +74,30 @@ async def send_events(
         FollowerStalled: the reader left a write pending for ``stall_timeout_s`` while its
             buffer was full.
     """
-    watchdog = _StallWatchdog(follower, stall_timeout_s, clock)
     items = follower.events() if convert is None else follower.messages(convert)
+    await _write_all(follower, items, write, stall_timeout_s, clock)
+
+
+async def send_event_batches(
+    follower: Follower,
+    write: Callable[[list[T]], Awaitable[Any]],
+    *,
+    convert: Callable[[StoredEvent], T],
+    stall_timeout_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """:func:`send_events`, one message per batch of items (see ``Follower.message_batches``)."""
+    await _write_all(follower, follower.message_batches(convert), write, stall_timeout_s, clock)
+
+
+async def _write_all(
+    follower: Follower,
+    items: AsyncGenerator[Any, None],
+    write: Callable[[Any], Awaitable[Any]],
+    stall_timeout_s: float,
+    clock: Callable[[], float],
+) -> None:
+    watchdog = _StallWatchdog(follower, stall_timeout_s, clock)
     try:
         async with aclosing(items):
             async for item in items:

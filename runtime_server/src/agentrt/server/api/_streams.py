@@ -26,6 +26,11 @@ and resumes, do not change, so no gap and no duplicate still hold for what is se
 skip). Live items are converted once per item, whatever the number of followers
 (:meth:`~agentrt.server.events.LiveItem.encoded`); replayed pages, once per follower as read.
 
+Batches: items leave the follower in batches, the items readable together: a replay page's,
+or the live items buffered when the reader looked (one commit's, or more when it lags),
+bounded by ``_MAX_BATCH_ITEMS`` and ``_MAX_BATCH_BYTES``. A stream with ``batch_events``
+sends each batch as one message; the others send them one item at a time.
+
 Memory: replay pages are bounded in bytes as well as rows, and the live buffer is
 the subscription's (bounded; see :mod:`agentrt.server.events`). A follower that
 falls behind loses only live-only text deltas: persisted events are re-read.
@@ -34,8 +39,7 @@ falls behind loses only live-only text deltas: persisted events are re-read.
 from __future__ import annotations
 
 import json
-from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from enum import Enum
@@ -44,11 +48,15 @@ from typing import TypeVar
 from agentrt.server.config import StreamsConfig
 from agentrt.server.core import CleanupStatus, Phase
 from agentrt.server.core import events as ev
-from agentrt.server.events import EventBus, LiveItem, Subscription
+from agentrt.server.events import EventBus, LiveItem, Subscription, item_bytes
 from agentrt.server.store import EventPage, RunRecord, Store, StoredEvent
 
 _MAX_PAGE_ROWS = 500
 _MAX_PAGE_BYTES = 64 * 1024  # one replay page in memory per follower, whatever the buffer allows
+# One live batch (one message with batch_events): far below the 4 MiB a gRPC reader takes by
+# default, even with the structured twins the API adds to the stored text.
+_MAX_BATCH_ITEMS = 256
+_MAX_BATCH_BYTES = 256 * 1024
 _WAIT_MARKERS = frozenset({ev.APPROVAL_REQUESTED, ev.TOOL_OUTCOME_UNKNOWN})
 _ROW_DECIDES = frozenset({ev.RUN_ENDED, ev.CLEANUP_SETTLED})
 T = TypeVar("T")
@@ -184,9 +192,10 @@ class Follower:
 
     async def events(self) -> AsyncGenerator[StoredEvent, None]:
         """Yield the run's events after ``after_seq``; see the module docstring for when it ends."""
-        async with aclosing(self._sent()) as items:
-            async for item in items:
-                yield item.event if isinstance(item, LiveItem) else item
+        async with aclosing(self._sent()) as batches:
+            async for batch in batches:
+                for item in batch:
+                    yield item.event if isinstance(item, LiveItem) else item
 
     async def messages(self, convert: Callable[[StoredEvent], T]) -> AsyncGenerator[T, None]:
         """:meth:`events` as ``convert`` makes them; a live item is converted once for all followers.
@@ -194,33 +203,47 @@ class Follower:
         ``convert`` must be one function for every follower (its identity keys the cache), and
         what it returns is shared: never modify it.
         """
-        async with aclosing(self._sent()) as items:
-            async for item in items:
-                yield item.encoded(convert) if isinstance(item, LiveItem) else convert(item)
+        async with aclosing(self.message_batches(convert)) as batches:
+            async for batch in batches:
+                for message in batch:
+                    yield message
 
-    async def _sent(self) -> AsyncGenerator[StoredEvent | LiveItem, None]:
-        """The items this stream sends: its detail's, in order; unsubscribes at the end."""
+    async def message_batches(self, convert: Callable[[StoredEvent], T]) -> AsyncGenerator[list[T], None]:
+        """:meth:`messages` in the batches they became readable in (never empty)."""
+        async with aclosing(self._sent()) as batches:
+            async for batch in batches:
+                yield [
+                    item.encoded(convert) if isinstance(item, LiveItem) else convert(item) for item in batch
+                ]
+
+    async def _sent(self) -> AsyncGenerator[Sequence[StoredEvent | LiveItem], None]:
+        """The batches this stream sends: its detail's items, in order; unsubscribes at the end."""
         sends = self.detail.sends
         try:
-            async with aclosing(self._stream(self.sub)) as items:
-                async for item in items:
-                    if sends(item.event if isinstance(item, LiveItem) else item):
-                        yield item
+            async with aclosing(self._stream(self.sub)) as batches:
+                async for batch in batches:
+                    if self.detail is not Detail.ALL:
+                        batch = [i for i in batch if sends(i.event if isinstance(i, LiveItem) else i)]
+                    if batch:
+                        yield batch
         finally:
             self.replaying = False
             if self.sub is not None:
                 self.bus.unsubscribe(self.sub)
 
-    async def _replay(self, page: EventPage) -> AsyncGenerator[StoredEvent, None]:
-        """The items of one replay page (bounded in rows and, from the stored sizes, in bytes)."""
-        items = deque(page.events)
-        page.events.clear()  # let sent items go as the page drains
+    async def _replay(self, page: EventPage) -> AsyncGenerator[list[StoredEvent], None]:
+        """One replay page (bounded in rows and, from the stored sizes, in bytes) as one batch, cut
+        after ``cleanup.settled``: nothing is ever appended after it."""
+        batch: list[StoredEvent] = []
+        for item in page.events:
+            self._note(item)
+            batch.append(item)
+            if item.type == ev.CLEANUP_SETTLED:
+                break
+        page.events.clear()
         self.replaying = True
         try:
-            while items:
-                item = items.popleft()
-                self._note(item)
-                yield item
+            yield batch
         finally:
             self.replaying = False
 
@@ -228,7 +251,9 @@ class Follower:
         if item.type == ev.TOOL_OUTCOME_UNKNOWN:
             self._unknown_call = str(json.loads(item.payload).get("call_id", ""))
 
-    async def _stream(self, sub: Subscription | None) -> AsyncGenerator[StoredEvent | LiveItem, None]:
+    async def _stream(
+        self, sub: Subscription | None
+    ) -> AsyncGenerator[Sequence[StoredEvent | LiveItem], None]:
         """Replay up to the row, then end, mark an open cleanup tail, or (with ``sub``) go live."""
         last = self.after_seq
         marked = False  # the open-tail mark was sent (once a stream)
@@ -244,13 +269,13 @@ class Follower:
             while last < record.last_seq:
                 if not page.events:
                     break  # the store has fewer events than the row says (pruned)
-                async with aclosing(self._replay(page)) as items:
-                    async for item in items:
-                        last = item.seq
-                        yield item
-                        if item.type == ev.CLEANUP_SETTLED:
+                async with aclosing(self._replay(page)) as pages:
+                    async for replayed in pages:
+                        last = replayed[-1].seq
+                        yield replayed
+                        if replayed[-1].type == ev.CLEANUP_SETTLED:
                             return  # the tail is closed: nothing is ever appended after it
-                        ended = ended or item.type == ev.RUN_ENDED
+                        ended = ended or any(item.type == ev.RUN_ENDED for item in replayed)
                 if last < record.last_seq:
                     page = await self.store.read_page(self.run_id, after_seq=last, **self._bounds)
             phase = Phase(record.phase)
@@ -262,7 +287,7 @@ class Follower:
                     return  # an ended run whose log is complete ends the stream, whatever after_seq was
                 if not marked:
                     marked = True
-                    yield tail.to_stored(self.run_id, self._now_ms())
+                    yield [tail.to_stored(self.run_id, self._now_ms())]
                 if sub is None or self.stop_at_wait:
                     return  # the answer does not wait for the tail
             elif sub is None:
@@ -270,44 +295,58 @@ class Follower:
             elif self.stop_at_wait and last >= record.last_seq:
                 waiting = await self._waiting(record)
                 if waiting is not None:
-                    yield waiting.to_stored(self.run_id, self._now_ms())
+                    yield [waiting.to_stored(self.run_id, self._now_ms())]
                     return
             async with aclosing(self._live(sub, last)) as live:
                 async for taken in live:
-                    if taken.event.seq:
-                        last = taken.event.seq
+                    last = next((i.event.seq for i in reversed(taken) if i.event.seq), last)
                     yield taken
-                    if taken.event.type == ev.CLEANUP_SETTLED:
+                    if taken[-1].event.type == ev.CLEANUP_SETTLED:
                         return
 
-    async def _live(self, sub: Subscription, last: int) -> AsyncGenerator[LiveItem, None]:
-        """Live items in order after ``last``; returns to let the caller re-read row and store."""
+    async def _live(self, sub: Subscription, last: int) -> AsyncGenerator[list[LiveItem], None]:
+        """Batches of live items in order after ``last``: what is buffered when the reader looks.
+        Returns to let the caller re-read row and store."""
         while True:
             live = await sub.get(wait_s=self.idle_recheck_s)
             if live is None:
                 return  # idle for a while, or paused: back to the store
-            item = live.event
-            if live.nudge:
-                if item.seq > last:
-                    return  # committed on another replica: the store has it
-                continue
-            if item.seq == 0:
-                # A delta belongs right after the event it was published after; elsewhere it would
-                # be out of order, so a follower that is not exactly there skips it.
-                if live.after_seq is None or live.after_seq == last:
-                    yield live
-                continue
-            if item.seq <= last:
-                continue
-            if item.seq != last + 1:
-                return  # a gap: the store has it
-            last = item.seq
-            self._note(item)
-            yield live
-            if item.type in _ROW_DECIDES:
-                return  # the row after it says whether a cleanup tail follows (or the tail closed)
-            if self.stop_at_wait and item.type in _WAIT_MARKERS and not sub.buffered_events:
-                return  # maybe waiting now: the row decides
+            batch: list[LiveItem] = []
+            size = 0
+            back = False  # to the store (or the row) after this batch
+            while live is not None:
+                item = live.event
+                if live.nudge:
+                    if item.seq > last:
+                        back = True  # committed on another replica: the store has it
+                        break
+                elif item.seq == 0:
+                    # A delta belongs right after the event it was published after; elsewhere it
+                    # would be out of order, so a follower that is not exactly there skips it.
+                    if live.after_seq is None or live.after_seq == last:
+                        batch.append(live)
+                        size += item_bytes(item)
+                elif item.seq == last + 1:
+                    last = item.seq
+                    self._note(item)
+                    batch.append(live)
+                    size += item_bytes(item)
+                    if item.type in _ROW_DECIDES:
+                        back = True  # the row after it says whether a tail follows (or it closed)
+                        break
+                    if self.stop_at_wait and item.type in _WAIT_MARKERS and not sub.buffered_events:
+                        back = True  # maybe waiting now: the row decides
+                        break
+                elif item.seq > last:
+                    back = True  # a gap: the store has it
+                    break
+                if len(batch) >= _MAX_BATCH_ITEMS or size >= _MAX_BATCH_BYTES:
+                    break  # the rest stays buffered for the next batch
+                live = sub.get_nowait()
+            if batch:
+                yield batch
+            if back:
+                return
 
     async def _waiting(self, record: RunRecord) -> Waiting | None:
         return await current_waiting(self.store, record, unknown_call=self._unknown_call)

@@ -60,7 +60,7 @@ PENDING_CALL_STATE_OUTCOME_UNKNOWN: PendingCallState
 PENDING_CALL_STATE_WAITING_APPROVAL: PendingCallState
 
 class RunAgentRequest(_message.Message):
-    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy", "detail")
+    __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy", "detail", "batch_events")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class RunAgentRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_POLICY_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_EVENTS_FIELD_NUMBER: _ClassVar[int]
     agent_name: str
     agent: _run_pb2.AgentSpec
     input: str
@@ -86,13 +87,16 @@ class RunAgentRequest(_message.Message):
     session_id: str
     session_policy: SessionPolicy
     detail: EventDetail
-    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., session_policy: _Optional[_Union[SessionPolicy, str]] = ..., detail: _Optional[_Union[EventDetail, str]] = ...) -> None: ...
+    batch_events: bool
+    def __init__(self, agent_name: _Optional[str] = ..., agent: _Optional[_Union[_run_pb2.AgentSpec, _Mapping]] = ..., input: _Optional[str] = ..., budgets: _Optional[_Union[_run_pb2.Budgets, _Mapping]] = ..., request_key: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., session_id: _Optional[str] = ..., session_policy: _Optional[_Union[SessionPolicy, str]] = ..., detail: _Optional[_Union[EventDetail, str]] = ..., batch_events: _Optional[bool] = ...) -> None: ...
 
 class RunAgentResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "events")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     event: _run_pb2.RunEvent
-    def __init__(self, event: _Optional[_Union[_run_pb2.RunEvent, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[_run_pb2.RunEvent]
+    def __init__(self, event: _Optional[_Union[_run_pb2.RunEvent, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_run_pb2.RunEvent, _Mapping]]] = ...) -> None: ...
 
 class StartRunRequest(_message.Message):
     __slots__ = ("agent_name", "agent", "input", "budgets", "request_key", "metadata", "session_id", "session_policy")
@@ -166,22 +170,26 @@ class ListRunsResponse(_message.Message):
     def __init__(self, runs: _Optional[_Iterable[_Union[_run_pb2.Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class StreamRunEventsRequest(_message.Message):
-    __slots__ = ("run_id", "after_seq", "follow", "detail")
+    __slots__ = ("run_id", "after_seq", "follow", "detail", "batch_events")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_EVENTS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     after_seq: int
     follow: bool
     detail: EventDetail
-    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ..., detail: _Optional[_Union[EventDetail, str]] = ...) -> None: ...
+    batch_events: bool
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., follow: _Optional[bool] = ..., detail: _Optional[_Union[EventDetail, str]] = ..., batch_events: _Optional[bool] = ...) -> None: ...
 
 class StreamRunEventsResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "events")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     event: _run_pb2.RunEvent
-    def __init__(self, event: _Optional[_Union[_run_pb2.RunEvent, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[_run_pb2.RunEvent]
+    def __init__(self, event: _Optional[_Union[_run_pb2.RunEvent, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_run_pb2.RunEvent, _Mapping]]] = ...) -> None: ...
 
 class CancelRunRequest(_message.Message):
     __slots__ = ("run_id", "reason")
