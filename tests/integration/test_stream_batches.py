@@ -58,19 +58,32 @@ async def test_batches_flatten_to_the_run_in_order_whatever_the_interleaving(sto
         assert got[-1][-1].type == "run.ended" and bus.subscriber_count(run_id) == 0
 
 
+async def reading(f: Follower, writer: Writer) -> tuple[asyncio.Future[None], list[list[StoredEvent]]]:
+    """Start reading ``f``; returns once it has taken a first commit, so it is live from then on."""
+    got: list[list[StoredEvent]] = []
+
+    async def read() -> None:
+        async for batch in f.message_batches(lambda e: e):
+            got.append(batch)
+
+    task = asyncio.ensure_future(read())
+    await writer.commit("model.completed")
+    for _ in range(500):
+        if got:
+            return task, got
+        await asyncio.sleep(0.01)
+    raise AssertionError("the follower never took the first commit")
+
+
 async def test_a_commit_published_to_a_waiting_reader_arrives_as_one_batch(store: Store) -> None:
     bus = EventBus()
     await new_run(store, "one-commit")
     writer = Writer(store, bus, "one-commit")
-    f = follower(store, bus, "one-commit", after_seq=1)
-    reading = asyncio.ensure_future(batches(f))
-    # The reader is waiting live once its subscription stays subscribed past the replay.
-    for _ in range(200):
-        await asyncio.sleep(0)
+    task, got = await reading(follower(store, bus, "one-commit", after_seq=1), writer)
     await writer.commit("step.started", "model.completed", "tool.started")
     await writer.end()
-    got = await asyncio.wait_for(reading, 10)
-    assert [[e.type for e in batch] for batch in got] == [
+    await asyncio.wait_for(task, 10)
+    assert [[e.type for e in batch] for batch in got[1:]] == [
         ["step.started", "model.completed", "tool.started"],
         ["run.completed", "run.ended"],
     ]
@@ -97,14 +110,11 @@ async def test_a_burst_past_the_batch_bound_is_split_in_order(
     await new_run(store, "burst")
     writer = Writer(store, bus, "burst")
     config = StreamsConfig(follower_buffer_events=64, follower_buffer_bytes=1024 * 1024, stall_timeout_s=5)
-    f = follower(store, bus, "burst", after_seq=1, config=config)
-    reading = asyncio.ensure_future(batches(f))
-    for _ in range(200):
-        await asyncio.sleep(0)
+    task, got = await reading(follower(store, bus, "burst", after_seq=1, config=config), writer)
     await writer.commit(*["step.started"] * 10)
     await writer.end()
-    got = await asyncio.wait_for(reading, 10)
-    assert [len(batch) for batch in got] == [4, 4, 2, 2]
+    await asyncio.wait_for(task, 10)
+    assert [len(batch) for batch in got[1:]] == [4, 4, 2, 2]
     assert [e.seq for batch in got for e in batch] == list(range(2, writer.seq + 1))
 
 
@@ -114,12 +124,9 @@ async def test_a_batch_is_bounded_in_bytes_too(store: Store, monkeypatch: pytest
     await new_run(store, "big")
     writer = Writer(store, bus, "big")
     config = StreamsConfig(follower_buffer_events=64, follower_buffer_bytes=1024 * 1024, stall_timeout_s=5)
-    f = follower(store, bus, "big", after_seq=1, config=config)
-    reading = asyncio.ensure_future(batches(f))
-    for _ in range(200):
-        await asyncio.sleep(0)
+    task, got = await reading(follower(store, bus, "big", after_seq=1, config=config), writer)
     await writer.commit(*["tool.completed"] * 6, size=1000)  # ~1.2 kB each as counted
     await writer.end()
-    got = await asyncio.wait_for(reading, 10)
-    assert [len(batch) for batch in got] == [3, 3, 2]
+    await asyncio.wait_for(task, 10)
+    assert [len(batch) for batch in got[1:]] == [3, 3, 2]
     assert [e.seq for batch in got for e in batch] == list(range(2, writer.seq + 1))

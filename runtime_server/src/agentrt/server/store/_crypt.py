@@ -117,7 +117,7 @@ class RecordCipher:
         """The ``runs`` row as a plaintext record.
 
         Args:
-            row: A SQLAlchemy row of ``runs``.
+            row: A SQLAlchemy row of ``runs``, or its values by column name.
             strict: Raise when a value cannot be opened. A listing passes False: the run then shows
                 with its sealed columns empty (and a warning is logged) so that one unreadable run
                 never hides the others.
@@ -125,7 +125,7 @@ class RecordCipher:
         Raises:
             UnreadableRecord: ``strict`` and a sealed column of this run cannot be opened.
         """
-        values = dict(row._mapping)
+        values = dict(row) if isinstance(row, Mapping) else dict(row._mapping)
         run_id = values["run_id"]
         try:
             for column in SEALED_RUN_COLUMNS:

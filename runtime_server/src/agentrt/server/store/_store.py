@@ -47,6 +47,7 @@ from agentrt.server.store._db import Database, MigrateMode, PostgresDatabase, op
 from agentrt.server.store._fast_sql import driver_statement, insert_events, insert_run, run_row
 from agentrt.server.store._payloads import PayloadStore
 from agentrt.server.store._pg_appends import PgAppender
+from agentrt.server.store._pg_reads import PgReader
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
 from agentrt.server.store._replay import EventPage, read_page, read_run
 from agentrt.server.store._schema import events, runs, signals
@@ -85,6 +86,7 @@ class Store(TypedCommits):
         self.db = db
         self._crypt = RecordCipher(cipher=cipher)
         self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
+        self._pg_reads = PgReader(db.url, crypt=self._crypt) if isinstance(db, PostgresDatabase) else None
         self._pending: list[_PendingAppend] = []
         self._flusher: asyncio.Task[None] | None = None
         self._checkpoints = Checkpoints(db, self._crypt)
@@ -129,6 +131,8 @@ class Store(TypedCommits):
             await asyncio.shield(self._flusher)
         if self._pg is not None:
             await self._pg.close()
+        if self._pg_reads is not None:
+            await self._pg_reads.close()
         await self.db.dispose()
 
     # -- runs ---------------------------------------------------------------------------------------
@@ -376,6 +380,10 @@ class Store(TypedCommits):
 
     async def read_page(self, run_id: str, *, after_seq: int, max_rows: int, max_bytes: int) -> EventPage:
         """A replay page: events after ``after_seq``, bounded in rows and stored bytes (``_replay``)."""
+        if self._pg_reads is not None:
+            return await self._pg_reads.page(
+                run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes
+            )
         crypt = self._crypt
         return await self.db.read(
             lambda conn: read_page(
@@ -387,6 +395,10 @@ class Store(TypedCommits):
         self, run_id: str, *, after_seq: int, max_rows: int, max_bytes: int
     ) -> tuple[RunRecord | None, EventPage]:
         """The run's row, then a replay page read after it, in one go (no page without a row)."""
+        if self._pg_reads is not None:
+            return await self._pg_reads.run_and_page(
+                run_id, after_seq=after_seq, max_rows=max_rows, max_bytes=max_bytes
+            )
         crypt = self._crypt
 
         def read(conn: Connection) -> tuple[RunRecord | None, EventPage]:
