@@ -81,7 +81,8 @@ class Secured:
     host_args: list[str]
     runtime_env: dict[str, str]
     host_tls: dict[str, str]  # the runtime's side of the mTLS hop, in its tool_hosts entry
-    client_options: dict[str, str]
+    ca_file: str
+    token: str
 
 
 def secure_material(work: Path, *, encrypt: bool) -> Secured:
@@ -122,7 +123,8 @@ def secure_material(work: Path, *, encrypt: bool) -> Secured:
         host_args=host_args,
         runtime_env=env,
         host_tls={"ca_file": str(hop.ca_file), "cert_file": str(cert), "key_file": str(key)},
-        client_options={"ca_file": str(api.ca_file), "token": TOKEN},
+        ca_file=str(api.ca_file),
+        token=TOKEN,
     )
 
 
@@ -133,7 +135,11 @@ class Stack:
     address: str
     runtime_pid: int
     host_pid: int
-    client_options: Mapping[str, str]
+    ca_file: str | None = None  # the API's TLS and bearer token, when secured
+    token: str | None = None
+
+    def client(self, *, timeout: float = 60) -> AsyncClient:
+        return AsyncClient(self.address, timeout=timeout, ca_file=self.ca_file, token=self.token)
 
 
 @contextlib.contextmanager
@@ -195,7 +201,8 @@ def serving(
             address=runtime.address,
             runtime_pid=runtime.process.pid,
             host_pid=host.process.pid,
-            client_options=secured.client_options if secured else {},
+            ca_file=secured.ca_file if secured else None,
+            token=secured.token if secured else None,
         )
 
 
@@ -209,11 +216,9 @@ async def one_run(client: AsyncClient, k: int = K) -> float:
     return time.perf_counter() - begun
 
 
-async def measure(
-    address: str, runs: int, concurrent: int, bursts: int, **client_options: str
-) -> tuple[list[float], list[float]]:
+async def measure(stack: Stack, runs: int, concurrent: int, bursts: int) -> tuple[list[float], list[float]]:
     """Per-run seconds of ``runs`` sequential runs, and seconds of each burst of ``concurrent`` runs."""
-    async with AsyncClient(address, timeout=60, **client_options) as client:  # type: ignore[arg-type]
+    async with stack.client() as client:
         for _ in range(WARM_UP_RUNS):
             await one_run(client)
         sequential = [await one_run(client) for _ in range(runs)]

@@ -50,9 +50,7 @@ def bench(work: Path, args: argparse.Namespace, *, secure: bool) -> Result:
         secure=secure,
         extra_env=extra_env,
     ) as stack:
-        sequential, bursts = asyncio.run(
-            measure(stack.address, args.runs, args.concurrent, args.bursts, **stack.client_options)
-        )
+        sequential, bursts = asyncio.run(measure(stack, args.runs, args.concurrent, args.bursts))
         rss = peak_rss_mb(stack.runtime_pid)
     ordered = sorted(sequential)
     return Result(
