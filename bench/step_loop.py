@@ -399,6 +399,14 @@ def summary_rows(
             f"{plain.rate:,.0f}",
             [f"{s.rate:,.0f}" for s in compared],
         )
+        # No goal: the steadier figure on a shared machine, for side-by-side comparisons.
+        row(
+            f"CPU per step, runtime + tool host, {title}",
+            "-",
+            None,
+            f"{plain.cpu_ms:.3f} ms",
+            [f"{s.cpu_ms:.3f} ms" for s in compared],
+        )
         row(
             f"runtime peak RSS at {args.concurrent} concurrent runs, {title}",
             f"<= {goals.PEAK_RSS_MIB:g} MiB",
