@@ -471,7 +471,7 @@ def main() -> None:
     parser.add_argument(
         "--long-runs",
         type=int,
-        help=f"K={LONG_K} runs interleaved with the sequential ones (default runs / 20; 0: none)",
+        help=f"K={LONG_K} runs interleaved with the sequential ones (default runs / 20, at least 6; 0: none)",
     )
     parser.add_argument("--skip-postgres", action="store_true")
     parser.add_argument("--skip-sqlite", action="store_true")
@@ -495,7 +495,7 @@ def main() -> None:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.long_runs is None:
-        args.long_runs = max(1, args.runs // 20)
+        args.long_runs = min(args.runs, max(6, args.runs // 20))  # a median of fewer is noise
     for key in ("runs", "concurrent", "bursts", "floor_commits"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be at least 1")
