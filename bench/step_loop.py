@@ -278,7 +278,7 @@ def bench_backend(
     sink = otlp_sink(any(p.otel for p in stacks_plan), args.otlp_protocol)
     with sink as (endpoint, spans), contextlib.ExitStack() as stack:
         stacks = []
-        for plan, url in zip(stacks_plan, db_urls, strict=False):
+        for plan, url in zip(stacks_plan, db_urls, strict=True):
             otel = None
             if plan.otel:
                 otel = {
