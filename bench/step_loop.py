@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import _goals as goals  # noqa: E402
+from _goals import Summary  # noqa: E402
 from _workload import LONG_K, Stack, serving, steps_per_run  # noqa: E402
 from _workload import PG_ADMIN as PG_ADMIN  # noqa: E402
 from _workload import STEPS_PER_RUN as STEPS_PER_RUN  # noqa: E402
@@ -121,19 +122,6 @@ class Figures:
     cpu: tuple[float, float] = (0.0, 0.0)  # runtime, tool host
     rss_mb: float = float("nan")
     steps: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Summary:
-    """One configuration's headline figures (seconds per step, steps/s, MiB, ratios)."""
-
-    per_step: float
-    p99_over_median: float
-    rate: float
-    rss_mb: float
-    cpu_ms: float  # runtime + tool host, per step
-    long_per_step: float  # p50 run / its steps; nan without K=50 runs
-    p50_per_step: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,116 +328,6 @@ def bench_backend(
     return by_role
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3f} ms"
-
-
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.1f}%"
-
-
-def summary_rows(
-    results: dict[str, tuple[float, dict[str, Summary]]], args: argparse.Namespace
-) -> list[goals.Row]:
-    """Every figure of issue 19's "Done when", measured or marked not measured, with its goal."""
-    rows: list[goals.Row] = []
-    others = ("against",) if args.against else ()
-    backends = (
-        ("sqlite", "SQLite FULL", goals.SEQUENTIAL_SQLITE_MS, goals.RATE_SQLITE),
-        ("postgresql", "PostgreSQL", goals.SEQUENTIAL_POSTGRES_MS, goals.RATE_POSTGRES),
-    )
-    for key, title, ms_goal, rate_goal in backends:
-        skipped = f"not measured (--skip-{key.removesuffix('ql')})"
-        if key not in results:
-            skipped = skipped if key == "sqlite" or not args.quick else "not measured (--quick)"
-            for figure, goal in (
-                (f"floor (bare commit per step), {title}", "-"),
-                (f"sequential per-step, {title}", f"<= {ms_goal:g} ms"),
-                (f"steps/s at {args.concurrent} concurrent runs, {title}", f">= {rate_goal:,.0f}"),
-            ):
-                rows.append(goals.Row(figure, skipped, goal, None, tuple("" for _ in others)))
-            continue
-        floor_s, by_role = results[key]
-        plain = by_role["plain"]
-        compared = [by_role[role] for role in others]
-
-        def row(figure: str, goal: str, met: bool | None, text: str, values: list[str]) -> None:
-            rows.append(goals.Row(figure, text, goal, met, tuple(values)))
-
-        row(f"floor (bare commit per step), {title}", "-", None, _ms(floor_s), ["" for _ in compared])
-        row(
-            f"sequential per-step, {title}",
-            f"<= {ms_goal:g} ms",
-            goals.at_most(plain.per_step * 1000, ms_goal),
-            _ms(plain.per_step),
-            [_ms(s.per_step) for s in compared],
-        )
-        if key == "sqlite":
-            row(
-                f"sequential per-step / floor, {title}",
-                f"<= {goals.SEQUENTIAL_SQLITE_FLOORS:g}x",
-                goals.at_most(plain.per_step / floor_s, goals.SEQUENTIAL_SQLITE_FLOORS),
-                f"{plain.per_step / floor_s:.1f}x",
-                [f"{s.per_step / floor_s:.1f}x" for s in compared],
-            )
-        row(
-            f"steps/s at {args.concurrent} concurrent runs, {title}",
-            f">= {rate_goal:,.0f}",
-            goals.at_least(plain.rate, rate_goal),
-            f"{plain.rate:,.0f}",
-            [f"{s.rate:,.0f}" for s in compared],
-        )
-        # No goal: the steadier figure on a shared machine, for side-by-side comparisons.
-        row(
-            f"CPU per step, runtime + tool host, {title}",
-            "-",
-            None,
-            f"{plain.cpu_ms:.3f} ms",
-            [f"{s.cpu_ms:.3f} ms" for s in compared],
-        )
-        row(
-            f"runtime peak RSS at {args.concurrent} concurrent runs, {title}",
-            f"<= {goals.PEAK_RSS_MIB:g} MiB",
-            goals.at_most(plain.rss_mb, goals.PEAK_RSS_MIB),
-            f"{plain.rss_mb:.1f} MiB",
-            [f"{s.rss_mb:.1f} MiB" for s in compared],
-        )
-        row(
-            f"per-run p99/median (sequential), {title}",
-            f"<= {goals.P99_OVER_MEDIAN:g}",
-            goals.at_most(plain.p99_over_median, goals.P99_OVER_MEDIAN),
-            f"{plain.p99_over_median:.2f}",
-            [f"{s.p99_over_median:.2f}" for s in compared],
-        )
-        long_figure = f"per-step cost at K={LONG_K} vs K={K} (run p50s), {title}"
-        long_goal = f"<= +{goals.LONG_K_COST:.0%}"
-        if args.long_runs:
-            row(
-                long_figure,
-                long_goal,
-                goals.at_most(plain.long_per_step / plain.p50_per_step, 1 + goals.LONG_K_COST),
-                _pct(plain.long_per_step / plain.p50_per_step),
-                [_pct(s.long_per_step / s.p50_per_step) for s in compared],
-            )
-        else:
-            row(long_figure, long_goal, None, "not measured (--long-runs 0)", ["" for _ in compared])
-        secured = by_role.get("secured")
-        per_step_goal, rate_goal_ = f"<= +{goals.SECURED_COST:.0%}", f">= -{goals.SECURED_COST:.0%}"
-        per_step_figure = f"per-step with TLS, grants, tracing 10% vs plain, {title}"
-        rate_figure = f"steps/s with TLS, grants, tracing 10% vs plain, {title}"
-        blank = ["" for _ in compared]
-        if secured is None:
-            skipped = f"not measured ({args.secure_skipped_by})"
-            row(per_step_figure, per_step_goal, None, skipped, blank)
-            row(rate_figure, rate_goal_, None, skipped, blank)
-            continue
-        ratio = secured.per_step / plain.per_step
-        row(per_step_figure, per_step_goal, goals.at_most(ratio, 1 + goals.SECURED_COST), _pct(ratio), blank)
-        ratio = secured.rate / plain.rate
-        row(rate_figure, rate_goal_, goals.at_least(ratio, 1 - goals.SECURED_COST), _pct(ratio), blank)
-    return rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -531,7 +409,8 @@ def main() -> None:
         if not args.skip_postgres:
             results["postgresql"] = bench_postgres(work, stacks, args)
     print(f"\n== summary: issue 19's goals ({os.cpu_count()} cores{', quick' if args.quick else ''})")
-    print(goals.table(summary_rows(results, args), other_names=[args.against] if args.against else []))
+    rows = goals.summary_rows(results, args)
+    print(goals.table(rows, other_names=[args.against] if args.against else []))
 
 
 def bench_postgres(work: Path, stacks: int, args: argparse.Namespace) -> tuple[float, dict[str, Summary]]:
