@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The distributions of the workspace (see pyproject.toml), installed editable, dependencies first.
 DISTS := proto tool_host clients runtime_server plugins testing
 
-.PHONY: demo test test-ts lint proto proto-ts proto-lock bench wheels clean
+.PHONY: demo test test-ts lint proto proto-ts proto-lock bench bench-quick wheels clean
 
 # A venv made before the split into distributions holds the old single distribution "agentrt",
 # whose editable finder would shadow the agentrt namespace: it is uninstalled first.
@@ -46,8 +46,13 @@ proto-ts:
 proto-lock: $(STAMP)
 	$(BIN)/python proto/lock.py
 
+# Issue 19's figures against their goals (a few minutes), and the quick gate (under a minute,
+# SQLite only): `make bench-quick AGAINST=../main` runs another checkout side by side.
 bench: $(STAMP)
-	$(BIN)/python bench/step_loop.py
+	$(BIN)/python bench/step_loop.py $(if $(AGAINST),--against $(AGAINST))
+
+bench-quick: $(STAMP)
+	$(BIN)/python bench/step_loop.py --quick $(if $(AGAINST),--against $(AGAINST))
 
 # One wheel per distribution, into dist/ (stale build/ output would end up in the wheels).
 wheels: $(STAMP)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
 import os
 import statistics
 import sys
@@ -28,17 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from step_loop import STEPS_PER_RUN, measure, peak_rss_mb, runtime_env  # noqa: E402
-
-from agentrt.testing import spawn_runtime, spawn_tool_host  # noqa: E402
-from agentrt.toolhost.security import (  # noqa: E402
-    generate_dev_pki,
-    public_key_pem,
-    write_key_file,
-    write_signing_key,
-)
-
-TOKEN = "bench-token-0123456789"
+from _workload import STEPS_PER_RUN, measure, peak_rss_mb, serving  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -50,63 +38,20 @@ class Result:
     rss_mb: float
 
 
-def secure_material(work: Path, *, encrypt: bool) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """Tool host flags, runtime env overrides and client options for the secured setup."""
-    api = generate_dev_pki(work / "api-pki")
-    hop = generate_dev_pki(work / "hop-pki", clients=["agentrt-runtime"])
-    grant_key = work / "grant.key"
-    grant_pub = work / "grant.pub"
-    grant_pub.write_bytes(public_key_pem(write_signing_key(grant_key)))
-    tokens = work / "tokens.toml"
-    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
-    tokens.write_text(
-        f'[[tokens]]\nsha256 = "{digest}"\nsubject = "bench"\ntenant = "default"\nroles = ["runner"]\n'
-    )
-    host_args = [
-        "--tls-cert",
-        str(hop.server_cert_file),
-        "--tls-key",
-        str(hop.server_key_file),
-        "--client-ca",
-        str(hop.ca_file),
-        "--grant-keys",
-        str(grant_pub),
-    ]
-    cert, key = hop.client_files["agentrt-runtime"]
-    env = {
-        "AGENTRT_TLS__CERT_FILE": str(api.server_cert_file),
-        "AGENTRT_TLS__KEY_FILE": str(api.server_key_file),
-        "AGENTRT_AUTH__TOKENS_FILE": str(tokens),
-        "AGENTRT_GRANTS__SIGNING_KEY_FILE": str(grant_key),
-        "_HOST_TLS": json.dumps({"ca_file": str(hop.ca_file), "cert_file": str(cert), "key_file": str(key)}),
-    }
-    if encrypt:
-        keys = work / "payload-keys.json"
-        write_key_file(keys)
-        env["AGENTRT_ENCRYPTION__KEY_FILE"] = str(keys)
-        host_args += ["--encryption-key-file", str(keys)]
-    return host_args, env, {"ca_file": str(api.ca_file), "token": TOKEN}
-
-
 def bench(work: Path, args: argparse.Namespace, *, secure: bool) -> Result:
     name = "on" if secure else "off"
-    host_args: list[str] = []
-    extra_env: dict[str, str] = {"AGENTRT_GRANTS__ENABLED": "false"}
-    client_options: dict[str, str] = {}
-    if secure:
-        host_args, extra_env, client_options = secure_material(work / name, encrypt=args.encrypt)
-    with spawn_tool_host(
-        work / f"host-{name}", plugins=["agentrt.plugins.demo_tools"], extra_args=host_args
-    ) as host:
-        env = runtime_env(f"sqlite:///{work / f'bench-{name}.sqlite'}", host.address)
-        host_tls = json.loads(extra_env.pop("_HOST_TLS", "{}"))
-        env["AGENTRT_TOOL_HOSTS"] = json.dumps([{"name": "bench", "address": host.address, **host_tls}])
-        env.update(extra_env)
-        with spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env) as runtime:
-            sequential, bursts = asyncio.run(
-                measure(runtime.address, args.runs, args.concurrent, args.bursts, **client_options)
-            )
-            rss = peak_rss_mb(runtime.process.pid)
+    # Off means no grants at all, not grants signed for a host that ignores them.
+    extra_env = {} if secure else {"AGENTRT_GRANTS__ENABLED": "false"}
+    encrypt = secure and args.encrypt
+    with serving(
+        f"sqlite:///{work / f'bench-{name}.sqlite'}",
+        work,
+        encrypt=encrypt,
+        secure=secure,
+        extra_env=extra_env,
+    ) as stack:
+        sequential, bursts = asyncio.run(measure(stack, args.runs, args.concurrent, args.bursts))
+        rss = peak_rss_mb(stack.runtime_pid)
     ordered = sorted(sequential)
     return Result(
         per_step_ms=statistics.mean(sequential) / STEPS_PER_RUN * 1000,
