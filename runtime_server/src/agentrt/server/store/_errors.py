@@ -31,10 +31,14 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+import sys
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 import sqlalchemy.exc
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["Environmental", "environmental"]
 
@@ -88,7 +92,7 @@ def environmental(exc: BaseException) -> Environmental | None:
         found = _driver_error(exc.orig)
         if found is None and exc.connection_invalidated:
             return Environmental.UNAVAILABLE
-        known_driver = isinstance(exc.orig, psycopg.Error | sqlite3.Error | OSError)
+        known_driver = _is_psycopg_error(exc.orig) or isinstance(exc.orig, sqlite3.Error | OSError)
         if found is None and not known_driver:
             # A driver this module does not know: its connection-level classes are all there is.
             connection = isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError)
@@ -99,9 +103,16 @@ def environmental(exc: BaseException) -> Environmental | None:
     return _driver_error(exc)
 
 
+def _is_psycopg_error(exc: BaseException | None) -> bool:
+    # psycopg is imported only on PostgreSQL (20 MB of a SQLite runtime's memory otherwise): a
+    # process that never imported it holds none of its errors.
+    module: Any = sys.modules.get("psycopg")
+    return module is not None and isinstance(exc, module.Error)
+
+
 def _driver_error(exc: BaseException | None) -> Environmental | None:
-    if isinstance(exc, psycopg.Error):
-        return _postgres(exc)
+    if _is_psycopg_error(exc):
+        return _postgres(exc)  # type: ignore[arg-type]
     if isinstance(exc, sqlite3.Error):
         return _sqlite(exc)
     if isinstance(exc, OSError):
@@ -113,7 +124,8 @@ def _postgres(exc: psycopg.Error) -> Environmental | None:
     state = exc.sqlstate
     if not state:
         # Raised by the client itself: the connection was lost, closed or never made.
-        connection = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        module: Any = sys.modules["psycopg"]
+        connection = isinstance(exc, module.OperationalError | module.InterfaceError)
         return Environmental.UNAVAILABLE if connection else None
     if state == _PG_DISK_FULL:
         return Environmental.STORAGE_FULL

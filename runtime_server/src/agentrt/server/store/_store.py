@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import (
     BigInteger,
@@ -45,9 +45,12 @@ from agentrt.server.store._commits import TypedCommits
 from agentrt.server.store._crypt import RecordCipher
 from agentrt.server.store._db import Database, MigrateMode, PostgresDatabase, open_database
 from agentrt.server.store._fast_sql import driver_statement, insert_events, insert_run, run_row
+
+if TYPE_CHECKING:
+    from agentrt.server.store._pg_appends import PgAppender
+    from agentrt.server.store._pg_reads import PgReader
+
 from agentrt.server.store._payloads import PayloadStore
-from agentrt.server.store._pg_appends import PgAppender
-from agentrt.server.store._pg_reads import PgReader
 from agentrt.server.store._records import Claim, RunRecord, Signal, StoredEvent
 from agentrt.server.store._replay import EventPage, read_page, read_run
 from agentrt.server.store._schema import events, runs, signals
@@ -85,8 +88,14 @@ class Store(TypedCommits):
     def __init__(self, db: Database, *, cipher: PayloadCipher | None = None):
         self.db = db
         self._crypt = RecordCipher(cipher=cipher)
-        self._pg = PgAppender(db.url) if isinstance(db, PostgresDatabase) else None
-        self._pg_reads = PgReader(db.url, crypt=self._crypt) if isinstance(db, PostgresDatabase) else None
+        self._pg: PgAppender | None = None
+        self._pg_reads: PgReader | None = None
+        if isinstance(db, PostgresDatabase):  # psycopg is imported on PostgreSQL only
+            from agentrt.server.store._pg_appends import PgAppender
+            from agentrt.server.store._pg_reads import PgReader
+
+            self._pg = PgAppender(db.url)
+            self._pg_reads = PgReader(db.url, crypt=self._crypt)
         self._pending: list[_PendingAppend] = []
         self._flusher: asyncio.Task[None] | None = None
         self._checkpoints = Checkpoints(db, self._crypt)
