@@ -14,6 +14,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -194,6 +196,16 @@ def serving(
                 env["AGENTRT_TOOL_HOSTS"] = json.dumps([entry])
                 env.update(secured.runtime_env)
             env.update(extra_env or {})
+            # As deploy/ runs it: the schema by a one-shot `agentrt migrate upgrade`, then a runtime
+            # that only checks it (and so never loads Alembic).
+            subprocess.run(
+                [python or sys.executable, "-m", "agentrt.client", "migrate", "upgrade", "--db-url", db_url],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+            env["AGENTRT_MIGRATE"] = "check"
             runtime = stack.enter_context(
                 spawn_runtime(["--listen", "127.0.0.1:0"], cwd=work, env=env, python=python)
             )
