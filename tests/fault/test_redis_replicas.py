@@ -149,6 +149,9 @@ def test_a_follower_on_the_non_owner_sees_every_delta_and_event(
                 lambda: subscribers(redis_acl, f"{redis_prefix}run:{run_id}") == 2,
                 "followers never subscribed",
             )
+            # And each has replayed what is stored (run.started, step.started): it is live, so a
+            # delta published after step.started is in order for it.
+            poll(lambda: all(len(f.events) >= 2 for f in followers), "followers never replayed")
             announced: set[str] = set()
             deadline = time.monotonic() + 20
             while len(announced) < 2:

@@ -70,16 +70,26 @@ async def _terminate_reader(pg_url: str) -> int:
         return len(await cursor.fetchall())
 
 
-async def test_a_dropped_reader_connection_fails_one_read_as_unavailable_then_reconnects(
+async def test_a_reader_connection_dropped_while_idle_costs_the_next_read_a_reconnect(
     store: Store, pg_url: str
 ) -> None:
     await _seed(store, "dropped-1")
     before = await store.read_run_and_page("dropped-1", after_seq=0, max_rows=500, max_bytes=65536)
-    assert await _terminate_reader(pg_url) >= 1
-    with pytest.raises(psycopg.Error) as caught:
-        await store.read_run_and_page("dropped-1", after_seq=0, max_rows=500, max_bytes=65536)
-    assert environmental(caught.value) is Environmental.UNAVAILABLE
+    assert await _terminate_reader(pg_url) >= 1  # the database is back at once: only the link died
     assert await store.read_run_and_page("dropped-1", after_seq=0, max_rows=500, max_bytes=65536) == before
+    assert await _terminate_reader(pg_url) >= 1
+    assert await store.read_page("dropped-1", after_seq=0, max_rows=500, max_bytes=65536) == before[1]
+
+
+async def test_a_read_while_the_database_is_unreachable_fails_as_unavailable(store: Store) -> None:
+    await _seed(store, "away-1")
+    reader = store._pg_reads
+    assert reader is not None
+    await reader.close()
+    reader._url = "postgresql://postgres@127.0.0.1:1/nowhere"  # a port nothing listens on
+    with pytest.raises(psycopg.Error) as caught:
+        await store.read_run_and_page("away-1", after_seq=0, max_rows=500, max_bytes=65536)
+    assert environmental(caught.value) is Environmental.UNAVAILABLE
 
 
 async def test_a_reader_cancelled_mid_query_leaves_the_connection_usable(store: Store, pg_url: str) -> None:

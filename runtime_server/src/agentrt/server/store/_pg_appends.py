@@ -18,6 +18,9 @@ import psycopg
 from agentrt.server.store._appends import PendingAppend
 from agentrt.server.store._schema import runs
 
+#: Seconds to connect before the append fails (libpq waits for ever by default).
+CONNECT_TIMEOUT_S = 5
+
 
 @functools.lru_cache(maxsize=32)
 def _statement(columns: tuple[str, ...]) -> str:
@@ -85,8 +88,14 @@ class PgAppender:
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            self._conn = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            )
         return self._conn
+
+    async def connect(self) -> None:
+        """Connect now (a later use connects by itself if this fails or the connection drops)."""
+        await self._connection()
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -9,8 +9,9 @@ as the engine's AUTOCOMMIT reads were.
 
 One connection serves every follower of the process; psycopg runs their statements one at a
 time. A read runs in a task of its own that a cancelled caller does not cancel, so a follower
-whose client went away never leaves the shared connection mid-query. A broken connection is
-replaced on the next read; its error (psycopg's, classified by ``store._errors``) is raised.
+whose client went away never leaves the shared connection mid-query. A read that fails on a
+broken connection is asked once more on a new one (the old one may have died while idle); if
+that fails too, its error (psycopg's, classified by ``store._errors``) is raised.
 """
 
 from __future__ import annotations
@@ -85,7 +86,15 @@ class PgReader:
             try:
                 return await read(conn)
             except (psycopg.OperationalError, psycopg.InterfaceError):
-                await self._drop(conn)  # replaced on the next read
+                await self._drop(conn)
+            # The connection may have died while idle (a database restart, a terminated backend)
+            # with the database back by now: a read changes nothing, so it is asked once more,
+            # on a new connection. Its error, if any, is the answer.
+            conn = await self._connection()
+            try:
+                return await read(conn)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                await self._drop(conn)
                 raise
 
         task = asyncio.ensure_future(whole())
@@ -108,6 +117,10 @@ class PgReader:
         if self._conn is conn:
             self._conn = None
         await conn.close()
+
+    async def connect(self) -> None:
+        """Connect now (a later use connects by itself if this fails or the connection drops)."""
+        await self._connection()
 
     async def close(self) -> None:
         if self._conn is not None:

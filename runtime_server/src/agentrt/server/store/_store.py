@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,7 +126,17 @@ class Store(TypedCommits):
         database = open_database(
             url, migrate=migrate, sqlite_synchronous=sqlite_synchronous, pool_size=pool_size
         )
-        return cls(database, cipher=cipher)
+        store = cls(database, cipher=cipher)
+        await store._connect_fast_paths()
+        return store
+
+    async def _connect_fast_paths(self) -> None:
+        # Connected now, not by the first follower or commit: their first answer would wait for it.
+        # Best effort: one that cannot connect yet is connected by its first use.
+        for path in (self._pg, self._pg_reads):
+            if path is not None:
+                with contextlib.suppress(Exception):
+                    await path.connect()
 
     @property
     def dialect(self) -> str:
