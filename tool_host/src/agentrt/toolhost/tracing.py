@@ -188,9 +188,9 @@ def build_provider(options: TracingOptions, *, default_service_name: str) -> Tra
             # stderr: a process's stdout carries its one "listening on" line.
             exporter = ConsoleSpanExporter(out=sys.stderr)
         elif options.protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+            from agentrt.toolhost._otlp_wire import WireSpanExporter
 
-            exporter = Grpc(endpoint=options.endpoint or None)
+            exporter = WireSpanExporter(endpoint=options.endpoint or None)
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 
