@@ -161,3 +161,17 @@ def test_the_grpc_exporter_built_from_the_options_encodes_on_the_wire() -> None:
         assert request == encode_spans(recorded.get_finished_spans())
     finally:
         provider.shutdown()
+
+
+def test_equal_resources_of_distinct_objects_share_one_group_in_span_order() -> None:
+    exporter = InMemorySpanExporter()
+    providers = [_provider(exporter, Resource({"service.name": "same"})) for _ in range(2)]
+    other = _provider(exporter, Resource({"service.name": "other"}))
+    for provider in (providers[0], other, providers[1], providers[0]):
+        with provider.get_tracer("t").start_as_current_span("s"):
+            pass
+    spans = exporter.get_finished_spans()
+    assert spans[0].resource is not spans[2].resource and spans[0].resource == spans[2].resource
+    request = ExportTraceServiceRequest.FromString(encode_spans_request(spans))
+    assert len(request.resource_spans) == 2
+    _assert_same(spans)

@@ -190,11 +190,16 @@ def _scope(scope: InstrumentationScope | None) -> bytes:
 
 def encode_spans_request(spans: Sequence[ReadableSpan]) -> bytes:
     """The serialized ``ExportTraceServiceRequest`` of ``spans``: by resource, then by scope."""
-    grouped: defaultdict[Resource, defaultdict[InstrumentationScope | None, list[bytes]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
+    grouped: dict[Resource, defaultdict[InstrumentationScope | None, list[bytes]]] = {}
+    # A Resource hashes by dumping its attributes to JSON: each distinct object is hashed once
+    # (equal ones still share a group, spans in their order, as the exporter's encoder has them).
+    by_object: dict[int, defaultdict[InstrumentationScope | None, list[bytes]]] = {}
     for span in spans:
-        grouped[span.resource][span.instrumentation_scope or None].append(_span(span))
+        resource = span.resource
+        scopes = by_object.get(id(resource))
+        if scopes is None:
+            scopes = by_object[id(resource)] = grouped.setdefault(resource, defaultdict(list))
+        scopes[span.instrumentation_scope or None].append(_span(span))
     out = []
     for resource, scopes in grouped.items():
         body = _field(b"\x0a", _resource(resource))
