@@ -6,11 +6,13 @@ be set once per process, and other tests in this process must stay untraced.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -373,3 +375,36 @@ async def test_an_exception_through_the_run_span_is_recorded_by_its_type_alone(
         assert span.status.description == "RuntimeError"
         assert span.attributes is not None and span.attributes["error.type"] == "RuntimeError"
         assert SECRET not in repr(span.to_json())
+
+
+async def test_a_cancelled_step_is_no_error_and_the_outer_context_comes_back(
+    recorded: InMemorySpanExporter,
+) -> None:
+    before = trace.get_current_span()
+    with pytest.raises(asyncio.CancelledError), telemetry.step_span(run_id="r1", step=3, kind="tool") as step:
+        assert trace.get_current_span() is step
+        raise asyncio.CancelledError  # a shutdown or a cut call: a BaseException, not an error
+    assert trace.get_current_span() is before
+    (span,) = recorded.get_finished_spans()
+    assert span.end_time is not None and span.status.status_code is trace.StatusCode.UNSET
+    assert "error.type" not in (span.attributes or {})
+
+
+def test_the_runtime_tracer_is_the_installed_providers_own_and_looked_up_once_per_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_tracing, "_resolved", None)
+    assert _tracing._tracer() is None  # nothing installed: nothing could be recorded
+    first, second = TracerProvider(), TracerProvider()
+    try:
+        installed: list[object] = [first]
+        monkeypatch.setattr(_tracing.trace, "get_tracer_provider", lambda: installed[0])
+        tracer = _tracing._tracer()
+        assert isinstance(tracer, sdk_trace.Tracer)  # no ProxyTracer in between
+        assert _tracing._tracer() is tracer
+        installed[0] = second  # another provider (a test's own): its own tracer
+        other = _tracing._tracer()
+        assert isinstance(other, sdk_trace.Tracer) and other is not tracer
+    finally:
+        first.shutdown()
+        second.shutdown()

@@ -12,11 +12,10 @@ interceptor is a pass-through and asking for an exporter is a :class:`TracingErr
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -188,9 +187,9 @@ def build_provider(options: TracingOptions, *, default_service_name: str) -> Tra
             # stderr: a process's stdout carries its one "listening on" line.
             exporter = ConsoleSpanExporter(out=sys.stderr)
         elif options.protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+            from agentrt.toolhost._otlp_wire import WireSpanExporter
 
-            exporter = Grpc(endpoint=options.endpoint or None)
+            exporter = WireSpanExporter(endpoint=options.endpoint or None)
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 
@@ -234,9 +233,27 @@ class TraceContextInterceptor(_Interceptor):
         self, *, tracer_name: str, skip_prefixes: tuple[str, ...] = (), tracer_provider: Any = None
     ) -> None:
         self._skip = ("/grpc.health.", "/grpc.reflection.", *skip_prefixes)
-        # None: the global provider; a proxy until one is installed, so built once is enough.
-        self._tracer = trace.get_tracer(tracer_name, tracer_provider=tracer_provider) if _HAVE_OTEL else None
-        self._own_provider = tracer_provider is not None
+        self._name = tracer_name
+        self._own = (
+            trace.get_tracer(tracer_name, tracer_provider=tracer_provider)
+            if tracer_provider is not None
+            else None
+        )
+        # The global provider's own tracer, looked up once per provider (not a ProxyTracer: that
+        # would add a delegation layer to every span).
+        self._resolved: tuple[object, Any] | None = None
+
+    def _tracer(self) -> Any:
+        """The tracer of this call's span; None while no provider is installed."""
+        if self._own is not None:
+            return self._own
+        provider = trace.get_tracer_provider()
+        if self._resolved is not None and self._resolved[0] is provider:
+            return self._resolved[1]
+        if isinstance(provider, trace.ProxyTracerProvider):
+            return None
+        self._resolved = (provider, provider.get_tracer(self._name))
+        return self._resolved[1]
 
     async def intercept_service(
         self,
@@ -245,12 +262,11 @@ class TraceContextInterceptor(_Interceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if self._tracer is None or handler is None or method.startswith(self._skip):
+        if not _HAVE_OTEL or handler is None or method.startswith(self._skip):
             return handler
         # Nothing can be recorded while no provider is installed: the call then makes no span, and
         # only the caller's context is made current (what the handler sends on still carries it).
-        record = self._own_provider or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-        wrapped: grpc.RpcMethodHandler[Any, Any] = _wrap(handler, self._tracer if record else None, method)
+        wrapped: grpc.RpcMethodHandler[Any, Any] = _wrap(handler, self._tracer(), method)
         return wrapped
 
 
@@ -283,28 +299,44 @@ def _carrier(context: Context) -> dict[str, str]:
     }
 
 
-@contextlib.contextmanager
-def _continued(context: Context) -> Iterator[Any]:
-    token = otel_context.attach(propagate.extract(_carrier(context), context=otel_context.Context()))
-    try:
-        yield trace.get_current_span()
-    finally:
-        otel_context.detach(token)
+def _extracted(context: Context) -> Any:
+    """The caller's trace context (from its ``traceparent``), on an empty context."""
+    return propagate.extract(_carrier(context), context=otel_context.Context())
 
 
-def _start(tracer: Any, method: str, context: Context) -> Any:
-    if tracer is None:
-        return _continued(context)
-    service, _, name = method.lstrip("/").partition("/")
-    return tracer.start_as_current_span(
-        method.lstrip("/"),
-        context=propagate.extract(_carrier(context), context=otel_context.Context()),
-        kind=trace.SpanKind.SERVER,
-        attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
-        # An abort is an RpcError raised through the span: its status is set below, not here.
-        record_exception=False,
-        set_status_on_exception=False,
-    )
+class _Started:
+    """What an RPC's handler runs under: its SERVER span made current, or (untraced) only the
+    caller's context. One small class, not the SDK's nested context managers, per call."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, tracer: Any, name: str, attributes: Mapping[str, str], context: Context) -> None:
+        if tracer is None:
+            self._span: Any = None
+            self._token = otel_context.attach(_extracted(context))
+            return
+        self._span = tracer.start_span(
+            name,
+            context=_extracted(context),
+            kind=trace.SpanKind.SERVER,
+            attributes=attributes,
+            # An abort is an RpcError raised through the span: its status is set by _status.
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+
+    def end(self, context: Context) -> None:
+        otel_context.detach(self._token)
+        if self._span is not None:
+            _status(self._span, context)
+            self._span.end()
+
+
+def _names(method: str) -> tuple[str, dict[str, str]]:
+    name = method.lstrip("/")
+    service, _, rpc = name.partition("/")
+    return name, {"rpc.system": "grpc", "rpc.service": service, "rpc.method": rpc}
 
 
 # The codes a server span marks as its own error (RPC semantic conventions): the others say
@@ -332,12 +364,14 @@ def _status(span: Any, context: Context) -> None:
 
 
 def _unary(behavior: Callable[..., Any], tracer: Any, method: str) -> Callable[..., Any]:
+    name, attributes = _names(method)
+
     async def wrapped(request: Any, context: Context) -> Any:
-        with _start(tracer, method, context) as span:
-            try:
-                return await behavior(request, context)
-            finally:
-                _status(span, context)
+        started = _Started(tracer, name, attributes, context)
+        try:
+            return await behavior(request, context)
+        finally:
+            started.end(context)
 
     return wrapped
 
@@ -346,12 +380,14 @@ def _streaming(behavior: Callable[..., Any], tracer: Any, method: str) -> Callab
     if not inspect.isasyncgenfunction(behavior):
         return _unary(behavior, tracer, method)
 
+    name, attributes = _names(method)
+
     async def wrapped(request: Any, context: Context) -> AsyncIterator[Any]:
-        with _start(tracer, method, context) as span:
-            try:
-                async for response in behavior(request, context):
-                    yield response
-            finally:
-                _status(span, context)
+        started = _Started(tracer, name, attributes, context)
+        try:
+            async for response in behavior(request, context):
+                yield response
+        finally:
+            started.end(context)
 
     return wrapped

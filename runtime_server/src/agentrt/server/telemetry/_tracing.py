@@ -23,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -86,57 +87,92 @@ def setup_tracing(config: TracingConfig, env: Mapping[str, str] | None = None) -
     return install_tracing(tracing_options(config, env), default_service_name="agentrt-runtime")
 
 
-# A proxy until a provider is installed, then the provider's tracer: made once, not per span.
-_RUNTIME_TRACER = trace.get_tracer(_TRACER)
+# The installed provider's own tracer, looked up once per provider: a ProxyTracer would add a
+# delegation layer to every span.
+_resolved: tuple[object, trace.Tracer] | None = None
 
 
 def _tracer() -> trace.Tracer | None:
     """The runtime's tracer; None while no provider is installed (nothing could be recorded)."""
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    global _resolved
+    provider = trace.get_tracer_provider()
+    if _resolved is not None and _resolved[0] is provider:
+        return _resolved[1]
+    if isinstance(provider, trace.ProxyTracerProvider):
         return None
-    return _RUNTIME_TRACER
+    _resolved = (provider, provider.get_tracer(_TRACER))
+    return _resolved[1]
 
 
-@contextlib.contextmanager
+class _Current:
+    """A span (or, untraced, only a context) made current for one ``with`` block.
+
+    One small class instead of nested generator context managers (``_span``, the SDK's
+    ``start_as_current_span`` and ``use_span``): the same span, parent and current context, at
+    a fraction of the cost per span. An escaping exception is recorded by its type only: its
+    text may quote a secret (a fault's message is redacted before it enters an event; the
+    SDK's default would copy it and the stack into the span).
+    """
+
+    __slots__ = ("_context", "_span", "_token")
+
+    def __init__(self, span: trace.Span | None, context: otel_context.Context | None) -> None:
+        self._span = span
+        self._context = context
+        self._token: Token[otel_context.Context] | None = None
+
+    def __enter__(self) -> trace.Span:
+        span = self._span
+        if span is None:  # untraced: only the given context (if any) becomes current
+            if self._context is not None:
+                self._token = otel_context.attach(self._context)
+            return trace.get_current_span()
+        # Like use_span: the span goes on the current context (not on a given parent's).
+        self._token = otel_context.attach(trace.set_span_in_context(span))
+        return span
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)
+        span = self._span
+        if span is None:
+            return
+        # Not CancelledError (a BaseException): a shutdown or a cut call is no error here. A
+        # helper that named the error (a model's reason) keeps its word.
+        if (
+            isinstance(exc, Exception)
+            and span.is_recording()
+            and not (getattr(span, "attributes", None) or {}).get("error.type")
+        ):
+            span.set_attribute("error.type", type(exc).__name__)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+        span.end()
+
+
 def _span(
     name: str,
     *,
     attributes: Mapping[str, Any],
     kind: trace.SpanKind = trace.SpanKind.INTERNAL,
     context: otel_context.Context | None = None,
-) -> Iterator[trace.Span]:
+) -> _Current:
     """A current span that records an escaping exception by its type only.
 
-    An exception's text may quote a secret (a fault's message is redacted before it enters an
-    event; the SDK's default would copy it and the stack into the span). Untraced, no span is
-    made (the API's no-op costs ~14 us): ``context``, if given, is made current as it is, so what
-    is sent from inside still carries the run's trace context.
+    Untraced, no span is made (the API's no-op costs ~14 us): ``context``, if given, is made
+    current as it is, so what is sent from inside still carries the run's trace context.
     """
     tracer = _tracer()
     if tracer is None:
-        token = otel_context.attach(context) if context is not None else None
-        try:
-            yield trace.get_current_span()
-        finally:
-            if token is not None:
-                otel_context.detach(token)
-        return
-    with tracer.start_as_current_span(
+        return _Current(None, context)
+    span = tracer.start_span(
         name,
         context=context,
         kind=kind,
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except Exception as exc:  # not CancelledError: a shutdown or a cut call is no error here
-            # A helper that named the error (a model's reason) keeps its word.
-            if span.is_recording() and not (getattr(span, "attributes", None) or {}).get("error.type"):
-                span.set_attribute("error.type", type(exc).__name__)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
-            raise
+    )
+    return _Current(span, None)
 
 
 def current_traceparent() -> str:
@@ -150,10 +186,9 @@ def _clip(text: str) -> str:
     return text if len(text) <= _MAX_CONTENT else text[:_MAX_CONTENT] + "[...]"
 
 
-@contextlib.contextmanager
 def run_span(
     *, trace_context: str, agent: str, run_id: str, tenant_id: str, session_id: str, resumed: bool
-) -> Iterator[trace.Span]:
+) -> contextlib.AbstractContextManager[trace.Span]:
     """``invoke_agent {agent}`` for one ownership period, child of the run's stored root context."""
     parent = propagate.extract(
         {"traceparent": trace_context} if trace_context else {}, context=otel_context.Context()
@@ -166,16 +201,13 @@ def run_span(
         "agentrt.tenant_id": tenant_id,
         "agentrt.resumed": resumed,
     }
-    with _span(f"invoke_agent {agent}", context=parent, attributes=attributes) as span:
-        yield span
+    return _span(f"invoke_agent {agent}", context=parent, attributes=attributes)
 
 
-@contextlib.contextmanager
-def step_span(*, run_id: str, step: int, kind: str) -> Iterator[trace.Span]:
+def step_span(*, run_id: str, step: int, kind: str) -> contextlib.AbstractContextManager[trace.Span]:
     """One step of the run (a model step, a tool call or a batch of them), current while it runs."""
     attributes: dict[str, Any] = {"agentrt.run_id": run_id, "agentrt.step": step, "agentrt.step.kind": kind}
-    with _span(f"agentrt.step {kind}", attributes=attributes) as span:
-        yield span
+    return _span(f"agentrt.step {kind}", attributes=attributes)
 
 
 def span_event(name: str, **attributes: str | int | float | bool) -> None:
