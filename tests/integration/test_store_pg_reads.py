@@ -120,3 +120,15 @@ async def test_a_reader_cancelled_mid_query_leaves_the_connection_usable(store: 
     assert (
         await store.read_run_and_page("cancelled-1", after_seq=0, max_rows=500, max_bytes=65536) == expected
     )
+
+
+async def test_reads_in_flight_at_once_use_several_connections_and_all_answer(store: Store) -> None:
+    await _seed(store, "many-1")
+    reader = store._pg_reads
+    assert reader is not None
+    expected = await store.read_run_and_page("many-1", after_seq=0, max_rows=500, max_bytes=65536)
+    answers = await asyncio.gather(
+        *(store.read_run_and_page("many-1", after_seq=0, max_rows=500, max_bytes=65536) for _ in range(12))
+    )
+    assert all(answer == expected for answer in answers)
+    assert 1 < len(reader._idle) <= 4  # several were used at once, never more than the bound

@@ -3,15 +3,15 @@
 Every RunAgent and StreamRunEvents reads a run's row and a page of its events when it starts,
 and the row again where a run ends. Through SQLAlchemy's async engine each read pays a pool
 checkout, a greenlet hop per statement and a result wrapper: several times the round trips
-themselves. Here the same statement texts (``_replay``) run on one dedicated autocommit
-psycopg connection, as the appends do (``_pg_appends``): each statement its own snapshot,
+themselves. Here the same statement texts (``_replay``) run on dedicated autocommit psycopg
+connections, as the appends do (``_pg_appends``): each statement its own snapshot,
 as the engine's AUTOCOMMIT reads were.
 
-One connection serves every follower of the process; psycopg runs their statements one at a
-time. A read runs in a task of its own that a cancelled caller does not cancel, so a follower
-whose client went away never leaves the shared connection mid-query. A read that fails on a
-broken connection is asked once more on a new one (the old one may have died while idle); if
-that fails too, its error (psycopg's, classified by ``store._errors``) is raised.
+A few connections serve every follower of the process, one read at a time each. A read runs in a
+task of its own that a cancelled caller does not cancel, so a follower whose client went away
+never leaves a shared connection mid-query. A read that fails on a broken connection is asked
+once more on a new one (the old one may have died while idle); if that fails too, its error
+(psycopg's, classified by ``store._errors``) is raised.
 """
 
 from __future__ import annotations
@@ -38,13 +38,21 @@ CONNECT_TIMEOUT_S = 5
 
 
 class PgReader:
-    """Reads runs' rows and replay pages over one dedicated autocommit psycopg connection."""
+    """Reads runs' rows and replay pages over a few dedicated autocommit psycopg connections.
 
-    def __init__(self, url: str, *, crypt: RecordCipher):
+    Args:
+        url: The database.
+        crypt: Opens sealed columns.
+        max_connections: Reads in flight at once; more wait for a connection. One would queue
+            every follower of the process behind the slowest read.
+    """
+
+    def __init__(self, url: str, *, crypt: RecordCipher, max_connections: int = 4):
         self._url = url.replace("postgresql+psycopg://", "postgresql://", 1)
         self._crypt = crypt
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._connecting: asyncio.Lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._closed = False
 
     async def run_and_page(
         self, run_id: str, *, after_seq: int, max_rows: int, max_bytes: int
@@ -82,47 +90,60 @@ class PgReader:
 
     async def _run(self, read: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         async def whole() -> T:
-            conn = await self._connection()
-            try:
-                return await read(conn)
-            except (psycopg.OperationalError, psycopg.InterfaceError):
-                await self._drop(conn)
-            # The connection may have died while idle (a database restart, a terminated backend)
-            # with the database back by now: a read changes nothing, so it is asked once more,
-            # on a new connection. Its error, if any, is the answer.
-            conn = await self._connection()
-            try:
-                return await read(conn)
-            except (psycopg.OperationalError, psycopg.InterfaceError):
-                await self._drop(conn)
-                raise
+            async with self._slots:
+                conn = await self._take()
+                try:
+                    result = await read(conn)
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    await conn.close()
+                except BaseException:
+                    await self._give(conn)  # a refused statement or an unreadable value: the link is fine
+                    raise
+                else:
+                    await self._give(conn)
+                    return result
+                # The connection may have died while idle (a database restart, a terminated
+                # backend) with the database back by now: a read changes nothing, so it is asked
+                # once more, on a new connection. Its error, if any, is the answer.
+                conn = await self._connect()
+                try:
+                    result = await read(conn)
+                except BaseException:
+                    await conn.close()
+                    raise
+                await self._give(conn)
+                return result
 
         task = asyncio.ensure_future(whole())
         # Its error is the caller's; a caller cancelled meanwhile leaves it to this callback.
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
         return await asyncio.shield(task)
 
-    async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        conn = self._conn
-        if conn is not None and not conn.closed:
-            return conn
-        async with self._connecting:  # one connect for the readers that found it gone together
-            if self._conn is None or self._conn.closed:
-                self._conn = await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-                )
-            return self._conn
+    async def _take(self) -> psycopg.AsyncConnection[Any]:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+        return await self._connect()
 
-    async def _drop(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if self._conn is conn:
-            self._conn = None
-        await conn.close()
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+        )
+
+    async def _give(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if self._closed or conn.closed or not idle:
+            await conn.close()
+        else:
+            self._idle.append(conn)
 
     async def connect(self) -> None:
-        """Connect now (a later use connects by itself if this fails or the connection drops)."""
-        await self._connection()
+        """Open one connection now (a later read opens what it needs if this fails)."""
+        await self._give(await self._connect())
 
     async def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
             await conn.close()
