@@ -14,13 +14,15 @@ import json
 import time
 from pathlib import Path
 
+import grpc
 import grpc.aio
 
 from agentrt.client import Client, event_type
 from agentrt.plugins.demo_tools import count_refunds
 from agentrt.plugins.fault_tools import count_slow_writes
 from agentrt.proto.runtime.v1 import run_pb2
-from agentrt.proto.toolhost.v1.tool_host_service_pb2 import ListToolsRequest
+from agentrt.proto.toolhost.v1 import tool_pb2
+from agentrt.proto.toolhost.v1.tool_host_service_pb2 import GetOperationRequest, ListToolsRequest
 from agentrt.proto.toolhost.v1.tool_host_service_pb2_grpc import ToolHostServiceStub
 from agentrt.testing import start_tool_host
 from tests.fault.conftest import REFUND_SCRIPT, free_port, runtime_env, serve_fake_openai, start_runtime
@@ -33,12 +35,29 @@ def persisted(address: str, run_id: str, timeout: float = 60.0) -> list[run_pb2.
         return [e for e in client.stream_events(run_id, follow=True, timeout=timeout) if e.seq]
 
 
-def wait_for_type(address: str, run_id: str, wanted: str, timeout: float = 30.0) -> None:
+def wait_for_type(address: str, run_id: str, wanted: str, timeout: float = 30.0) -> run_pb2.RunEvent:
     with Client(address) as client:
         for event in client.stream_events(run_id, follow=True, timeout=timeout):
             if event_type(event) == wanted:
-                return
+                return event
     raise AssertionError(f"no {wanted}")
+
+
+def wait_until_the_host_runs(host_address: str, idempotency_key: str, timeout: float = 30.0) -> None:
+    """Until the host's ledger has the call RUNNING: tool.started is committed before it is sent."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(host_address) as channel:
+        stub = ToolHostServiceStub(channel)
+        while True:
+            try:
+                found = stub.GetOperation(GetOperationRequest(idempotency_key=idempotency_key), timeout=5)
+                if found.operation.status == tool_pb2.OPERATION_STATUS_RUNNING:
+                    return
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:  # not there yet
+                    raise
+            assert time.monotonic() < deadline, "the host never ran the call"
+            time.sleep(0.02)
 
 
 def test_a_sync_write_past_its_timeout_ends_with_its_real_result_and_one_effect(tmp_path: Path) -> None:
@@ -141,7 +160,8 @@ def test_a_write_whose_caller_is_killed_runs_to_its_end_past_the_cancel_grace(tm
         try:
             with Client(runtime.address) as client:
                 run_id = client.start_run("refund", "go").run_id
-            wait_for_type(runtime.address, run_id, "tool.started")
+            started = wait_for_type(runtime.address, run_id, "tool.started")
+            wait_until_the_host_runs(host.address, started.tool_started.idempotency_key)
             runtime.kill()
             deadline = time.monotonic() + 10
             while count_slow_writes(tmp_path / "host") == 0:
