@@ -25,6 +25,7 @@ from psycopg.rows import dict_row, namedtuple_row
 
 from agentrt.server.store._appends import for_paramstyle
 from agentrt.server.store._crypt import RecordCipher
+from agentrt.server.store._pg_appends import CONNECT_TIMEOUT_S
 from agentrt.server.store._records import RunRecord
 from agentrt.server.store._replay import EVENTS_SQL, RUN_SQL, SIZES_SQL, EventPage, page_rows
 
@@ -33,8 +34,6 @@ T = TypeVar("T")
 _RUN = for_paramstyle(RUN_SQL, "pyformat")
 _SIZES = for_paramstyle(SIZES_SQL, "pyformat")
 _EVENTS = for_paramstyle(EVENTS_SQL, "pyformat")
-#: Seconds to connect before the read fails (libpq waits for ever by default).
-CONNECT_TIMEOUT_S = 5
 
 
 class PgReader:
