@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from agentrt.server.config import RedisConfig
+from agentrt.server.events._redis_client import redis_client
 from agentrt.server.tools import ToolSlots
 from agentrt.server.tools._shared_slots import SharedToolSlots, SlotsNotPermitted
 from agentrt.server.tools._slots import SlotTimeout
@@ -23,7 +25,7 @@ async def two_replicas(
 ) -> AsyncIterator[tuple[SharedToolSlots, SharedToolSlots]]:
     pair = tuple(
         SharedToolSlots.replacing(
-            ToolSlots(), client=aioredis.Redis.from_url(redis_url), key_prefix=redis_prefix
+            ToolSlots(), client=redis_client(RedisConfig(url=redis_url)), key_prefix=redis_prefix
         )
         for _ in range(2)
     )
@@ -89,7 +91,7 @@ async def test_a_dead_replicas_slot_frees_up_when_its_lease_ends(
 
 
 async def test_unreachable_redis_falls_back_to_the_process_limit(redis_prefix: str) -> None:
-    client = aioredis.Redis.from_url("redis://127.0.0.1:1", socket_connect_timeout=0.5)
+    client = redis_client(RedisConfig(url="redis://127.0.0.1:1", connect_timeout_s=0.5))
     slots = SharedToolSlots.replacing(
         ToolSlots(limits={"pay.out": 1}), client=client, key_prefix=redis_prefix, command_timeout_s=0.5
     )
@@ -108,7 +110,7 @@ async def test_an_acl_without_the_slot_commands_fails_the_check(
 ) -> None:
     with RedisServer(tmp_path / "redis", users={"rt": "pw-1"}, channel_prefix=redis_prefix) as server:
         for prefix, allowed in ((redis_prefix, True), ("elsewhere:", False)):
-            client = aioredis.Redis.from_url(server.url, username="rt", password="pw-1")
+            client = redis_client(RedisConfig(url=server.url, username="rt"), "pw-1")
             slots = SharedToolSlots.replacing(ToolSlots(), client=client, key_prefix=prefix)
             try:
                 if allowed:

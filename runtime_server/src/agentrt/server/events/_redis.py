@@ -25,12 +25,11 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
 from agentrt.server.config import RedisConfig
 from agentrt.server.core import LinkChange, link_change, reconnect_delay_s
+from agentrt.server.events._redis_client import redis_client
 from agentrt.server.events._redis_files import RedisSetupError, check_tls_files
 from agentrt.server.events._wire import (
     RunMessage,
@@ -181,22 +180,7 @@ class RedisLink:
 
     def new_client(self) -> aioredis.Redis:
         """A client of this link's server, user and TLS, with a connection pool of its own."""
-        config = self.config
-        options: dict[str, Any] = {
-            "username": config.username or None,
-            "password": self._password,
-            "socket_connect_timeout": config.connect_timeout_s,
-            "socket_timeout": config.command_timeout_s,
-            # One layer owns retries: this link reconnects with backoff; redis-py does not retry.
-            "retry": Retry(NoBackoff(), 0),
-        }
-        if config.tls:
-            options.update(
-                ssl_ca_certs=config.ca_file or None,
-                ssl_certfile=config.cert_file or None,
-                ssl_keyfile=config.key_file or None,
-            )
-        return aioredis.Redis.from_url(config.url, **options)
+        return redis_client(self.config, self._password)
 
     async def _connect(self) -> None:
         client = self._client = self.new_client()
