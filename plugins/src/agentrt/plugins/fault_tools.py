@@ -113,7 +113,8 @@ def count_slow_writes(data_dir: Path | str, key: str = "") -> int:
 async def slow_write(args: SlowWriteArgs, ctx: ToolContext) -> dict[str, Any]:
     """Wait ``seconds`` (an explicit cancel stops it first, with no effect), then write."""
     try:
-        await asyncio.wait_for(ctx.wait_cancelled(), timeout=args.seconds)
+        async with asyncio.timeout(args.seconds):
+            await ctx.wait_cancelled()
     except TimeoutError:
         _record_effect(ctx)
         return {"written": args.note, "key": ctx.idempotency_key}

@@ -27,6 +27,7 @@ __all__ = ["SLEEP_LOG_FILE", "SleepArgs", "sleep_wait"]
 SLEEP_LOG_FILE = "sleep_events.log"
 
 _SLICE = 0.05  # seconds: how late a deadline may be noticed
+_HOST_STOP_WAIT_S = 1.0  # how long a tool past its deadline waits for the host to stop it
 
 
 class SleepArgs(pydantic.BaseModel):
@@ -68,15 +69,25 @@ async def sleep_wait(args: SleepArgs, ctx: ToolContext) -> dict[str, Any]:
             # a tool that woke to that signal was stopped by its deadline, not by a caller.
             remaining = ctx.remaining()
             if remaining is not None and remaining <= 0:
+                # A host stops a call at its deadline (signal, then cancel) and answers with its
+                # typed timeout; the tool's timer may wake it first, so it waits for that stop and
+                # answers for itself only where nothing enforces the deadline.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_HOST_STOP_WAIT_S):
+                        await ctx.wait_cancelled()
                 _log_event(ctx, "timeout")
-                raise TransientError("timeout: the deadline arrived before the sleep was over")
+                raise TransientError(
+                    "timeout: the deadline arrived before the sleep was over",
+                    details={"deadline_exceeded": True},
+                )
             if ctx.is_cancelled():
                 _log_event(ctx, "cancelled")
                 raise ToolCancelled("sleep.wait was cancelled")
             step = min(_SLICE, left, remaining if remaining is not None else left)
             # Wakes at once on cancellation, otherwise after one slice.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctx.wait_cancelled(), timeout=step)
+                async with asyncio.timeout(step):
+                    await ctx.wait_cancelled()
     except asyncio.CancelledError:
         # The host cancelled the task outright (after its grace period).
         _log_event(ctx, "cancelled")

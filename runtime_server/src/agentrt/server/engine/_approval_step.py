@@ -142,8 +142,12 @@ async def recheck_approved(ctx: RunContext, call: CallState) -> ToolError | None
             read_tool=read_tool,
         )
 
+    async def recheck() -> str | None:
+        async with asyncio.timeout(RECHECK_TIMEOUT_S):
+            return await asyncio.to_thread(ask)
+
     try:
-        reason = await ctx.io(lambda: asyncio.wait_for(asyncio.to_thread(ask), RECHECK_TIMEOUT_S))
+        reason = await ctx.io(recheck)
     except TimeoutError:
         reason = f"the re-check did not answer within {RECHECK_TIMEOUT_S:g}s"
     except Cancelled:

@@ -205,9 +205,11 @@ async def perform_cleanup(
                     ports, entry, run_id, tenant_id, session_id, generation, attempt, timeout_s
                 )
             case CleanupKind.HOOK:
-                return await asyncio.wait_for(_call_hook(ports, entry, run_id, tenant_id, attempt), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    return await _call_hook(ports, entry, run_id, tenant_id, attempt)
             case CleanupKind.CHILD_RUN:
-                return await asyncio.wait_for(_end_child(ports, entry, run_id, tenant_id), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    return await _end_child(ports, entry, run_id, tenant_id)
             case _:
                 return CleanupAttempt(False, f"cleanup kind {entry.kind.value} is unknown", retryable=False)
     except TimeoutError:
