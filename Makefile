@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The distributions of the workspace (see pyproject.toml), installed editable, dependencies first.
 DISTS := proto tool_host clients runtime_server plugins testing
 
-.PHONY: demo test test-ts lint proto proto-ts proto-lock bench bench-quick wheels clean
+.PHONY: demo test test-ts docs lint proto proto-ts proto-lock bench bench-quick wheels clean
 
 # A venv made before the split into distributions holds the old single distribution "agentrt",
 # whose editable finder would shadow the agentrt namespace: it is uninstalled first.
@@ -25,9 +25,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+test: lint docs
 	$(BIN)/pytest
 	$(MAKE) test-ts
+
+# The docs site (mkdocs.yml) into build/site; --strict fails on a broken link, snippet or reference.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The TypeScript client (clients/typescript): npm ci from the committed lock file, build, and its
 # tests, which start this checkout's runtime with the venv's Python (AGENTRT_PYTHON).

@@ -4,6 +4,8 @@ Nothing in the product imports this package (a test walks the production modules
 
 - :func:`spawn_tool_host` / :func:`start_tool_host`: a real tool host process (optionally with
   another venv's interpreter) serving the given plugins; :class:`ToolHostProcess`.
+- :func:`call_tool` / :meth:`ToolHostProcess.call_tool`: one call to a real host's tool as a run
+  sends it (arguments, idempotency key), answered as a :class:`ToolReply`.
 - :func:`spawn_runtime`: a real runtime process (needs ``agentrt-server``); :class:`RuntimeProcess`,
   whose ``counters()`` and ``metrics()`` scrape its ``/metrics`` over HTTP.
 - :func:`scrape_metrics` / :class:`MetricSamples`: one scrape of a ``/metrics`` endpoint, parsed.
@@ -64,6 +66,7 @@ from agentrt.testing._exchanges import Exchange, ExpectedRequest
 from agentrt.testing._metrics import MetricSamples, scrape_metrics
 from agentrt.testing._model_server import FakeModelServer, FakeResponse, RecordedRequest, sse_event
 from agentrt.testing._runtime import RuntimeProcess, spawn_runtime
+from agentrt.testing._tool_calls import ToolReply, call_tool
 from agentrt.testing._tool_host import ToolHostProcess, spawn_tool_host, start_tool_host
 
 __all__ = [
@@ -75,6 +78,8 @@ __all__ = [
     "RecordedRequest",
     "RuntimeProcess",
     "ToolHostProcess",
+    "ToolReply",
+    "call_tool",
     "scrape_metrics",
     "spawn_runtime",
     "spawn_tool_host",

@@ -2,12 +2,12 @@
 
 Example::
 
-    from agentrt.toolhost.testing import spawn_tool_host
+    from agentrt.testing import spawn_tool_host
 
     def test_something(tmp_path):
         with spawn_tool_host(tmp_path / "host", plugins=["agentrt.plugins.demo_tools"]) as host:
-            channel = grpc.aio.insecure_channel(host.address)
-            ...
+            reply = host.call_tool("noop.echo", {"text": "hi"})
+            assert reply.result == {"text": "hi"}
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from agentrt.testing._metrics import MetricSamples, scrape_metrics
+from agentrt.testing._tool_calls import ToolReply, call_tool
 from agentrt.toolhost._cli import LISTENING_PREFIX, METRICS_PREFIX
 
 __all__ = ["ToolHostProcess", "spawn_tool_host", "start_tool_host"]
@@ -81,6 +82,12 @@ class ToolHostProcess:
         if self.process.poll() is not None:
             raise RuntimeError("the tool host has exited: read its metrics before stopping it")
         return scrape_metrics(self.metrics_address, token=token)
+
+    def call_tool(
+        self, tool: str, arguments: dict[str, Any], *, idempotency_key: str = "", timeout_s: float = 10.0
+    ) -> ToolReply:
+        """Call one of the host's tools as a run would; see :func:`agentrt.testing.call_tool`."""
+        return call_tool(self.address, tool, arguments, idempotency_key=idempotency_key, timeout_s=timeout_s)
 
     @property
     def pid(self) -> int:
