@@ -24,8 +24,9 @@ def test_a_call_returns_the_tools_result(host: ToolHostProcess) -> None:
 
 
 def test_the_same_key_again_is_replayed_from_the_ledger(host: ToolHostProcess) -> None:
-    first = call_tool(host.address, "refund.issue", {"order_id": "A100", "amount": 1, "reason": "late"}, idempotency_key="k-1")
-    again = call_tool(host.address, "refund.issue", {"order_id": "A100", "amount": 1, "reason": "late"}, idempotency_key="k-1")
+    refund = {"order_id": "A100", "amount": 1, "reason": "late"}
+    first = call_tool(host.address, "refund.issue", refund, idempotency_key="k-1")
+    again = call_tool(host.address, "refund.issue", refund, idempotency_key="k-1")
     assert first.ok and not first.replayed
     assert again.replayed and again.result == first.result
 
