@@ -1,4 +1,5 @@
-"""Every code example in the guides is a file under docs/examples/ that a test runs (issue 20).
+"""Every code example in the guides is a file that a test runs (issue 20): under docs/examples/,
+or deploy/ (its config files are what the deploy and multi-replica tests run with).
 
 So a guide's code block holds exactly one snippet line, ``--8<-- "FILE[:SECTION]"``, naming a
 file that exists and, with a section, the markers around it. A block written inline, or a snippet
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+# mkdocs.yml's snippet base paths: examples tests run, and deploy/, which the deploy tests load.
+SNIPPET_ROOTS = [DOCS / "examples", ROOT / "deploy"]
 FENCE = re.compile(r"^```[a-z]*\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 SNIPPET = re.compile(r'--8<-- "(?P<file>[^":]+)(?::(?P<section>[\w-]+))?"')
 
@@ -33,8 +37,9 @@ def test_each_code_block_of_a_guide_is_a_snippet_of_a_tested_file(guide: Path) -
     for block in blocks:
         found = SNIPPET.fullmatch(block.strip())
         assert found, f"{guide.name}: a code block that is not one snippet line: {block.strip()[:80]!r}"
-        source = DOCS / "examples" / found["file"]
-        assert source.is_file(), f"{guide.name}: {found['file']} is not under docs/examples/"
+        sources = [root / found["file"] for root in SNIPPET_ROOTS if (root / found["file"]).is_file()]
+        assert sources, f"{guide.name}: {found['file']} is under neither docs/examples/ nor deploy/"
+        source = sources[0]
         if found["section"]:
             text = source.read_text()
             for marker in (f"[start:{found['section']}]", f"[end:{found['section']}]"):
