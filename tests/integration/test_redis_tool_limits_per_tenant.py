@@ -251,3 +251,82 @@ async def test_a_cancel_landing_at_any_moment_of_the_poll_ends_the_wait(two_repl
                 async with asyncio.timeout(5):  # a lost cancel polls on: TimeoutError, not this
                     await waiting
             assert second.busy(TOOL) == 0 and second.tenants_tracked() == 0, attempt
+
+
+class ReplyHoldingProxy:
+    """A TCP proxy to Redis that, while ``holding``, keeps the server's replies to itself: a
+    command has run in Redis, and its caller has not heard back."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.holding = False
+        self._released = asyncio.Event()
+        self.reply_held = asyncio.Event()  # a reply came back from Redis and is being kept
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"redis://127.0.0.1:{port}/0"
+
+    def release(self) -> None:
+        self.holding = False
+        self._released.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        for task in (
+            asyncio.create_task(self._pipe(reader, up_writer, hold=False)),
+            asyncio.create_task(self._pipe(up_reader, writer, hold=True)),
+        ):
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, hold: bool) -> None:
+        try:
+            while data := await reader.read(65536):
+                if hold and self.holding:
+                    self.reply_held.set()
+                    await self._released.wait()
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        for task in list(self._pipes):
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+async def test_a_slot_taken_just_as_its_call_is_cancelled_is_given_back_at_once(
+    redis_url: str, redis_prefix: str, client: aioredis.Redis
+) -> None:
+    """The take ran in Redis but its reply had not come back when the cancel landed: the slot
+    is given back then, not held (every replica's calls of the tool kept out) for its lease."""
+    upstream = aioredis.Redis.from_url(redis_url).connection_pool.connection_kwargs
+    proxy = ReplyHoldingProxy(upstream["host"], upstream["port"])
+    slots = SharedToolSlots.replacing(
+        ToolSlots(), client=redis_client(RedisConfig(url=await proxy.start())), key_prefix=redis_prefix
+    )
+    try:
+        await slots.check()  # the connection is up, and the scripts are loaded, before holding
+        key = slots.tool_key(TOOL)
+        proxy.holding = True
+        waiting = asyncio.create_task(slots.hold(TOOL, 1, 30).__aenter__())
+        async with asyncio.timeout(10):
+            await proxy.reply_held.wait()  # the take has run in Redis; its caller has not heard
+        assert await client.zcard(key) == 1
+        waiting.cancel()
+        proxy.release()  # before the cancel lands: the give-back's reply must get through
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await client.zcard(key) == 0, "the slot stays held until its lease ends"
+    finally:
+        await slots.aclose()
+        await proxy.close()

@@ -221,6 +221,12 @@ class SharedToolSlots(ToolSlots):
             except (RedisError, OSError, TimeoutError) as exc:
                 self._note_reachable(False, exc)
                 return False
+            except asyncio.CancelledError:
+                # The script may have taken the slot before the cancel landed: unused, it would
+                # stay held (every replica's calls of the tool kept out) until its lease ended.
+                # The holder id is this call's alone, so giving it back frees nothing else.
+                await asyncio.shield(self._give_back([key], holder))
+                raise
             self._note_reachable(True)
             if took == 1:
                 return True
