@@ -1,5 +1,6 @@
-// Copies the repository's agentrt .proto files into ./proto so the npm package ships them
-// (package.json "files"); run by `npm run build` and so by `npm pack` / `npm publish`.
+// Copies the repository's agentrt .proto files and vendor/google/rpc into ./proto so the npm package ships them
+// (package.json "files"); run by `npm run build` and so by
+// `prepare` (npm pack / publish and installs from a folder or git).
 import { cpSync, existsSync, rmSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -9,4 +10,7 @@ const source = resolve(root, "..", "..", "proto", "agentrt");
 const target = join(root, "proto", "agentrt");
 if (!existsSync(source)) throw new Error(`no protos at ${source}`);
 rmSync(join(root, "proto"), { recursive: true, force: true });
-cpSync(source, target, { recursive: true, filter: (path) => statSync(path).isDirectory() || path.endsWith(".proto") });
+const protoOnly = { recursive: true, filter: (path) => statSync(path).isDirectory() || path.endsWith(".proto") };
+cpSync(source, target, protoOnly);
+// The vendored google.rpc protos (Status, error details), for users decoding details by hand.
+cpSync(join(root, "vendor", "google"), join(root, "proto", "google"), protoOnly);
