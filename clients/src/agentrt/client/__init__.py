@@ -7,12 +7,12 @@ server's ``google.rpc`` details decoded) when a call fails.
 
 from __future__ import annotations
 
-import os
+import os as _os
 
 # gRPC's C core (>= 1.65) logs INFO lines through absl unless GRPC_VERBOSITY is set, and reads it
 # once, at `import grpc`: restore its documented ERROR default before anything imports grpc, so
 # stderr stays ours (JSON lines under --log-format json). A GRPC_VERBOSITY of the user's wins.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+_os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from agentrt.client._client import (
     DEFAULT_TARGET,

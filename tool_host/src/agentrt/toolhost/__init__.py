@@ -21,12 +21,12 @@ Serving it: ``python -m agentrt.toolhost --plugin my_plugin --listen 127.0.0.1:0
 
 from __future__ import annotations
 
-import os
+import os as _os
 
 # gRPC's C core (>= 1.65) logs INFO lines through absl unless GRPC_VERBOSITY is set, and reads it
 # once, at `import grpc`: restore its documented ERROR default before anything imports grpc, so
 # stderr stays ours (JSON lines under --log-format json). A GRPC_VERBOSITY of the user's wins.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+_os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from agentrt.toolhost._cli import main
 from agentrt.toolhost._config import ToolHostConfig
