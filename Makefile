@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The distributions of the workspace (see pyproject.toml), installed editable, dependencies first.
-DISTS := proto tool_host clients runtime_server plugins testing
+DISTS := proto tool_host tool_host/mcp clients runtime_server plugins testing
 
 .PHONY: demo test test-ts docs lint proto proto-ts proto-lock bench bench-quick wheels clean
 
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml $(DISTS:%=%/pyproject.toml)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip uninstall --quiet --yes agentrt 2>/dev/null || true
 	$(BIN)/pip install --quiet $(DISTS:%=-e ./%) -e '.[dev]'
+	# agentrt.toolhost is a regular package that tool_host/mcp nests a subpackage in: editable by
+	# path (compat), so the nested distribution's namespace finder cannot shadow it.
+	$(BIN)/pip install --quiet --no-deps --config-settings editable_mode=compat -e ./tool_host
 	touch $(STAMP)
 
 demo: $(STAMP)

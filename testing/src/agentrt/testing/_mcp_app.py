@@ -11,7 +11,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from agentrt.testing.mcp_server import IDEMPOTENCY_META_KEY, HOLD_POLL_S, connect_store
+from agentrt.testing.mcp_server import HOLD_POLL_S, IDEMPOTENCY_META_KEY, connect_store
 
 __all__ = ["build_server"]
 
@@ -27,7 +27,14 @@ def build_server(store: Path) -> MCPServer:
             cursor = conn.execute(
                 "INSERT INTO calls (tool, phase, traceparent, idempotency_key, arguments, pid)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (tool, phase, meta.get("traceparent"), meta.get(IDEMPOTENCY_META_KEY), arguments, os.getpid()),
+                (
+                    tool,
+                    phase,
+                    meta.get("traceparent"),
+                    meta.get(IDEMPOTENCY_META_KEY),
+                    arguments,
+                    os.getpid(),
+                ),
             )
             return int(cursor.lastrowid or 0)
 
@@ -47,7 +54,7 @@ def build_server(store: Path) -> MCPServer:
         seq = record_call(ctx, "record", note, "started")
         if (store / "hold").exists():
             # Held until the test releases it (or kills a process): no timing decides the test.
-            while not (store / "release").exists():
+            while not (store / "release").exists():  # noqa: ASYNC110 - another process makes it
                 await anyio.sleep(HOLD_POLL_S)
         with connect_store(store) as conn:
             conn.execute("UPDATE calls SET phase = 'done' WHERE seq = ?", (seq,))
