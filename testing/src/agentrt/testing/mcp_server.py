@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.transport == "stdio":
         server.run("stdio")
     else:
-        server.run("streamable-http", host="127.0.0.1", port=args.port, log_level="warning")
+        server.run("streamable-http", host="127.0.0.1", port=args.port)
     return 0
 
 

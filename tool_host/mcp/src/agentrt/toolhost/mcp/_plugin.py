@@ -247,6 +247,8 @@ def build_tools(config: McpConfig, *, counters: collections.Counter[str]) -> lis
     """
     if not config.servers:
         return []
+    # httpx2 logs each request's URL at INFO: noise per call, and a URL's query is the operator's.
+    logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger("httpx2").level))
     loop = McpLoop()
     tools: list[Tool] = []
     for server_id, server in config.servers.items():
