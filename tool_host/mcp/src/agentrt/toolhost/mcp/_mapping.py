@@ -55,12 +55,14 @@ class ToolDefinition:
         description = tool.get("description") or ""
         if not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS:
             raise ValueError(f"tool {name!r}: description over {MAX_DESCRIPTION_CHARS} characters")
-        schema = tool.get("inputSchema") or {"type": "object"}
+        schema = tool.get("inputSchema")
+        schema = {"type": "object"} if schema is None else schema
         if not isinstance(schema, Mapping) or len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
             raise ValueError(
                 f"tool {name!r}: inputSchema is not an object of at most {MAX_SCHEMA_CHARS} chars"
             )
-        annotations = tool.get("annotations") or {}
+        annotations = tool.get("annotations")
+        annotations = {} if annotations is None else annotations
         if not isinstance(annotations, Mapping):
             raise ValueError(f"tool {name!r}: annotations is not an object")
         return cls(
