@@ -7,7 +7,7 @@ so they outlive nothing of the host's and a tool call crosses over with
 ``notifications/cancelled``).
 
 A connection's supervisor task owns the session: it connects, lists the tools, watches the
-session (a ping each second) and, when it is lost (a stdio child that died, a dropped HTTP
+session (a ``tools/list`` every two seconds) and, when it is lost (a stdio child that died, a dropped HTTP
 transport), connects again after a capped exponential backoff. Calls never re-send: a call whose
 session was lost after its request went out fails with the effect unknown.
 """
@@ -40,8 +40,7 @@ _T = TypeVar("_T")
 
 BACKOFF_START_S = 0.2
 BACKOFF_CAP_S = 10.0
-_PING_EVERY_S = 1.0
-_PING_TIMEOUT_S = 5.0
+_PROBE_EVERY_S = 2.0
 _MAX_PAGES = 32  # tools/list pages; a server paging forever cannot hang the host
 
 
@@ -185,12 +184,12 @@ class ServerConnection:
             _log.info("MCP server %s: connecting again in %.1fs", self.server_id, delay)
             await asyncio.sleep(delay)
 
-    async def _list(self, client: Client) -> list[ToolDefinition]:
+    async def _list(self, client: Client, *, cache_mode: Any = "use") -> list[ToolDefinition]:
         definitions: list[ToolDefinition] = []
         cursor: str | None = None
         async with asyncio.timeout(self._config.connect_timeout_s):
             for _ in range(_MAX_PAGES):
-                page = await client.list_tools(cursor=cursor)
+                page = await client.list_tools(cursor=cursor, cache_mode=cache_mode)
                 for tool in page.tools:
                     if len(definitions) >= self._config.max_tools:
                         raise ValueError(f"more than max_tools={self._config.max_tools} tools")
@@ -205,19 +204,27 @@ class ServerConnection:
         return definitions
 
     async def _watch(self, client: Client) -> None:
+        # 2026-07-28 removed ping: a tools/list every few seconds is the liveness probe, and it
+        # re-checks the definitions within a session too (a changed one is refused at once).
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_PING_EVERY_S):
+                async with asyncio.timeout(_PROBE_EVERY_S):
                     await self._lost.wait()
                     return
             try:
-                async with asyncio.timeout(_PING_TIMEOUT_S):
-                    await client.send_ping()
-            except (MCPError, TimeoutError, OSError):
+                definitions = await self._list(client, cache_mode="refresh")
+            except (MCPError, TimeoutError, OSError, ValueError):
                 return
+            self._on_listing(definitions)
 
     async def call(
-        self, name: str, arguments: Mapping[str, Any], *, meta: Mapping[str, Any], deadline: float | None
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        meta: Mapping[str, Any],
+        deadline: float | None,
+        check: Callable[[], None] = lambda: None,
     ) -> dict[str, Any]:
         """One ``tools/call``; waits for a session that is down, within ``deadline``.
 
@@ -226,6 +233,7 @@ class ServerConnection:
             arguments: Validated arguments.
             meta: ``params._meta``.
             deadline: ``time.monotonic()`` by which to give up (None: no bound).
+            check: Raises to refuse the call once a session is up (the listing it saw is current).
 
         Returns:
             The result, by alias as on the wire.
@@ -245,6 +253,7 @@ class ServerConnection:
         client = self._client
         if client is None:
             raise SessionLost(f"MCP server {self.server_id} is not connected", sent=False)
+        check()
         remaining = None if deadline is None else max(0.001, deadline - time.monotonic())
         try:
             result = await client.call_tool(

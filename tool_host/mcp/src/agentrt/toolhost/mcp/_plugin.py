@@ -194,12 +194,15 @@ def _tool_of(
     remote = definition.name
 
     async def invoke(args: McpArguments, ctx: ToolContext) -> Any:
-        guard.check(remote)
         meta: dict[str, Any] = {IDEMPOTENCY_META_KEY: ctx.idempotency_key}
         if ctx.traceparent:
             meta["traceparent"] = ctx.traceparent
         try:
-            result = await loop.call(connection.call(remote, args.value, meta=meta, deadline=ctx.deadline))
+            # The guard checks once a session is up: against the listing of that very session.
+            call = connection.call(
+                remote, args.value, meta=meta, deadline=ctx.deadline, check=lambda: guard.check(remote)
+            )
+            result = await loop.call(call)
         except SessionLost as exc:
             if exc.sent and not rerun:
                 # Never re-sent: the write may have landed. The runtime reads "effect unknown".
