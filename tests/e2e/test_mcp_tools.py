@@ -131,9 +131,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("mcp")
     port = free_port()
     http_store = root / "http-store"
-    http = subprocess.Popen(  # noqa: RUF005 - two lines of arguments
-        [sys.executable, "-m", "agentrt.testing.mcp_server", "--transport", "http"]
-        + ["--port", str(port), "--store", str(http_store)],
+    command = [sys.executable, "-m", "agentrt.testing.mcp_server", "--transport", "http"]
+    http = subprocess.Popen(
+        [*command, "--port", str(port), "--store", str(http_store)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
