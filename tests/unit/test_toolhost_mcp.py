@@ -274,3 +274,13 @@ def test_reconnects_back_off_exponentially_up_to_a_cap() -> None:
     delays = [backoff_s(n) for n in range(10)]
     assert delays[:3] == [0.2, 0.4, 0.8]
     assert delays == sorted(delays) and max(delays) == 10.0
+
+
+def test_the_guide_config_is_valid() -> None:
+    guide = Path(__file__).resolve().parents[2] / "docs" / "examples" / "mcp" / "host.toml"
+    config = load_config(read_config_file(guide))
+    assert set(config.servers) == {"notes", "github"}
+    github = config.servers["github"]
+    assert github.transport == "http" and github.headers["Authorization"].startswith("env:")
+    tool = ToolDefinition(name="create_issue", description="", input_schema={}, annotations={})
+    assert contract_of(tool, github).side_effect is SideEffect.WRITE
