@@ -123,6 +123,24 @@ class World:
     host: ToolHostProcess
     runtime: RuntimeProcess
     config: Path
+    port: int
+
+
+def start_http_server(port: int, store: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "agentrt.testing.mcp_server", "--transport", "http"]
+    http = subprocess.Popen(
+        [*command, "--port", str(port), "--store", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:  # until it accepts connections (bounded)
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return http
+        except OSError:
+            assert time.monotonic() < deadline and http.poll() is None, "the HTTP MCP server did not start"
+            time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -131,31 +149,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("mcp")
     port = free_port()
     http_store = root / "http-store"
-    command = [sys.executable, "-m", "agentrt.testing.mcp_server", "--transport", "http"]
-    http = subprocess.Popen(
-        [*command, "--port", str(port), "--store", str(http_store)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    http = start_http_server(port, http_store)
     host: ToolHostProcess | None = None
     runtime: RuntimeProcess | None = None
     try:
         config = host_toml(root / "host.toml", stdio_store=root / "stdio-store", http_port=port)
-        deadline = time.monotonic() + 30
-        while True:  # until the HTTP server accepts connections (bounded)
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and http.poll() is None, (
-                    "the HTTP MCP server did not start"
-                )
-                time.sleep(0.05)
         host = start_tool_host(root / "host", extra_args=["--config", str(config)])
         runtime = start_runtime(
             runtime_toml(root / "rt.toml", db=root / "rt.sqlite", host=host.address), root
         )
-        yield World(root, root / "stdio-store", http_store, http, host, runtime, root / "rt.toml")
+        world = World(root, root / "stdio-store", http_store, http, host, runtime, root / "rt.toml", port)
+        yield world
+        http, runtime = world.http, world.runtime  # tests replace the ones they restarted
     finally:
         if runtime is not None:
             runtime.close()
@@ -214,6 +219,19 @@ def test_a_read_is_served_across_an_mcp_server_restart(world: World) -> None:
     (completed,) = [e.tool_completed for e in events if e.HasField("tool_completed")]
     assert f'"pid":{old}' not in completed.result_json.replace(" ", "")
     assert server_pid(store) not in (0, old)
+
+
+def test_a_remote_read_is_served_after_the_http_server_restarts(world: World) -> None:
+    world.http.kill()  # the transport is lost; the host connects again with backoff
+    world.http.wait(10)
+    world.http = start_http_server(world.port, world.http_store)
+    reply = world.host.call_tool("remote.lookup", {"key": "z"}, idempotency_key="remote-read-1", timeout_s=30)
+    deadline = time.monotonic() + 30
+    while reply.error_code == "TRANSIENT" and time.monotonic() < deadline:  # as the runtime retries
+        reply = world.host.call_tool(
+            "remote.lookup", {"key": "z"}, idempotency_key="remote-read-1", timeout_s=30
+        )
+    assert reply.error_code == "" and reply.result["pid"] == world.http.pid
 
 
 def test_a_tool_host_killed_during_an_mcp_write_leaves_the_run_unknown(tmp_path: Path) -> None:
