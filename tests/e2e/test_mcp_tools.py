@@ -242,11 +242,12 @@ def test_a_tool_host_killed_during_an_mcp_write_leaves_the_run_unknown(tmp_path:
     port = free_port()
     listen = f"127.0.0.1:{port}"
     host = start_tool_host(tmp_path / "host", extra_args=["--config", str(config)], listen=listen)
-    runtime = start_runtime(
-        runtime_toml(tmp_path / "rt.toml", db=tmp_path / "rt.sqlite", host=host.address, remote=False),
-        tmp_path,
-    )
+    runtime: RuntimeProcess | None = None
     try:
+        runtime = start_runtime(
+            runtime_toml(tmp_path / "rt.toml", db=tmp_path / "rt.sqlite", host=host.address, remote=False),
+            tmp_path,
+        )
         with Client(runtime.address) as client:
             run_id = client.start_run("write-local", "go").run_id
         wait_for_started(store)
@@ -264,8 +265,9 @@ def test_a_tool_host_killed_during_an_mcp_write_leaves_the_run_unknown(tmp_path:
             assert client.get_run(run_id).phase == run_pb2.RUN_PHASE_UNKNOWN_OUTCOME
         assert executions(store) <= 1 and executions(store, phase="done") == 0
     finally:
-        runtime.close()
-        host.stop()
+        if runtime is not None:
+            runtime.close()
+        host.stop()  # its stdio child sees stdin close and exits
 
 
 def _call(host: ToolHostProcess, key: str) -> tuple[str, dict[str, object]]:
