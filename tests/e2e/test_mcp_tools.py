@@ -289,7 +289,8 @@ def _version(host: ToolHostProcess) -> str:
 def test_a_changed_tool_definition_is_refused_until_re_approved(tmp_path: Path) -> None:
     store = tmp_path / "store"
     config = host_toml(tmp_path / "host.toml", stdio_store=store)
-    host = start_tool_host(tmp_path / "host", extra_args=["--config", str(config)])
+    metered = ["--config", str(config), "--metrics-listen", "127.0.0.1:0"]
+    host = start_tool_host(tmp_path / "host", extra_args=metered)
     try:
         first = _version(host)
         assert _call(host, "k1")[0] == ""
@@ -300,6 +301,9 @@ def test_a_changed_tool_definition_is_refused_until_re_approved(tmp_path: Path) 
         assert code == "UNAUTHORIZED" and details["reason"] == "mcp_tool_changed"
         changed = str(details["version"])
         assert changed != first
+        scraped = host.metrics()  # the change is counted where the host's own events are
+        assert scraped.value("agentrt_toolhost_events_total", event="mcp_tool_changed") >= 1
+        assert scraped.value("agentrt_toolhost_events_total", event="mcp_tool_refused") >= 1
     finally:
         host.stop()
     # Pinned to the old definition: still refused after a restart of the host.
