@@ -105,6 +105,7 @@ def test_the_definition_hash_is_stable_and_covers_every_part() -> None:
         ({"name": "t", "inputSchema": "no"}, "inputSchema"),
         ({"name": "t", "inputSchema": {"description": "x" * 70000}}, "inputSchema"),
         ({"name": "t", "annotations": []}, "annotations"),
+        ({"name": "t", "inputSchema": {"type": 5}}, "not a JSON Schema"),
     ],
 )
 def test_a_bad_tool_listing_is_refused(listing: dict[str, Any], why: str) -> None:
@@ -284,3 +285,22 @@ def test_the_guide_config_is_valid() -> None:
     assert github.transport == "http" and github.headers["Authorization"].startswith("env:")
     tool = ToolDefinition(name="create_issue", description="", input_schema={}, annotations={})
     assert contract_of(tool, github).side_effect is SideEffect.WRITE
+
+
+def test_an_input_schema_that_cannot_be_applied_is_a_permanent_error() -> None:
+    async def fn(args: Any, ctx: Any) -> None:
+        return None
+
+    from agentrt.toolhost.mcp import McpArguments
+
+    remote_ref = {"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}}
+    tool = McpTool(
+        name="s.t",
+        description="d",
+        side_effect=SideEffect.WRITE,
+        fn=fn,
+        args_model=McpArguments,
+        mcp_schema=remote_ref,
+    )
+    with pytest.raises(PermanentError, match="cannot be applied"):
+        tool.parse_arguments('{"x": 1}')

@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import jsonschema
+
 from agentrt.toolhost import PermanentError, SideEffect, canonical_json
 from agentrt.toolhost.mcp._config import Effect, ServerConfig
 
@@ -61,6 +63,12 @@ class ToolDefinition:
             raise ValueError(
                 f"tool {name!r}: inputSchema is not an object of at most {MAX_SCHEMA_CHARS} chars"
             )
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(schema))
+        except jsonschema.SchemaError as exc:
+            raise ValueError(
+                f"tool {name!r}: inputSchema is not a JSON Schema ({exc.message[:200]})"
+            ) from None
         annotations = tool.get("annotations")
         annotations = {} if annotations is None else annotations
         if not isinstance(annotations, Mapping):

@@ -167,7 +167,12 @@ class McpTool(Tool):
             error = {"type": "object_type", "loc": [], "msg": "arguments must be a JSON object"}
             raise InvalidInput("arguments must be a JSON object", details={"errors": [error]})
         validator = jsonschema.Draft202012Validator(dict(self.mcp_schema))
-        problems = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))[:20]
+        try:
+            problems = sorted(validator.iter_errors(raw), key=lambda e: str(list(e.absolute_path)))[:20]
+        except Exception as exc:  # a $ref nowhere (never fetched), an unknown format: the server's fault
+            raise PermanentError(
+                f"the input schema of {self.name!r} cannot be applied ({type(exc).__name__})"
+            ) from None
         if problems:
             errors = [
                 {"type": str(p.validator), "loc": list(p.absolute_path), "msg": p.message[:500]}
