@@ -4,17 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The distributions of the workspace (see pyproject.toml), installed editable, dependencies first.
-DISTS := proto tool_host clients runtime_server plugins testing
+DISTS := proto tool_host tool_host/mcp clients runtime_server plugins testing
 
 .PHONY: demo test test-ts docs lint proto proto-ts proto-lock bench bench-quick wheels clean
 
 # A venv made before the split into distributions holds the old single distribution "agentrt",
 # whose editable finder would shadow the agentrt namespace: it is uninstalled first.
+# agentrt.toolhost is a regular package that tool_host/mcp nests a subpackage in; it is installed
+# editable by path (compat) too, so the nested distribution's namespace finder cannot shadow it.
 $(STAMP): pyproject.toml $(DISTS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip uninstall --quiet --yes agentrt 2>/dev/null || true
 	$(BIN)/pip install --quiet $(DISTS:%=-e ./%) -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps --config-settings editable_mode=compat -e ./tool_host
 	touch $(STAMP)
 
 demo: $(STAMP)

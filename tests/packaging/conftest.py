@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = {
     "proto": "agentrt-proto",
     "tool_host": "agentrt-toolhost",
+    "tool_host/mcp": "agentrt-toolhost-mcp",
     "clients": "agentrt-client",
     "runtime_server": "agentrt-server",
     "plugins": "agentrt-demo",
@@ -62,7 +63,8 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sources = tmp_path_factory.mktemp("sources")
     for folder in DISTRIBUTIONS:
         ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
-        shutil.copytree(ROOT / folder, sources / folder, ignore=ignore)
+        # dirs_exist_ok: tool_host/mcp was copied with tool_host already (a nested distribution).
+        shutil.copytree(ROOT / folder, sources / folder, ignore=ignore, dirs_exist_ok=True)
     # No build isolation: the dev venv has setuptools, and the build stays offline and quick.
     _pip(
         sys.executable,

@@ -175,4 +175,6 @@ def test_the_workspace_lists_every_distribution() -> None:
     # A new top-level distribution must be built and checked here too.
     root = Path(__file__).resolve().parents[2]
     found = {p.parent.name for p in root.glob("*/pyproject.toml")}
+    # Nested ones too: the MCP tool source sits under tool_host/ (example_distribution is a third party's).
+    found |= {str(p.parent.relative_to(root)) for p in root.glob("tool_host/*/pyproject.toml")}
     assert found == set(DISTRIBUTIONS)

@@ -24,6 +24,7 @@ PACKAGES = [
     "agentrt.server.tools",
     "agentrt.testing",
     "agentrt.toolhost",
+    "agentrt.toolhost.mcp",
     "agentrt.toolhost.metadata",
     "agentrt.toolhost.security",
 ]

@@ -16,7 +16,14 @@ from agentrt.testing import _runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The source trees of every distribution that ships product code.
-PRODUCTION = ["proto/src", "tool_host/src", "clients/src", "runtime_server/src", "plugins/src"]
+PRODUCTION = [
+    "proto/src",
+    "tool_host/src",
+    "tool_host/mcp/src",
+    "clients/src",
+    "runtime_server/src",
+    "plugins/src",
+]
 
 
 def _imported_modules(path: Path) -> set[str]:

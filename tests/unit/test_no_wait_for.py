@@ -10,7 +10,14 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["runtime_server/src", "tool_host/src", "clients/src", "testing/src", "plugins/src"]
+PACKAGES = [
+    "runtime_server/src",
+    "tool_host/src",
+    "tool_host/mcp/src",
+    "clients/src",
+    "testing/src",
+    "plugins/src",
+]
 
 
 def wait_for_calls(source: str) -> list[int]:

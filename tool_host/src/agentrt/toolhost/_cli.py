@@ -6,13 +6,16 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import logging
 import math
 import os
 import signal
 import sys
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from agentrt.toolhost._cipher import CipherError, PayloadCipher
 from agentrt.toolhost._config import ToolHostConfig
@@ -53,6 +56,30 @@ UVLOOP_EXTRA = "agentrt-toolhost[uvloop]"
 
 _log = logging.getLogger("agentrt.toolhost")
 
+#: Loaded when the --config file has [mcp_servers] tables (distribution agentrt-toolhost-mcp).
+MCP_PLUGIN = "agentrt.toolhost.mcp"
+#: The top-level tables a --config file may have.
+CONFIG_TABLES = ("mcp", "mcp_servers")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse the ``--config`` TOML file; only the known tables are allowed.
+
+    Raises:
+        ValueError: unreadable, not TOML, or with an unknown top-level key.
+    """
+    try:
+        with path.open("rb") as handle:
+            parsed = tomllib.load(handle)
+    except OSError as exc:
+        raise ValueError(f"--config {path}: cannot read it: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"--config {path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(parsed) - set(CONFIG_TABLES))
+    if unknown:
+        raise ValueError(f"--config {path}: unknown key(s) {unknown}; known: {list(CONFIG_TABLES)}")
+    return parsed
+
 
 def _invoked_as() -> str:
     # `python -m agentrt.toolhost` runs __main__.py; the console script is `agentrt-toolhost`.
@@ -91,6 +118,14 @@ def _parser(prog: str = "agentrt toolhost") -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         dest="options",
         help="plugin option (repeatable)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="TOML file handed to plugins; its [mcp_servers.<id>] tables serve MCP servers' tools "
+        "(needs agentrt-toolhost-mcp)",
     )
     parser.add_argument(
         "--grace",
@@ -372,9 +407,22 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         security = _security(args)
     except _SecurityError as exc:
         return _usage_error(str(exc))
-    config = ToolHostConfig(data_dir=args.data_dir, options=options)
     try:
-        pm = get_plugin_manager(plugins=args.plugin, entrypoints=not args.no_entrypoints)
+        file = read_config_file(args.config) if args.config is not None else {}
+    except ValueError as exc:
+        return _usage_error(str(exc))
+    plugins = list(args.plugin)
+    if file.get("mcp_servers"):
+        try:
+            importlib.import_module(MCP_PLUGIN)
+        except ImportError:
+            return _usage_error(
+                f"{args.config}: [mcp_servers] needs the MCP tool source: pip install agentrt-toolhost-mcp"
+            )
+        plugins.append(MCP_PLUGIN)
+    config = ToolHostConfig(data_dir=args.data_dir, options=options, file=file)
+    try:
+        pm = get_plugin_manager(plugins=plugins, entrypoints=not args.no_entrypoints)
         tools = collect_tools(pm, config)
     except PluginError as exc:
         return _usage_error(str(exc))

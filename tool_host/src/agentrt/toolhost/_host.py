@@ -114,7 +114,10 @@ class ToolHost:
         self._gate = CallGate(verifier=verifier)
         self._cipher = cipher
         self.data_dir = data_dir
-        self.counters: collections.Counter[str] = collections.Counter()
+        # Shared with the plugins through their config, so a plugin's events are served too.
+        self.counters: collections.Counter[str] = (
+            config.counters if config is not None else collections.Counter()
+        )
         self.address: str | None = None
         self._pm = pm if pm is not None else get_plugin_manager(entrypoints=False)
         self._cancel_grace = cancel_grace
