@@ -1,0 +1,196 @@
+"""The HTTP face (http_listen) through a real runtime process, with plain httpx: Connect JSON
+calls, the SSE event route cut and resumed by Last-Event-ID, refusals equal to gRPC's, CORS."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentrt.client import Client, RPCError
+from agentrt.testing import RuntimeProcess, ToolHostProcess, spawn_runtime
+from tests.e2e.test_approvals import config, refunds
+
+SERVICE = "/agentrt.runtime.v1.AgentRuntimeService/"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def http_runtime(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+) -> Iterator[tuple[RuntimeProcess, str]]:
+    path = config(tmp_path, sqlite_url, tool_host)
+    text = path.read_text().replace(
+        "poll_interval_s = 0.1\n",
+        'poll_interval_s = 0.1\n[http]\ncors_origins = ["https://console.example.com"]\n'
+        "sse_heartbeat_s = 0.2\n",
+    )
+    path.write_text(text)
+    port = _free_port()
+    args = ["--config", str(path), "--listen", "127.0.0.1:0", "--http-listen", f"127.0.0.1:{port}"]
+    with spawn_runtime(args, cwd=tmp_path) as runtime:
+        yield runtime, f"http://127.0.0.1:{port}"
+
+
+def call(http: httpx.Client, method: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    return http.post(SERVICE + method, json=body, headers={"content-type": "application/json", **headers})
+
+
+def sse(
+    http: httpx.Client, run_id: str, *, stop_after: int | None = None, **headers: str
+) -> list[dict[str, Any]]:
+    """The events of the SSE route, in order; with ``stop_after``, the stream is cut after that many."""
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    with http.stream("GET", f"/v1/runs/{run_id}/events", headers=headers, timeout=60) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"] == "text/event-stream"
+        for line in response.iter_lines():
+            if line.startswith(":"):
+                continue
+            if line == "":
+                if current:
+                    events.append(current)
+                    current = {}
+                    if events[-1].get("event") == "end" or (
+                        stop_after is not None and len(events) >= stop_after
+                    ):
+                        return events
+                continue
+            field, _, value = line.partition(": ")
+            current[field] = value
+    return events
+
+
+def test_a_run_with_an_approval_over_http_json_and_sse_resumed_by_last_event_id(
+    http_runtime: tuple[RuntimeProcess, str], tool_host: ToolHostProcess
+) -> None:
+    _, base = http_runtime
+    with httpx.Client(base_url=base, timeout=30) as http:
+        started = call(http, "StartRun", {"agentName": "refunder", "input": "refund A100 please"})
+        assert started.status_code == 200, started.text
+        run_id = started.json()["run"]["runId"]
+        # Follow until the approval is asked, cutting the stream once mid-run and resuming it.
+        first = sse(http, run_id, stop_after=2)
+        assert first and all("id" in e for e in first), http_runtime[0].stderr_text()[-3000:]
+        seen = [int(e["id"]) for e in first]
+        approval: dict[str, Any] | None = None
+        while approval is None:
+            more = sse(http, run_id, stop_after=1, **{"last-event-id": str(seen[-1])})
+            data = json.loads(more[0]["data"])
+            seen.append(int(more[0]["id"]))
+            approval = data.get("approvalRequested")
+        run = call(http, "GetRun", {"runId": run_id}).json()["run"]
+        assert run["phase"] == "RUN_PHASE_WAITING_APPROVAL"
+        answer = call(
+            http,
+            "ResolveApproval",
+            {
+                "runId": run_id,
+                "approvalId": approval["approvalId"],
+                "decision": "APPROVAL_DECISION_APPROVE",
+                "argsHash": approval["argsHash"],
+                "expectedRevision": run["revision"],
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        rest = sse(http, run_id, **{"last-event-id": str(seen[-1])})
+        assert rest[-1]["event"] == "end"
+        seen += [int(e["id"]) for e in rest if "id" in e]
+        assert seen == list(range(1, len(seen) + 1)), seen  # every event once, no gap
+        last = json.loads(rest[-2]["data"])
+        assert "runEnded" in last, last
+        assert call(http, "GetRun", {"runId": run_id}).json()["run"]["phase"] == "RUN_PHASE_COMPLETED"
+    assert refunds(tool_host) == 1
+
+
+def _http_details(response: httpx.Response) -> tuple[str, list[tuple[str, bytes]]]:
+    body = response.json()
+    details = [
+        (d["type"], base64.b64decode(d["value"] + "=" * (-len(d["value"]) % 4)))
+        for d in body.get("details", [])
+    ]
+    return body["code"], details
+
+
+def _grpc_details(exc: RPCError) -> tuple[str, list[tuple[str, bytes]]]:
+    status = exc.grpc_status
+    assert status is not None
+    code = exc.status.name.lower()
+    return code, [(d.type_url.removeprefix("type.googleapis.com/"), d.value) for d in status.details]
+
+
+def test_refusals_over_http_equal_those_over_grpc(http_runtime: tuple[RuntimeProcess, str]) -> None:
+    runtime, base = http_runtime
+    with httpx.Client(base_url=base, timeout=30) as http, Client(runtime.address) as client:
+        # Unknown run (another tenant's answers the same): NOT_FOUND with the same details.
+        over_http = call(http, "GetRun", {"runId": "no-such-run"})
+        assert over_http.status_code == 404
+        with pytest.raises(RPCError) as over_grpc:
+            client.get_run("no-such-run")
+        assert _http_details(over_http) == _grpc_details(over_grpc.value)
+        # Invalid input: INVALID_ARGUMENT with BadRequest, as over gRPC.
+        over_http = call(http, "StartRun", {"agentName": "refunder", "input": "  "})
+        assert over_http.status_code == 400
+        with pytest.raises(RPCError) as over_grpc:
+            client.start_run("refunder", "  ")
+        assert _http_details(over_http) == _grpc_details(over_grpc.value)
+        # The SSE route refuses the same way before any event.
+        events = http.get("/v1/runs/no-such-run/events")
+        assert events.status_code == 404
+        assert _http_details(events) == _http_details(call(http, "GetRun", {"runId": "no-such-run"}))
+
+
+def test_bad_requests_get_clear_errors_and_change_nothing(http_runtime: tuple[RuntimeProcess, str]) -> None:
+    _, base = http_runtime
+    with httpx.Client(base_url=base, timeout=30) as http:
+        malformed = http.post(
+            SERVICE + "StartRun", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert malformed.status_code == 400 and malformed.json()["code"] == "invalid_argument"
+        unknown_field = call(http, "StartRun", {"agentName": "refunder", "input": "x", "inptu": "typo"})
+        assert unknown_field.status_code == 400
+        huge = http.post(
+            SERVICE + "StartRun",
+            content=b'{"agentName":"refunder","input":"' + b"x" * (5 * 1024 * 1024) + b'"}',
+            headers={"content-type": "application/json"},
+        )
+        assert huge.status_code == 429 and huge.json()["code"] == "resource_exhausted", huge.text
+        assert http.get("/nowhere").status_code == 404
+        assert http.post("/v1/runs/x/events").status_code == 405
+        assert http.get(SERVICE + "NoSuchMethod").status_code == 404
+        assert http.get(SERVICE + "StartRun").status_code == 405
+        listed = call(http, "ListRuns", {}).json()
+        assert listed.get("runs", []) == []  # nothing was started
+        bad_after = http.get("/v1/runs/x/events?after=-1")
+        assert bad_after.status_code in (400, 404)
+
+
+def test_cors_preflight_is_answered_for_listed_origins_only(http_runtime: tuple[RuntimeProcess, str]) -> None:
+    _, base = http_runtime
+    with httpx.Client(base_url=base, timeout=30) as http:
+        asked = {"access-control-request-method": "POST", "access-control-request-headers": "content-type"}
+        allowed = http.options(
+            SERVICE + "StartRun", headers={"origin": "https://console.example.com", **asked}
+        )
+        assert allowed.status_code == 204
+        assert allowed.headers["access-control-allow-origin"] == "https://console.example.com"
+        assert "POST" in allowed.headers["access-control-allow-methods"]
+        refused = http.options(SERVICE + "StartRun", headers={"origin": "https://evil.example", **asked})
+        assert refused.status_code == 403 and "access-control-allow-origin" not in refused.headers
+        plain = call(http, "ListRuns", {}, origin="https://evil.example")
+        assert "access-control-allow-origin" not in plain.headers
+        listed = call(http, "ListRuns", {}, origin="https://console.example.com")
+        assert listed.headers["access-control-allow-origin"] == "https://console.example.com"
