@@ -194,3 +194,59 @@ def test_cors_preflight_is_answered_for_listed_origins_only(http_runtime: tuple[
         assert "access-control-allow-origin" not in plain.headers
         listed = call(http, "ListRuns", {}, origin="https://console.example.com")
         assert listed.headers["access-control-allow-origin"] == "https://console.example.com"
+
+
+@pytest.fixture
+def auth_runtime(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+) -> Iterator[tuple[RuntimeProcess, str]]:
+    from tests.security.conftest import write_tokens
+
+    tokens = write_tokens(tmp_path / "tokens.toml")
+    path = config(tmp_path, sqlite_url, tool_host)
+    path.write_text(path.read_text() + f'[auth]\ntokens_file = "{tmp_path / "tokens.toml"}"\n')
+    port = _free_port()
+    args = ["--config", str(path), "--listen", "127.0.0.1:0", "--http-listen", f"127.0.0.1:{port}"]
+    with spawn_runtime(args, cwd=tmp_path) as runtime:
+        runtime.tokens = tokens  # type: ignore[attr-defined]
+        yield runtime, f"http://127.0.0.1:{port}"
+
+
+def test_anonymous_wrong_role_and_wrong_tenant_refusals_equal_grpc(
+    auth_runtime: tuple[RuntimeProcess, str],
+) -> None:
+    runtime, base = auth_runtime
+    tokens: dict[str, str] = runtime.tokens  # type: ignore[attr-defined]
+    with httpx.Client(base_url=base, timeout=30) as http:
+        with Client(runtime.address, token=tokens["alice"]) as alice:
+            run_id = alice.start_run("refunder", "refund A100 please").run_id
+        cases = [
+            ("anonymous", None, "GetRun", {"runId": run_id}, 401),
+            ("wrong role", "bob", "StartRun", {"agentName": "refunder", "input": "x"}, 403),
+            ("wrong tenant", "carol", "GetRun", {"runId": run_id}, 404),
+        ]
+        for label, who, method, body, status in cases:
+            headers = {"authorization": f"Bearer {tokens[who]}"} if who else {}
+            over_http = call(http, method, body, **headers)
+            assert over_http.status_code == status, (label, over_http.text)
+            with (
+                Client(runtime.address, token=tokens[who] if who else None) as client,
+                pytest.raises(RPCError) as e,
+            ):
+                if method == "GetRun":
+                    client.get_run(run_id)
+                else:
+                    client.start_run("refunder", "x")
+            assert _http_details(over_http) == _grpc_details(e.value), label
+            if method == "GetRun":  # the SSE route refuses alike, before any event
+                events = http.get(f"/v1/runs/{run_id}/events", headers=headers)
+                assert events.status_code == status and _http_details(events) == _http_details(over_http)
+        # A token in the query string is refused unless [http] sse_query_token allows it.
+        query = http.get(f"/v1/runs/{run_id}/events", params={"access_token": tokens["alice"]})
+        assert query.status_code == 401 and tokens["alice"] not in query.text
+        assert query.json()["code"] == "unauthenticated"
+        # An SSE resume position that is not a seq is refused for a caller who may read the run.
+        alice_headers = {"authorization": f"Bearer {tokens['alice']}"}
+        bad = http.get(f"/v1/runs/{run_id}/events", headers={**alice_headers, "last-event-id": "x1"})
+        assert bad.status_code == 400 and bad.json()["code"] == "invalid_argument"
+    assert tokens["alice"] not in runtime.stderr_text()
