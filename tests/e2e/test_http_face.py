@@ -250,3 +250,37 @@ def test_anonymous_wrong_role_and_wrong_tenant_refusals_equal_grpc(
         bad = http.get(f"/v1/runs/{run_id}/events", headers={**alice_headers, "last-event-id": "x1"})
         assert bad.status_code == 400 and bad.json()["code"] == "invalid_argument"
     assert tokens["alice"] not in runtime.stderr_text()
+
+
+def test_the_curl_example_runs_as_written(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    import subprocess
+
+    from tests.e2e.conftest import agent_toml
+
+    steps = [
+        {"text": "looking", "tool_calls": [{"tool": "orders.lookup", "arguments": {"order_id": "A100"}}]},
+        {"text": "Order A100 shipped."},
+    ]
+    path = tmp_path / "curl.toml"
+    path.write_text(
+        f'db_url = "{sqlite_url}"\npoll_interval_s = 0.1\n'
+        f'[[tool_hosts]]\nname = "local"\naddress = "{tool_host.address}"\n'
+        + agent_toml("looker", steps=steps, tools=["orders.lookup"], budgets={"timeout_s": 60})
+    )
+    port = _free_port()
+    args = ["--config", str(path), "--listen", "127.0.0.1:0", "--http-listen", f"127.0.0.1:{port}"]
+    script = Path(__file__).resolve().parents[2] / "docs" / "examples" / "curl" / "run.sh"
+    with spawn_runtime(args, cwd=tmp_path):
+        done = subprocess.run(
+            ["sh", str(script)],
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin", "BASE": f"http://127.0.0.1:{port}", "AGENT": "looker"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    assert '"runId"' in done.stdout and "id: 1\ndata: " in done.stdout
+    assert "runEnded" in done.stdout and done.stdout.rstrip().endswith("event: end\ndata: {}")
