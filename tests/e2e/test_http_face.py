@@ -284,3 +284,39 @@ def test_the_curl_example_runs_as_written(
     assert done.returncode == 0, done.stderr
     assert '"runId"' in done.stdout and "id: 1\ndata: " in done.stdout
     assert "runEnded" in done.stdout and done.stdout.rstrip().endswith("event: end\ndata: {}")
+
+
+def _envelopes(data: bytes) -> list[tuple[int, bytes]]:
+    out = []
+    while data:
+        flags, size = data[0], int.from_bytes(data[1:5], "big")
+        out.append((flags, data[5 : 5 + size]))
+        data = data[5 + size :]
+    return out
+
+
+def test_binary_unary_and_a_connect_server_stream(http_runtime: tuple[RuntimeProcess, str]) -> None:
+    from agentrt.proto.runtime.v1 import runtime_service_pb2 as pb
+
+    _, base = http_runtime
+    with httpx.Client(base_url=base, timeout=60) as http:
+        request = pb.StartRunRequest(agent_name="refunder", input="refund A100 please")
+        started = http.post(
+            SERVICE + "StartRun",
+            content=request.SerializeToString(),
+            headers={"content-type": "application/proto"},
+        )
+        assert started.status_code == 200 and started.headers["content-type"] == "application/proto"
+        run_id = pb.StartRunResponse.FromString(started.content).run.run_id
+        # A Connect server stream (JSON envelopes) without follow: the stored events, then the end.
+        body = json.dumps({"runId": run_id, "follow": False}).encode()
+        streamed = http.post(
+            SERVICE + "StreamRunEvents",
+            content=b"\x00" + len(body).to_bytes(4, "big") + body,
+            headers={"content-type": "application/connect+json"},
+        )
+        assert streamed.status_code == 200, streamed.text
+        frames = _envelopes(streamed.content)
+        assert frames[-1] == (2, b"{}")  # end of stream, no error
+        seqs = [int(json.loads(frame)["event"]["seq"]) for _, frame in frames[:-1]]
+        assert seqs and seqs == list(range(1, len(seqs) + 1))
