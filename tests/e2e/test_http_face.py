@@ -320,3 +320,24 @@ def test_binary_unary_and_a_connect_server_stream(http_runtime: tuple[RuntimePro
         assert frames[-1] == (2, b"{}")  # end of stream, no error
         seqs = [int(json.loads(frame)["event"]["seq"]) for _, frame in frames[:-1]]
         assert seqs and seqs == list(range(1, len(seqs) + 1))
+
+
+def test_an_idle_sse_stream_gets_keepalives_and_sigterm_ends_it(
+    http_runtime: tuple[RuntimeProcess, str],
+) -> None:
+    runtime, base = http_runtime
+    with httpx.Client(base_url=base, timeout=60) as http:
+        run_id = call(http, "StartRun", {"agentName": "refunder", "input": "refund A100 please"}).json()[
+            "run"
+        ]["runId"]
+        lines: list[str] = []
+        with http.stream("GET", f"/v1/runs/{run_id}/events") as response:
+            lines_iter = response.iter_lines()
+            for line in lines_iter:  # the run pauses for approval: then only keepalives come
+                lines.append(line)
+                if line == ": keepalive":
+                    break
+            assert any('"approvalRequested"' in line for line in lines), lines
+            assert runtime.stop() == 0, runtime.stderr_text()[-2000:]  # drains: the open stream ends
+            rest = list(lines_iter)
+        assert all(not line.startswith("data:") for line in rest)

@@ -29,7 +29,7 @@ from google.protobuf import json_format
 
 from agentrt.proto.runtime.v1 import runtime_service_pb2
 from agentrt.proto.runtime.v1.runtime_service_connect import AgentRuntimeServiceASGIApplication
-from agentrt.server.api._errors import to_status
+from agentrt.server.api._errors import status_code_for, to_status
 from agentrt.server.api._http_call import (
     HTTP_STATUS,
     GuardedCall,
@@ -59,6 +59,11 @@ _EXPOSE_HEADERS = (
 )
 
 
+_METHODS = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].methods
+# The generated service protocol's method names (snake_case) to the RPC names and their kind.
+_BY_SNAKE = {re.sub(r"(?<!^)(?=[A-Z])", "_", m.name).lower(): (m.name, m.server_streaming) for m in _METHODS}
+
+
 class _Service:
     """The generated Connect service protocol, each method a guarded servicer call."""
 
@@ -66,25 +71,21 @@ class _Service:
         self._calls = calls
 
     def __getattr__(self, snake: str) -> Any:
-        name = "".join(part.capitalize() for part in snake.split("_"))
-        if name == "GetRunDiagnostics" or name in {
-            m.name for m in runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].methods
-        }:
-            method = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].methods_by_name[
-                name
-            ]
-            if method.server_streaming:
+        if snake not in _BY_SNAKE:
+            raise AttributeError(snake)
+        name, streaming = _BY_SNAKE[snake]
+        calls = self._calls
+        if streaming:
 
-                def stream(request: bytes, ctx: Any) -> Any:
-                    return self._calls.stream(name, request, metadata_of(ctx.request_headers.allitems()))
+            def stream(request: bytes, ctx: Any) -> Any:
+                return calls.stream(name, request, metadata_of(ctx.request_headers.allitems()))
 
-                return stream
+            return stream
 
-            async def unary(request: bytes, ctx: Any) -> Any:
-                return await self._calls.unary(name, request, metadata_of(ctx.request_headers.allitems()))
+        async def unary(request: bytes, ctx: Any) -> Any:
+            return await calls.unary(name, request, metadata_of(ctx.request_headers.allitems()))
 
-            return unary
-        raise AttributeError(snake)
+        return unary
 
 
 class HttpApp:
@@ -99,9 +100,16 @@ class HttpApp:
             read_max_bytes=max_message_bytes,
             codecs=[RawCodec("proto"), RawCodec("json")],
         )
+        self._closing: asyncio.Event | None = None  # made on the serving loop, at the first stream
         self._prefix = (
             "/" + runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name + "/"
         )
+
+    def close_streams(self) -> None:
+        """Drain: end every SSE stream cleanly; its client resumes by Last-Event-ID (elsewhere)."""
+        if self._closing is None:
+            self._closing = asyncio.Event()
+        self._closing.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -212,7 +220,7 @@ class HttpApp:
             )
             after = _after(scope, query)
         except (InvalidRequest, NotAuthenticated) as exc:
-            await _error(send, status_to_connect(_code_of(exc), to_status(exc), exc.message))
+            await _error(send, status_to_connect(status_code_for(exc), to_status(exc), exc.message))
             return
         except ConnectError as exc:
             await _error(send, exc)
@@ -229,14 +237,17 @@ class HttpApp:
                 ],
             }
         )
+        if self._closing is None:
+            self._closing = asyncio.Event()
         stream = asyncio.ensure_future(self._send_events(request, metadata, send))
         gone = asyncio.ensure_future(_disconnected(receive))
+        closing = asyncio.ensure_future(self._closing.wait())
         try:
-            await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({stream, gone, closing}, return_when=asyncio.FIRST_COMPLETED)
             if stream.done() and not stream.cancelled() and stream.exception() is not None:
                 raise stream.exception()  # type: ignore[misc]
         finally:
-            for task in (stream, gone):
+            for task in (stream, gone, closing):
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
@@ -281,13 +292,6 @@ def _after(scope: Scope, query: dict[str, list[str]]) -> int:
     if len(values) != 1 or not values[0].isdigit() or not 0 <= int(values[0]) <= _MAX_SEQ:
         raise InvalidRequest(f"{field} must be one event seq (a non-negative integer)", field=field)
     return int(values[0])
-
-
-def _code_of(exc: Exception) -> Any:
-    from agentrt.server.api._errors import status_code_for
-
-    assert isinstance(exc, InvalidRequest | NotAuthenticated)
-    return status_code_for(exc)
 
 
 async def _disconnected(receive: Receive) -> None:

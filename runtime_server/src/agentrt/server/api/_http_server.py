@@ -60,6 +60,7 @@ class HttpServer:
             ssl_keyfile=tls.key_file if tls.enabled else None,
             timeout_graceful_shutdown=max(1, round(settings.rpc_grace_s)),
         )
+        self._app = app
         self._server = _Server(self._config)
         self._socket: socket.socket | None = None
         self._task: asyncio.Task[None] | None = None
@@ -86,9 +87,10 @@ class HttpServer:
         return f"{host}:{port}"
 
     async def stop(self) -> None:
-        """Stop accepting, let open requests finish within ``rpc_grace_s``, then cut them."""
+        """End SSE streams, stop accepting, let open calls finish within ``rpc_grace_s``, then cut them."""
         if self._task is None:
             return
+        self._app.close_streams()  # follow streams never end by themselves: end them cleanly
         self._server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
