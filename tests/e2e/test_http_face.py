@@ -341,3 +341,54 @@ def test_an_idle_sse_stream_gets_keepalives_and_sigterm_ends_it(
             assert runtime.stop() == 0, runtime.stderr_text()[-2000:]  # drains: the open stream ends
             rest = list(lines_iter)
         assert all(not line.startswith("data:") for line in rest)
+
+
+def test_a_query_token_follows_a_run_when_the_config_allows_it(
+    tmp_path: Path, tool_host: ToolHostProcess, sqlite_url: str
+) -> None:
+    from tests.security.conftest import write_tokens
+
+    tokens = write_tokens(tmp_path / "tokens.toml")
+    path = config(tmp_path, sqlite_url, tool_host)
+    path.write_text(
+        path.read_text().replace(
+            "poll_interval_s = 0.1\n", "poll_interval_s = 0.1\n[http]\nsse_query_token = true\n"
+        )
+        + f'[auth]\ntokens_file = "{tmp_path / "tokens.toml"}"\n'
+    )
+    port = _free_port()
+    args = ["--config", str(path), "--listen", "127.0.0.1:0", "--http-listen", f"127.0.0.1:{port}"]
+    with (
+        spawn_runtime(args, cwd=tmp_path) as runtime,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}") as http,
+    ):
+        with Client(runtime.address, token=tokens["alice"]) as alice:
+            run_id = alice.start_run("refunder", "refund A100 please").run_id
+        with http.stream(
+            "GET", f"/v1/runs/{run_id}/events", params={"access_token": tokens["alice"]}
+        ) as response:
+            assert response.status_code == 200
+            assert next(line for line in response.iter_lines() if line) == "id: 1"
+        # Another tenant's token in the query answers like a missing run; two credentials are refused.
+        other = http.get(f"/v1/runs/{run_id}/events", params={"access_token": tokens["carol"]})
+        assert other.status_code == 404
+        both = http.get(
+            f"/v1/runs/{run_id}/events",
+            params={"access_token": tokens["alice"]},
+            headers={"authorization": f"Bearer {tokens['alice']}"},
+        )
+        assert both.status_code == 401 and both.json()["code"] == "unauthenticated"
+        assert tokens["alice"] not in runtime.stderr_text()
+
+
+def test_the_readme_shows_the_commands_of_the_tested_script() -> None:
+    root = Path(__file__).resolve().parents[2]
+    script = (root / "docs" / "examples" / "curl" / "run.sh").read_text()
+    section = (root / "README.md").read_text().split("## Without gRPC: curl and EventSource", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line.startswith(("curl", "  -", "RUN_ID"))]
+    assert len(commands) >= 5
+    for line in commands:  # the README's lines are the script's, but for the README's comments
+        assert line.split("   #", 1)[0].rstrip() in script.replace(
+            '"$BASE/v1', '"http://127.0.0.1:8080/v1'
+        ), line
