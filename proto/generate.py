@@ -2,7 +2,8 @@
 
 Run: ``python proto/generate.py`` (or ``--out DIR`` to write elsewhere; the drift test does that
 and compares). Offline by design: pinned grpcio-tools for the messages, services and message stubs,
-mypy-protobuf for the gRPC stubs.
+mypy-protobuf for the gRPC stubs, protoc-gen-connectrpc for the Connect stubs of the runtime API
+(``*_connect.py``: the HTTP/JSON face, ``agentrt-proto[connect]``).
 
 The wire packages stay ``agentrt.runtime.v1`` and ``agentrt.toolhost.v1``; only the Python modules
 move under ``agentrt.proto`` (the distribution ``agentrt-proto``, ``proto/src``), so that the tool
@@ -47,6 +48,10 @@ def _protos() -> list[Path]:
     return sorted(p.relative_to(PROTO_ROOT) for p in (PROTO_ROOT / "agentrt").rglob("*.proto"))
 
 
+#: The services also served over Connect (HTTP/JSON); the tool host contract stays gRPC only.
+CONNECT_PROTOS = [Path("agentrt/runtime/v1/runtime_service.proto")]
+
+
 def generate(out: Path) -> None:
     """Write the generated package under ``out / PACKAGE``, replacing what was there."""
     target = out / PACKAGE
@@ -55,7 +60,11 @@ def generate(out: Path) -> None:
     target.mkdir(parents=True)
     protos = _protos()
     include = Path(grpc_tools.__file__).parent / "_proto"
-    mypy_grpc = Path(sysconfig.get_path("scripts")) / "protoc-gen-mypy_grpc"
+    scripts = Path(sysconfig.get_path("scripts"))
+    mypy_grpc = scripts / "protoc-gen-mypy_grpc"
+    # protoc-gen-connectrpc matches the connectrpc runtime (0.13): its stubs take codecs, and
+    # protobuf=google makes them use google.protobuf messages (the _pb2 modules above).
+    connect = scripts / "protoc-gen-connectrpc"
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp)
         cmd = [
@@ -72,6 +81,13 @@ def generate(out: Path) -> None:
             *map(str, protos),
         ]
         subprocess.run(cmd, check=True, cwd=PROTO_ROOT)
+        connect_cmd = [
+            *cmd[:5],
+            f"--plugin=protoc-gen-connectrpc={connect}",
+            f"--connectrpc_out=protobuf=google:{raw}",
+            *map(str, CONNECT_PROTOS),
+        ]
+        subprocess.run(connect_cmd, check=True, cwd=PROTO_ROOT)
         for path in sorted((raw / "agentrt").rglob("*")):
             if path.is_file():
                 dest = target / path.relative_to(raw / "agentrt")

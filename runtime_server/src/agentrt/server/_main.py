@@ -38,6 +38,11 @@ def _parser(prog: str = "agentrt serve") -> argparse.ArgumentParser:
         help="serve Prometheus /metrics there ([metrics] listen; port 0 picks a free one)",
     )
     parser.add_argument(
+        "--http-listen",
+        metavar="HOST:PORT",
+        help="also serve the API as HTTP/JSON (Connect) and SSE there (http_listen; port 0 picks a free one)",
+    )
+    parser.add_argument(
         "--log-level",
         help="a level (WARNING), logger=LEVEL pairs (agentrt.run=INFO,grpc=ERROR) or both; "
         "on top of [logging] level and levels",
@@ -64,6 +69,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
         overrides["db_url"] = args.db_url
     if args.insecure:
         overrides["insecure"] = True
+    if args.http_listen is not None:
+        overrides["http_listen"] = args.http_listen
     if args.metrics_listen is not None:
         overrides["metrics"] = {**settings.metrics.model_dump(), "listen": args.metrics_listen}
     if not overrides:

@@ -17,6 +17,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from agentrt.proto.runtime.v1 import runtime_service_pb2
 from agentrt.server.api._fanout import Fanout, build_bus, check_redis
+from agentrt.server.api._http_app import HttpApp
+from agentrt.server.api._http_call import GuardedCall
+from agentrt.server.api._http_server import HttpServer, check_http_auth
 from agentrt.server.api._interceptor import AuthInterceptor
 from agentrt.server.api._servicer import RuntimeServicer
 from agentrt.server.api._tool_hosts import ToolHostSet
@@ -37,6 +40,7 @@ log = logging.getLogger("agentrt.server")
 SERVICE_NAME = runtime_service_pb2.DESCRIPTOR.services_by_name["AgentRuntimeService"].full_name
 READY_PREFIX = "agentrt-runtime listening on "
 METRICS_PREFIX = "agentrt-runtime metrics on "  # printed before READY_PREFIX when /metrics is served
+HTTP_PREFIX = "agentrt-runtime http on "  # printed before READY_PREFIX when http_listen is set
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
@@ -67,6 +71,8 @@ class RuntimeServer:
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.address = ""
+        self.http: HttpServer | None = None
+        self.http_address = ""
 
     async def start(self) -> str:
         """Start everything; returns the address the gRPC server listens on.
@@ -79,6 +85,9 @@ class RuntimeServer:
         settings = self.settings
         # Everything that can reject the configuration runs before the database is touched.
         authentication = _authentication(settings)
+        if settings.http_listen:
+            _authentication(settings.model_copy(update={"listen": settings.http_listen}))  # same rules
+            check_http_auth(settings)
         credentials = _server_credentials(settings)
         self.models = ModelRegistry(
             get_model_plugin_manager(),
@@ -127,18 +136,27 @@ class RuntimeServer:
                 tools=self.tools,
             )
             self.metrics.redis_up = lambda: self.fanout.up if self.fanout is not None else None
+        # Tracing first: the RPC's span (under the caller's traceparent) covers its authentication.
+        interceptors = (
+            TraceContextInterceptor(tracer_name="agentrt.runtime"),
+            AuthInterceptor(authentication),
+        )
         self.server = grpc.aio.server(
-            # Tracing first: the RPC's span (under the caller's traceparent) covers its authentication.
-            interceptors=[
-                TraceContextInterceptor(tracer_name="agentrt.runtime"),
-                AuthInterceptor(authentication),
-            ],
+            interceptors=list(interceptors),
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        add_runtime_service(RuntimeServicer(engine=self.engine, settings=settings), self.server)
+        servicer = RuntimeServicer(engine=self.engine, settings=settings)
+        add_runtime_service(servicer, self.server)
+        if settings.http_listen:  # the same servicer behind the same interceptors (api/_http_call)
+            app = HttpApp(
+                calls=GuardedCall(servicer=servicer, interceptors=interceptors),
+                config=settings.http,
+                max_message_bytes=MAX_MESSAGE_BYTES,
+            )
+            self.http = HttpServer(app=app, settings=settings)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if _reflection_on(settings):
             reflection.enable_server_reflection(
@@ -152,6 +170,8 @@ class RuntimeServer:
         except RuntimeError as exc:
             raise ConfigError(f"cannot listen on {settings.listen}: {exc}") from exc
         await self.server.start()
+        if self.http is not None:
+            self.http_address = await self.http.start()
         await self.engine.start()
         if self.fanout is not None:
             self.fanout.serve_wakes(self.engine)
@@ -171,8 +191,10 @@ class RuntimeServer:
             await self.health.enter_graceful_shutdown()
         if self.engine is not None:
             await self.engine.stop(grace_s=self.settings.grace_s)
-        if self.server is not None:
-            await self.server.stop(self.settings.rpc_grace_s)
+        stops = [self.server.stop(self.settings.rpc_grace_s)] if self.server is not None else []
+        if self.http is not None:
+            stops.append(self.http.stop())
+        await asyncio.gather(*stops)  # both faces get the same rpc_grace_s, at once
         if self.fanout is not None:  # after the RPCs: their followers hear the runs' next owners
             await self.fanout.close()
         await self.tools.close()
@@ -355,6 +377,8 @@ async def serve(
             reloads = _reload_on_sighup(server, reload_settings)
         if server.metrics_address:
             announce(f"{METRICS_PREFIX}{server.metrics_address}")
+        if server.http_address:
+            announce(f"{HTTP_PREFIX}{server.http_address}")
         announce(f"{READY_PREFIX}{address}")
         await stop.wait()
     finally:

@@ -12,6 +12,7 @@ from agentrt.server.config._context import (
     CheckpointsConfig,
     ContextConfig,
 )
+from agentrt.server.config._http import HttpConfig
 from agentrt.server.config._limits import (
     AdmissionConfig,
     FaultsConfig,
@@ -80,6 +81,7 @@ __all__ = [
     "EscalationConfig",
     "FaultsConfig",
     "GrantsConfig",
+    "HttpConfig",
     "InlineAgentsConfig",
     "JwtConfig",
     "LimitsConfig",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agentrt.server.config._cleanup import CleanupConfig
 from agentrt.server.config._context import CheckpointsConfig, ContextConfig
+from agentrt.server.config._http import HttpConfig
 from agentrt.server.config._limits import (
     AdmissionConfig,
     FaultsConfig,
@@ -276,6 +277,9 @@ class Settings(_Strict):
     """Everything the runtime server reads at start."""
 
     listen: str = "127.0.0.1:50051"
+    # HOST:PORT of the HTTP/JSON + SSE face ([http]); "" serves none (port 0 picks a free one).
+    http_listen: str = ""
+    http: HttpConfig = Field(default_factory=HttpConfig)
     db_url: str = "sqlite:///.agentrt/agentrt.sqlite"
     # At start: "auto" upgrades the schema, "check" refuses one not at head (production: a
     # migration Job runs `agentrt migrate upgrade`), "off" leaves it alone.
@@ -340,6 +344,11 @@ class Settings(_Strict):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError(f"{value!r} is not HOST:PORT")
         return value
+
+    @field_validator("http_listen")
+    @classmethod
+    def _http_host_port(cls, value: str) -> str:
+        return cls._host_port(value) if value else value
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> Settings:
